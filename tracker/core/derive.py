@@ -1,0 +1,388 @@
+"""Derive a run's history (phases, attempts, status) from its facts.
+
+A pure function of ``RunFacts``: the same facts always give the same history, whatever order the objects
+that produced them arrived in. Times come only from the objects.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from tracker.core.facts import RunFacts
+from tracker.core.model import (
+    ANN_CONFIG_DIGEST,
+    ANN_CONFIG_REF,
+    ANN_GIT_COMMIT,
+    ANN_INPUT_REFS,
+    ANN_OUTPUT,
+    ANN_RESUME_OF,
+    LABEL_PROJECT,
+    LABEL_TARGET,
+    LABEL_WORKSPACE,
+    Attempt,
+    MetricSummary,
+    Phase,
+    PodFailure,
+    PodPlacement,
+    ResumeLink,
+    RunHistory,
+    RunRecord,
+    Status,
+    Transition,
+    utc,
+)
+
+DEACTIVATION_REASONS = ("InactiveWorkload", "Deactivated")
+
+
+def is_deactivation(reason: str) -> bool:
+    return reason.startswith(DEACTIVATION_REASONS)
+
+
+@dataclass(slots=True)
+class _Att:
+    trigger: str
+    trigger_message: str = ""
+    queued: int | None = None
+    admitted: int | None = None
+    start: int | None = None  # Scheduling entry
+    end: int | None = None
+    end_reason: str | None = None
+    end_message: str = ""
+    cause: str | None = None
+    cq: str | None = None
+    ray_cluster: str | None = None
+    ray_start: int | None = None
+    pods: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _Final:
+    status: Status
+    reason: str
+    message: str
+    at: int | None
+    source: str
+
+
+def _source(kind: str | None, ns: str | None, name: str | None) -> str:
+    return f"{kind or '?'}/{ns or '?'}/{name or '?'}"
+
+
+def derive(r: RunFacts) -> RunHistory:
+    root_src = _source(r.kind, r.namespace, r.name)
+    wl_src = _source("Workload", r.namespace, r.wl_name)
+    intake = _intake(r)
+    atts = _kueue_attempts(r)
+    atts = _split_ray_retries(r, atts)
+    _assign_pods(r, atts)
+    final = _final(r, atts, intake)
+    # close the last attempt at completion
+    if final is not None and atts and atts[-1].end is None:
+        atts[-1].end, atts[-1].end_reason, atts[-1].end_message = final.at, final.reason, final.message
+
+    transitions: list[Transition] = []
+
+    def add(attempt: int, phase: Phase, at: int | None, reason: str, message: str, source: str) -> None:
+        if at is None:
+            return
+        if transitions and transitions[-1].attempt == attempt:
+            prev = int(transitions[-1].at.timestamp() * 1_000_000)
+            at = max(at, prev)
+        transitions.append(Transition(run_id=r.run_id, attempt=attempt, phase=phase, at=utc(at),  # type: ignore[arg-type]
+                                      reason=reason, message=message, source=source))
+
+    for phase, (at, reason, msg) in intake["phases"].items():
+        add(1, phase, at, reason, msg, "TauGrid/intake")
+
+    attempts_out: list[Attempt] = []
+    total_retries = 0
+    progress_times = sorted(r.progress_buckets.values())
+    for i, a in enumerate(atts, start=1):
+        pods = [r.pods[u] for u in a.pods]
+        real_pods = [p for p in pods if r.kind != "RayJob" or p.ray_cluster]
+        sched_times = sorted(p.scheduled for p in real_pods if p.scheduled is not None)
+        scheduled_at = sched_times[r.expected_pods - 1] if len(sched_times) >= r.expected_pods else None
+        if scheduled_at is None and a.ray_cluster and a.ray_cluster in r.ray_clusters:
+            scheduled_at = r.ray_clusters[a.ray_cluster][2]
+        progress_at = None
+        lo = scheduled_at if scheduled_at is not None else a.start
+        if lo is not None:
+            progress_at = next((x for x in progress_times if x >= lo and (a.end is None or x <= a.end)), None)
+        if a.ray_start is not None:
+            ray_app = r.ray[a.ray_start].app_started
+            if ray_app is not None and (progress_at is None or ray_app < progress_at):
+                progress_at = ray_app
+        failures, retries = _failures(r, a)
+        total_retries += retries
+        if a.queued is not None:
+            add(i, Phase.ADMISSION, a.queued, a.trigger, a.trigger_message, wl_src if i > 1 else root_src)
+        if a.start is not None:
+            if a.admitted is not None and a.start == a.admitted:
+                reason, msg, src = "Admitted", f"Admitted by ClusterQueue {a.cq}" if a.cq else "", wl_src
+            elif a.trigger == "RayJobRetry":
+                reason, msg, src = "RayJobRetry", a.trigger_message, root_src
+            else:
+                reason, msg, src = "Created", "", root_src
+            add(i, Phase.SCHEDULING, a.start, reason, msg, src)
+        if scheduled_at is not None and (a.end is None or scheduled_at <= a.end):
+            n = len(sched_times)
+            add(i, Phase.RUNTIME, scheduled_at, "PodsScheduled", f"{min(n, r.expected_pods)}/{r.expected_pods} pods scheduled",
+                _source("RayCluster", r.namespace, a.ray_cluster) if a.ray_cluster else root_src)
+            if progress_at is not None:
+                first = "RayJobRunning" if a.ray_start is not None and progress_at == r.ray[a.ray_start].app_started \
+                    else "FirstStep"
+                add(i, Phase.PROGRESS, progress_at, first, "", root_src if first == "RayJobRunning" else "TauGrid/intake")
+        placements = [PodPlacement(pod=p.name, node=p.node, created_at=utc(p.created), scheduled_at=utc(p.scheduled),
+                                   finished_at=utc(p.finished[0]) if p.finished else None)
+                      for p in sorted(pods, key=lambda p: (p.created or 0, p.name))]
+        wait = None
+        if a.queued is not None and a.admitted is not None:
+            wait = (a.admitted - a.queued) / 1_000_000
+        attempts_out.append(Attempt(
+            run_id=r.run_id, attempt=i, trigger=a.trigger, queued_at=utc(a.queued), admitted_at=utc(a.admitted),
+            scheduled_at=utc(a.start), started_at=utc(scheduled_at), progress_at=utc(progress_at),
+            ended_at=utc(a.end), end_reason=a.end_reason, end_message=a.end_message, underlying_cause=a.cause,
+            admission_wait_s=wait, cluster_queue=a.cq, ray_cluster=a.ray_cluster, retries=retries,
+            failures=failures, pods=placements))
+
+    if final is not None:
+        add(max(1, len(atts)), Phase.COMPLETION, final.at, final.reason, final.message, final.source)
+
+    if final is not None:
+        status, reason, message = final.status, final.reason, final.message
+    else:
+        last_phase = transitions[-1].phase if transitions else Phase.ADMISSION
+        started = bool(attempts_out) and (attempts_out[-1].progress_at is not None or any(
+            r.pods[u].started is not None for u in atts[-1].pods))
+        status = Status.RUNNING if last_phase in (Phase.RUNTIME, Phase.PROGRESS) and started else Status.PENDING
+        reason, message = _pending_reason(r, atts, last_phase)
+    phase = transitions[-1].phase if transitions else (Phase.ADMISSION if r.kind else Phase.RESOLUTION)
+
+    cur = attempts_out[-1] if attempts_out else None
+    queued_cur = next((x for x in reversed(attempts_out) if x.queued_at is not None), None)
+    evictions = sum(1 for a in atts if a.end_reason and a.trigger != "RayJobRetry" and a.end is not None
+                    and a is not atts[-1]) + (1 if atts and atts[-1].end_reason and final and
+                                               final.reason == atts[-1].end_reason and is_deactivation(final.reason)
+                                               else 0)
+    evictions = max(evictions, sum(r.wl_evictions.values()))
+    prov = intake["prov"]
+    ann = r.annotations
+    resume_of = ann.get(ANN_RESUME_OF)
+    input_refs = [x for x in ann.get(ANN_INPUT_REFS, "").split(",") if x] or prov.get("input_refs") or []
+    record = RunRecord(
+        run_id=r.run_id, kind=r.kind or prov.get("workload_kind"), namespace=r.namespace or prov.get("namespace"),
+        name=r.name or prov.get("name"), uid=r.uid,
+        project=r.labels.get(LABEL_PROJECT) or prov.get("project"),
+        workspace=r.labels.get(LABEL_WORKSPACE) or prov.get("workspace"),
+        target=r.labels.get(LABEL_TARGET) or prov.get("target"),
+        queue=r.wl_queue or prov.get("queue"), cluster_queue=next((a.cq for a in reversed(atts) if a.cq), None),
+        status=status, reason=reason, message=message, phase=phase, attempts=len(atts), retries=total_retries,
+        evictions=evictions, created_at=utc(r.created),
+        queued_at=queued_cur.queued_at if queued_cur else None,
+        admitted_at=queued_cur.admitted_at if queued_cur else None,
+        started_at=next((a.started_at for a in attempts_out if a.started_at is not None), None),
+        finished_at=utc(final.at) if final else None,
+        admission_wait_s=queued_cur.admission_wait_s if queued_cur else None,
+        pending_reason=r.wl_pending[0] if r.wl_pending and final is None and cur and cur.admitted_at is None
+        else None,
+        pending_message=r.wl_pending[1] if r.wl_pending and final is None and cur and cur.admitted_at is None
+        else "",
+        git_commit=ann.get(ANN_GIT_COMMIT) or prov.get("git_commit"),
+        config_digest=ann.get(ANN_CONFIG_DIGEST) or prov.get("config_digest"),
+        config_ref=ann.get(ANN_CONFIG_REF) or prov.get("config_ref"),
+        input_refs=input_refs, output_uri=ann.get(ANN_OUTPUT) or prov.get("output_uri"),
+        resume_of=resume_of, last_checkpoint=r.checkpoint[2] if r.checkpoint else None,
+    )
+    metrics = [MetricSummary(run_id=r.run_id, metric=k, first_step=m.first[0], first_value=m.first[1],
+                             latest_step=m.latest[0], latest_value=m.latest[1], min_value=m.lo, max_value=m.hi,
+                             points=m.points) for k, m in sorted(r.metrics.items())]
+    links = [ResumeLink(run_id=r.run_id, resume_of=resume_of)] if resume_of else []
+    return RunHistory(run=record, transitions=transitions, attempts=attempts_out, metrics=metrics, resume_links=links)
+
+
+# ------------------------------------------------------------------------------------------ pieces
+
+
+def _intake(r: RunFacts) -> dict[str, Any]:
+    phases: dict[Phase, tuple[int, str, str]] = {}
+    prov: dict[str, Any] = {}
+    failure: tuple[int, str, str, str] | None = None
+    for _eid, (kind, status, at, data) in sorted(r.intake.items(), key=lambda kv: (kv[1][2], kv[0])):
+        phase = Phase.RESOLUTION if kind == "Resolution" else Phase.RENDERING
+        if phase not in phases:
+            phases[phase] = (at, f"{kind}Started" if status == "started" else f"{kind}{status.capitalize()}", "")
+        for k, v in data.items():
+            if v not in (None, "", []) and k not in ("reason", "message"):
+                prov.setdefault(k, v)
+        if status == "failed" and failure is None:
+            failure = (at, data.get("reason") or f"{kind}Failed", data.get("message") or "", kind)
+    return {"phases": phases, "prov": prov, "failure": failure}
+
+
+def _kueue_attempts(r: RunFacts) -> list[_Att]:
+    """Attempts from the Workload's admission and eviction cycles (or one attempt without Kueue)."""
+    queued0 = r.created if r.created is not None else r.wl_created
+    if not r.wl_conds and not r.wl_uid:
+        if r.kind is None:
+            return []
+        a = _Att("Submitted" if r.wl_queue else "Created", queued=queued0 if r.wl_queue else None)
+        a.start = None if r.wl_queue else r.created
+        return [a]
+    admits = sorted({k[3] for k in r.wl_conds if k[0] == "Admitted" and k[1] == "True"})
+    if not admits and not any(k[0] == "Admitted" for k in r.wl_conds):
+        admits = sorted({k[3] for k in r.wl_conds if k[0] == "QuotaReserved" and k[1] == "True"})
+    evicts = sorted((k[3], k[2], msg) for k, msg in r.wl_conds.items() if k[0] == "Evicted" and k[1] == "True")
+    causes: dict[str, list[str]] = {}
+    for key in sorted(r.wl_evictions):
+        reason, _, cause = key.partition("\x1f")
+        causes.setdefault(reason, []).append(cause)
+    seen_reasons: dict[str, int] = {}
+    timeline = sorted([(t, 0, "", "") for t in admits] + [(t, 1, reason, msg) for t, reason, msg in evicts])
+    atts = [_Att("Submitted", queued=queued0)]
+    for at, kind, reason, msg in timeline:
+        cur = atts[-1]
+        if kind == 0:
+            if cur.admitted is not None:
+                # re-admitted without an observed eviction (intermediate states lost to a relist)
+                atts.append(_Att("EvictionNotObserved"))
+                cur = atts[-1]
+            cur.admitted = cur.start = at
+            cur.cq = r.cq_by_admission.get(at)
+            continue
+        if cur.end is not None:
+            continue  # a deactivated run: nothing after counts as a new attempt
+        if cur.admitted is None and not is_deactivation(reason):
+            continue
+        n = seen_reasons.get(reason, 0)
+        seen_reasons[reason] = n + 1
+        cause_list = causes.get(reason) or [""]
+        cur.end, cur.end_reason, cur.end_message = at, reason, msg
+        cur.cause = cause_list[min(n, len(cause_list) - 1)] or None
+        if not is_deactivation(reason):
+            atts.append(_Att(reason, trigger_message=msg, queued=at))
+    return atts
+
+
+def _split_ray_retries(r: RunFacts, atts: list[_Att]) -> list[_Att]:
+    """A RayJob retry (a new deployment with a new RayCluster inside one admission) is a new attempt."""
+    if not r.ray:
+        return atts
+    starts = sorted(r.ray)
+    out: list[_Att] = []
+    for a in atts:
+        lo = a.start if a.start is not None else (a.queued if a.queued is not None else -1)
+        inside = [x for x in starts if x >= lo and (a.end is None or x < a.end)] if a.start is not None else []
+        if not inside:
+            out.append(a)
+            continue
+        cur = a
+        for j, st in enumerate(inside):
+            if j > 0:
+                prev = r.ray[inside[j - 1]]
+                reason = prev.outcome[3] if prev.outcome else "Unknown"
+                message = prev.outcome[4] if prev.outcome else ""
+                nxt = _Att("RayJobRetry", trigger_message=f"{reason}: {message}" if message else reason,
+                           start=st, end=cur.end, end_reason=cur.end_reason, end_message=cur.end_message,
+                           cause=cur.cause, cq=cur.cq)
+                cur.end, cur.end_reason, cur.end_message, cur.cause = st, reason, message, None
+                if prev.outcome and prev.outcome[0] > 0:
+                    cur.end = min(prev.outcome[0], st)
+                out.append(cur)
+                cur = nxt
+            cur.ray_start = st
+            cur.ray_cluster = r.ray[st].cluster
+        out.append(cur)
+    return out
+
+
+def _assign_pods(r: RunFacts, atts: list[_Att]) -> None:
+    if not atts:
+        return
+    cluster_att = {a.ray_cluster: a for a in atts if a.ray_cluster}
+    bounds = [a.start if a.start is not None else (a.queued if a.queued is not None else -(1 << 62)) for a in atts]
+    for uid, p in sorted(r.pods.items(), key=lambda kv: (kv[1].created or 0, kv[0])):
+        target = cluster_att.get(p.ray_cluster) if p.ray_cluster else None
+        if target is None:
+            c = p.created if p.created is not None else 0
+            idx = 0
+            for j, b in enumerate(bounds):
+                if b is not None and b <= c:
+                    idx = j
+            target = atts[idx]
+        target.pods.append(uid)
+
+
+def _failures(r: RunFacts, a: _Att) -> tuple[list[PodFailure], int]:
+    fails = []
+    created = sorted(r.pods[u].created or 0 for u in a.pods)
+    retries = 0
+    for u in a.pods:
+        p = r.pods[u]
+        if p.finished is None or p.finished[1] != "Failed":
+            continue
+        at = p.finished[0]
+        killed = p.disrupted or (p.delete_requested is not None and p.delete_requested <= at)
+        if killed:
+            continue
+        fails.append((at, p.name, p.finished[2], p.finished[3], p.finished[4]))
+        if any(c > at for c in created):
+            retries += 1
+    fails.sort()
+    return [PodFailure(pod=n, at=utc(at), reason=reason, exit_code=None if code < 0 else code, message=msg)
+            for at, n, reason, code, msg in fails], retries
+
+
+def _final(r: RunFacts, atts: list[_Att], intake: dict[str, Any]) -> _Final | None:
+    root_src = _source(r.kind, r.namespace, r.name)
+    if intake["failure"] is not None and r.kind is None:
+        at, reason, msg, kind = intake["failure"]
+        return _Final(Status.FAILED, reason, msg, at, "TauGrid/intake")
+    for ctype, ok in (("Complete", Status.SUCCEEDED), ("Failed", Status.FAILED)):
+        hits = sorted((k[3], k[2], m) for k, m in r.job_conds.items() if k[0] == ctype and k[1] == "True")
+        if hits:
+            at, reason, msg = hits[0]
+            return _Final(ok, reason or ("Completed" if ok is Status.SUCCEEDED else "Failed"), msg, at, root_src)
+    if r.ray:
+        last = r.ray[max(r.ray)]
+        if last.outcome and last.outcome[1] in ("Complete", "Failed"):
+            end, jds, js, reason, msg = last.outcome
+            ok = Status.SUCCEEDED if jds == "Complete" and js == "SUCCEEDED" else Status.FAILED
+            return _Final(ok, reason or ("Succeeded" if ok is Status.SUCCEEDED else js or "Failed"), msg,
+                          end if end > 0 else None, root_src)
+    finished = sorted((k[3], k[2], m) for k, m in r.wl_conds.items() if k[0] == "Finished" and k[1] == "True")
+    if finished:
+        at, reason, msg = finished[0]
+        return _Final(Status.SUCCEEDED if reason == "Succeeded" else Status.FAILED, reason, msg, at,
+                      _source("Workload", r.namespace, r.wl_name))
+    if atts and atts[-1].end_reason and is_deactivation(atts[-1].end_reason):
+        a = atts[-1]
+        return _Final(Status.STOPPED, a.end_reason or "Deactivated", a.end_message, a.end,
+                      _source("Workload", r.namespace, r.wl_name))
+    if r.root_deleted is not None:
+        return _Final(Status.STOPPED, "Deleted", "the workload was deleted before it finished",
+                      r.root_deleted, root_src)
+    return None
+
+
+def _pending_reason(r: RunFacts, atts: list[_Att], phase: Phase) -> tuple[str | None, str]:
+    if phase == Phase.ADMISSION:
+        if r.wl_pending:
+            return r.wl_pending
+        return "Queued", ""
+    if phase == Phase.SCHEDULING and atts:
+        unsched = sorted((p.unschedulable for u in atts[-1].pods
+                          if (p := r.pods[u]).unschedulable and p.scheduled is None), reverse=True)
+        if unsched:
+            _ltt, reason, msg = unsched[0]  # type: ignore[misc]
+            return reason, msg
+        waiting = sorted(p.waiting_reason for u in atts[-1].pods if (p := r.pods[u]).waiting_reason)
+        if waiting:
+            return waiting[0], ""
+        return "WaitingForPods", ""
+    if phase == Phase.RUNTIME and atts:
+        waiting = sorted(p.waiting_reason for u in atts[-1].pods if (p := r.pods[u]).waiting_reason)
+        if waiting:
+            return waiting[0], ""
+    return None, ""

@@ -1,0 +1,329 @@
+"""Read the facts a run needs out of one Kubernetes object and merge them into its RunFacts.
+
+Every function here is pure apart from mutating the RunFacts it is given. Objects are plain dicts as a
+watch or ``kubectl -o json`` returns them. A missing optional field is fine; a structurally wrong one
+raises ``Malformed`` with the reason, before anything is merged.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tracker.core.facts import EventFacts, RunFacts, _max, _min
+from tracker.core.model import LABEL_QUEUE
+from tracker.core.timefmt import BadTimestamp, ts
+
+
+class Malformed(ValueError):
+    """The object cannot be used; the message says why."""
+
+
+def d(obj: Any, key: str) -> dict[str, Any]:
+    """A sub-object that may be absent or null, but must be an object when present."""
+    v = obj.get(key)
+    if v is None:
+        return {}
+    if not isinstance(v, dict):
+        raise Malformed(f"{key} must be an object, got {type(v).__name__}")
+    return v
+
+
+def lst(obj: dict[str, Any], key: str) -> list[Any]:
+    v = obj.get(key)
+    if v is None:
+        return []
+    if not isinstance(v, list):
+        raise Malformed(f"{key} must be a list, got {type(v).__name__}")
+    return v
+
+
+def s(obj: dict[str, Any], key: str) -> str:
+    v = obj.get(key)
+    if v is None:
+        return ""
+    if not isinstance(v, str):
+        raise Malformed(f"{key} must be a string, got {type(v).__name__}")
+    return v
+
+
+def t(obj: dict[str, Any], key: str) -> int | None:
+    try:
+        return ts(obj.get(key))
+    except BadTimestamp as exc:
+        raise Malformed(f"{key}: {exc}") from exc
+
+
+def num(obj: dict[str, Any], key: str, default: int = 0) -> int:
+    v = obj.get(key)
+    if v is None:
+        return default
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise Malformed(f"{key} must be an integer, got {type(v).__name__}")
+    return v
+
+
+def conditions(status: dict[str, Any]) -> list[tuple[str, str, str, int, str]]:
+    out = []
+    for c in lst(status, "conditions"):
+        if not isinstance(c, dict):
+            raise Malformed("status.conditions[] must be objects")
+        ltt = t(c, "lastTransitionTime")
+        if ltt is None:
+            continue
+        out.append((s(c, "type"), s(c, "status"), s(c, "reason"), ltt, s(c, "message")))
+    return out
+
+
+def controller_owner(meta: dict[str, Any]) -> tuple[str, str] | None:
+    """(kind, uid) of the controlling owner, else of the first owner."""
+    refs = lst(meta, "ownerReferences")
+    first = None
+    for ref in refs:
+        if not isinstance(ref, dict):
+            raise Malformed("metadata.ownerReferences[] must be objects")
+        pair = (s(ref, "kind"), s(ref, "uid"))
+        if ref.get("controller") is True:
+            return pair
+        first = first or pair
+    return first
+
+
+# ------------------------------------------------------------------------------------------ roots
+
+
+def merge_root(r: RunFacts, kind: str, etype: str, obj: dict[str, Any]) -> None:
+    """The Job or RayJob that is the run's root."""
+    meta = d(obj, "metadata")
+    spec = d(obj, "spec")
+    status = d(obj, "status")
+    labels = d(meta, "labels")
+    annotations = d(meta, "annotations")
+    created = t(meta, "creationTimestamp")
+    uid = s(meta, "uid")
+    if kind == "Job":
+        conds = conditions(status)
+        par = num(spec, "parallelism", 1)
+        comp = spec.get("completions")
+        expected = min(par, comp) if isinstance(comp, int) and comp > 0 else par
+        failed = num(status, "failed")
+    else:
+        conds = []
+        expected = ray_expected_pods(spec)
+        failed = 0
+        merge_rayjob_status(r, status)
+    if etype == "DELETED":
+        r.root_deleted = _max(r.root_deleted, deletion_time(meta, conds, status))
+    r.kind, r.uid = kind, uid
+    r.namespace, r.name = s(meta, "namespace") or None, s(meta, "name") or None
+    r.created = _min(r.created, created)
+    r.labels = {k: v for k, v in labels.items() if isinstance(v, str)}
+    r.annotations = {k: v for k, v in annotations.items() if isinstance(v, str)}
+    r.expected_pods = max(1, expected)
+    r.job_failed = max(r.job_failed, failed)
+    for ctype, cstatus, reason, ltt, msg in conds:
+        r.job_conds[(ctype, cstatus, reason, ltt)] = msg
+    if not r.wl_queue and isinstance(labels.get(LABEL_QUEUE), str):
+        r.wl_queue = labels[LABEL_QUEUE]
+
+
+def deletion_time(meta: dict[str, Any], conds: list[tuple[str, str, str, int, str]],
+                  status: dict[str, Any]) -> int | None:
+    """When a deleted object went away: its deletionTimestamp, else the latest time it carries."""
+    when = t(meta, "deletionTimestamp")
+    if when is not None:
+        grace = meta.get("deletionGracePeriodSeconds")
+        return when - (grace * 1_000_000 if isinstance(grace, int) else 0)
+    latest = t(meta, "creationTimestamp")
+    for c in conds:
+        latest = _max(latest, c[3])
+    for key in ("startTime", "completionTime", "endTime"):
+        latest = _max(latest, t(status, key))
+    return latest
+
+
+def ray_expected_pods(spec: dict[str, Any]) -> int:
+    rc = d(spec, "rayClusterSpec")
+    total = 1  # head
+    for g in lst(rc, "workerGroupSpecs"):
+        if not isinstance(g, dict):
+            raise Malformed("workerGroupSpecs[] must be objects")
+        total += num(g, "replicas", 0) * max(1, num(g, "numOfHosts", 1))
+    return total
+
+
+TERMINAL_RAY = ("Complete", "Failed", "Retrying")
+
+
+def merge_rayjob_status(r: RunFacts, status: dict[str, Any]) -> None:
+    start = t(status, "startTime")
+    if start is None:
+        return
+    a = r.ray_attempt(start)
+    cluster = s(status, "rayClusterName")
+    if cluster:
+        a.cluster = cluster
+    a.failed = max(a.failed, num(status, "failed"))
+    info = d(status, "rayJobInfo")
+    a.app_started = _min(a.app_started, t(info, "startTime"))
+    jds = s(status, "jobDeploymentStatus")
+    if jds in TERMINAL_RAY:
+        end = t(status, "endTime") or t(info, "endTime") or -1
+        outcome = (end, jds, s(status, "jobStatus"), s(status, "reason"), s(status, "message"))
+        # Retrying is followed by a terminal state only in a later deployment; within one, the
+        # terminal write (with endTime) is the later one, so the larger tuple wins.
+        if a.outcome is None or (outcome[1] != "Retrying", outcome) > (a.outcome[1] != "Retrying", a.outcome):
+            a.outcome = outcome
+
+
+# ------------------------------------------------------------------------------------------ others
+
+
+def merge_workload(r: RunFacts, etype: str, obj: dict[str, Any]) -> None:
+    meta = d(obj, "metadata")
+    spec = d(obj, "spec")
+    status = d(obj, "status")
+    conds = conditions(status)
+    admission = d(status, "admission")
+    cq = s(admission, "clusterQueue")
+    evictions = []
+    for e in lst(d(status, "schedulingStats"), "evictions"):
+        if not isinstance(e, dict):
+            raise Malformed("schedulingStats.evictions[] must be objects")
+        evictions.append((f"{s(e, 'reason')}\x1f{s(e, 'underlyingCause')}", num(e, "count")))
+    created = t(meta, "creationTimestamp")
+    queue = s(spec, "queueName")
+    # merge
+    r.wl_uid = s(meta, "uid") or r.wl_uid
+    r.wl_name = s(meta, "name") or r.wl_name
+    r.wl_created = _min(r.wl_created, created)
+    if queue:
+        r.wl_queue = queue
+    pending = None
+    for ctype, cstatus, reason, ltt, msg in conds:
+        r.wl_conds[(ctype, cstatus, reason, ltt)] = msg
+        if cq and ctype in ("Admitted", "QuotaReserved") and cstatus == "True":
+            r.cq_by_admission[ltt] = cq
+        if ctype == "QuotaReserved" and cstatus == "False":
+            pending = (reason, msg)
+    r.wl_pending = pending
+    for key, count in evictions:
+        if count > r.wl_evictions.get(key, 0):
+            r.wl_evictions[key] = count
+    if etype == "DELETED" and r.root_deleted is None and r.kind is None:
+        # a Workload deleted while its owner was never seen: remember when, for a stopped status
+        r.root_deleted = deletion_time(meta, conds, status)
+
+
+def merge_pod(r: RunFacts, etype: str, obj: dict[str, Any], owner_uid: str | None) -> None:
+    meta = d(obj, "metadata")
+    spec = d(obj, "spec")
+    status = d(obj, "status")
+    uid = s(meta, "uid")
+    if not uid:
+        raise Malformed("metadata.uid is missing")
+    labels = d(meta, "labels")
+    created = t(meta, "creationTimestamp")
+    node = s(spec, "nodeName")
+    phase = s(status, "phase")
+    scheduled = None
+    unsched = None
+    disrupted = False
+    ready_false = None
+    for ctype, cstatus, reason, ltt, msg in conditions(status):
+        if ctype == "PodScheduled":
+            if cstatus == "True":
+                scheduled = ltt
+            else:
+                unsched = (ltt, reason, msg)
+        elif ctype == "DisruptionTarget" and cstatus == "True":
+            disrupted = True
+        elif ctype == "Ready" and cstatus == "False":
+            ready_false = ltt
+    started = None
+    finished_at = None
+    fail = None
+    waiting = None
+    for cs in lst(status, "containerStatuses"):
+        if not isinstance(cs, dict):
+            raise Malformed("status.containerStatuses[] must be objects")
+        state = d(cs, "state")
+        run = d(state, "running")
+        term = d(state, "terminated")
+        wait = d(state, "waiting")
+        if run:
+            started = _min(started, t(run, "startedAt"))
+        if term:
+            started = _min(started, t(term, "startedAt"))
+            finished_at = _max(finished_at, t(term, "finishedAt"))
+            code = num(term, "exitCode")
+            if code != 0 and fail is None:
+                fail = (s(term, "reason") or "Error", code, s(term, "message"))
+        if wait and s(wait, "reason") not in ("", "ContainerCreating", "PodInitializing"):
+            waiting = s(wait, "reason")
+    delete_req = None
+    if t(meta, "deletionTimestamp") is not None:
+        grace = meta.get("deletionGracePeriodSeconds")
+        delete_req = t(meta, "deletionTimestamp") - (grace * 1_000_000 if isinstance(grace, int) else 0)  # type: ignore[operator]
+    finished = None
+    if phase in ("Succeeded", "Failed"):
+        at = finished_at or ready_false
+        if at is not None:
+            if phase == "Failed":
+                reason, code, msg = fail or (s(status, "reason") or "Failed", -1, s(status, "message"))
+            else:
+                reason, code, msg = "Completed", 0, ""
+            finished = (at, phase, reason, code, msg)
+    # merge
+    p = r.pod(uid, s(meta, "name"))
+    p.owner_uid = owner_uid or p.owner_uid
+    cluster = labels.get("ray.io/cluster")
+    if isinstance(cluster, str) and cluster:
+        p.ray_cluster = cluster
+    p.created = _min(p.created, created)
+    if node:
+        p.node = node
+    p.scheduled = _min(p.scheduled, scheduled)
+    if unsched is not None and (p.unschedulable is None or unsched[0] >= p.unschedulable[0]):
+        p.unschedulable = unsched
+    p.started = _min(p.started, started)
+    if finished is not None and (p.finished is None or finished > p.finished):
+        p.finished = finished
+    p.delete_requested = _min(p.delete_requested, delete_req)
+    p.disrupted = p.disrupted or disrupted
+    if waiting:
+        p.waiting_reason = waiting
+
+
+def merge_raycluster(r: RunFacts, etype: str, obj: dict[str, Any]) -> None:
+    meta = d(obj, "metadata")
+    status = d(obj, "status")
+    name = s(meta, "name")
+    if not name:
+        raise Malformed("metadata.name is missing")
+    ready = t(d(status, "stateTransitionTimes"), "ready")
+    if ready is None and s(status, "state") == "ready":
+        for ctype, cstatus, _reason, ltt, _msg in conditions(status):
+            if ctype == "RayClusterProvisioned" and cstatus == "True":
+                ready = ltt
+    old = r.ray_clusters.get(name)
+    created = t(meta, "creationTimestamp")
+    if old is not None:
+        created, ready = _min(old[1], created), _min(old[2], ready)
+    r.ray_clusters[name] = (s(meta, "uid"), created, ready)
+
+
+def merge_event(r: RunFacts, obj: dict[str, Any], involved: dict[str, Any]) -> None:
+    meta = d(obj, "metadata")
+    uid = s(meta, "uid") or s(meta, "name")
+    if not uid:
+        raise Malformed("event has neither metadata.uid nor metadata.name")
+    series = d(obj, "series")
+    first = t(obj, "firstTimestamp") or t(obj, "eventTime") or t(meta, "creationTimestamp")
+    last = (t(obj, "lastTimestamp") or t(series, "lastObservedTime") or t(obj, "deprecatedLastTimestamp")
+            or first)
+    if first is None or last is None:
+        raise Malformed("event has no timestamp (firstTimestamp, eventTime or creationTimestamp)")
+    count = num(obj, "count", 0) or num(series, "count", 0) or num(obj, "deprecatedCount", 0) or 1
+    message = s(obj, "message") or s(obj, "note")
+    r.event(uid, EventFacts(s(obj, "reason"), s(obj, "type"), message[:1024], s(involved, "kind"),
+                            s(involved, "name"), first, last, count))

@@ -1,0 +1,258 @@
+"""What the tracker knows about one run: facts gathered from every object of the run.
+
+Each fact is merged with a commutative, associative and idempotent operation (set union, min, max,
+k-smallest), or with last-write-wins per object where only the object's own order matters. That is what
+makes the reducer's laws hold: duplicates and relists add nothing new, and interleaving the streams of
+different objects cannot change the result. History is derived from these facts (``derive.py``), never
+accumulated from arrival order.
+
+All times are integer microseconds since the epoch, UTC.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+# (type, status, reason, lastTransitionTime) -> message
+CondFacts = dict[tuple[str, str, str, int], str]
+
+MAX_EVENTS_PER_RUN = 64
+MAX_PROGRESS_BUCKETS = 20_000
+PROGRESS_BUCKET_US = 60_000_000
+
+
+def _min(a: int | None, b: int | None) -> int | None:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return a if a <= b else b
+
+
+def _max(a: int | None, b: int | None) -> int | None:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return a if a >= b else b
+
+
+@dataclass(slots=True)
+class PodFacts:
+    name: str
+    owner_uid: str | None = None
+    ray_cluster: str | None = None
+    created: int | None = None
+    node: str | None = None
+    scheduled: int | None = None
+    # latest PodScheduled=False: (ltt, reason, message)
+    unschedulable: tuple[int, str, str] | None = None
+    started: int | None = None
+    # terminal: (finishedAt, phase, reason, exit code or -1, message)
+    finished: tuple[int, str, str, int, str] | None = None
+    delete_requested: int | None = None
+    disrupted: bool = False
+    waiting_reason: str | None = None
+
+    def to_json(self) -> list[Any]:
+        return [self.name, self.owner_uid, self.ray_cluster, self.created, self.node, self.scheduled,
+                self.unschedulable, self.started, self.finished, self.delete_requested, self.disrupted,
+                self.waiting_reason]
+
+    @classmethod
+    def from_json(cls, v: list[Any]) -> PodFacts:
+        return cls(v[0], v[1], v[2], v[3], v[4], v[5], tuple(v[6]) if v[6] else None, v[7],  # type: ignore[arg-type]
+                   tuple(v[8]) if v[8] else None, v[9], v[10], v[11])  # type: ignore[arg-type]
+
+
+@dataclass(slots=True)
+class RayAttemptFacts:
+    """One RayJob deployment, keyed by its status.startTime (regenerated on every New -> Initializing)."""
+
+    cluster: str | None = None
+    failed: int = 0
+    app_started: int | None = None
+    # (ltt-like time or -1, jobDeploymentStatus, jobStatus, reason, message); Retrying/Failed/Complete only
+    outcome: tuple[int, str, str, str, str] | None = None
+
+    def to_json(self) -> list[Any]:
+        return [self.cluster, self.failed, self.app_started, self.outcome]
+
+    @classmethod
+    def from_json(cls, v: list[Any]) -> RayAttemptFacts:
+        return cls(v[0], v[1], v[2], tuple(v[3]) if v[3] else None)  # type: ignore[arg-type]
+
+
+@dataclass(slots=True)
+class EventFacts:
+    reason: str
+    type: str
+    message: str
+    object_kind: str
+    object_name: str
+    first: int
+    last: int
+    count: int
+
+    def to_json(self) -> list[Any]:
+        return [self.reason, self.type, self.message, self.object_kind, self.object_name, self.first,
+                self.last, self.count]
+
+    @classmethod
+    def from_json(cls, v: list[Any]) -> EventFacts:
+        return cls(*v)
+
+
+@dataclass(slots=True)
+class MetricFacts:
+    first: tuple[int, float]
+    latest: tuple[int, float]
+    lo: float
+    hi: float
+    points: int
+
+    def add(self, step: int, value: float) -> None:
+        pt = (step, value)
+        if pt < self.first:
+            self.first = pt
+        if pt > self.latest:
+            self.latest = pt
+        if value < self.lo:
+            self.lo = value
+        if value > self.hi:
+            self.hi = value
+        self.points += 1
+
+
+@dataclass(slots=True)
+class RunFacts:
+    run_id: str
+    # root object (Job or RayJob): identity and last-write-wins metadata
+    kind: str | None = None
+    uid: str | None = None
+    namespace: str | None = None
+    name: str | None = None
+    created: int | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
+    expected_pods: int = 1
+    root_deleted: int | None = None  # time of deletion (or the last time known) once DELETED is seen
+    job_conds: CondFacts = field(default_factory=dict)
+    job_failed: int = 0
+    # Kueue Workload
+    wl_uid: str | None = None
+    wl_name: str | None = None
+    wl_created: int | None = None
+    wl_conds: CondFacts = field(default_factory=dict)
+    wl_evictions: dict[str, int] = field(default_factory=dict)  # "reason\x1fcause" -> count
+    wl_queue: str | None = None
+    cq_by_admission: dict[int, str] = field(default_factory=dict)
+    wl_pending: tuple[str, str] | None = None  # current QuotaReserved=False (reason, message), LWW
+    # pods, Ray
+    pods: dict[str, PodFacts] = field(default_factory=dict)
+    ray: dict[int, RayAttemptFacts] = field(default_factory=dict)
+    ray_clusters: dict[str, tuple[str, int | None, int | None]] = field(default_factory=dict)
+    events: dict[str, EventFacts] = field(default_factory=dict)
+    # intake
+    intake: dict[str, tuple[str, str, int, dict[str, Any]]] = field(default_factory=dict)
+    progress_seen: set[str] = field(default_factory=set)
+    progress_buckets: dict[int, int] = field(default_factory=dict)
+    metrics: dict[str, MetricFacts] = field(default_factory=dict)
+    checkpoint: tuple[int, int, str] | None = None
+
+    # ---------------------------------------------------------------- merges used by the extractor
+    def cond(self, conds: CondFacts, ctype: str, status: str, reason: str, ltt: int, message: str) -> None:
+        conds[(ctype, status, reason, ltt)] = message
+
+    def pod(self, uid: str, name: str) -> PodFacts:
+        p = self.pods.get(uid)
+        if p is None:
+            p = self.pods[uid] = PodFacts(name)
+        return p
+
+    def ray_attempt(self, start: int) -> RayAttemptFacts:
+        a = self.ray.get(start)
+        if a is None:
+            a = self.ray[start] = RayAttemptFacts()
+        return a
+
+    def event(self, uid: str, ev: EventFacts) -> None:
+        old = self.events.get(uid)
+        if old is None:
+            self.events[uid] = ev
+            if len(self.events) > MAX_EVENTS_PER_RUN:
+                # keep the k earliest events: a commutative bound, so order of arrival cannot matter
+                drop = max(self.events.items(), key=lambda kv: (kv[1].first, kv[0]))[0]
+                del self.events[drop]
+            return
+        old.first = min(old.first, ev.first)
+        if (ev.last, ev.count) >= (old.last, old.count):
+            old.message = ev.message
+        old.last = max(old.last, ev.last)
+        old.count = max(old.count, ev.count)
+
+    def progress_time(self, at: int) -> None:
+        b = at // PROGRESS_BUCKET_US
+        cur = self.progress_buckets.get(b)
+        if cur is None or at < cur:
+            self.progress_buckets[b] = at
+            if len(self.progress_buckets) > MAX_PROGRESS_BUCKETS:
+                del self.progress_buckets[max(self.progress_buckets)]
+
+    # ---------------------------------------------------------------- snapshot
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id, "kind": self.kind, "uid": self.uid, "namespace": self.namespace,
+            "name": self.name, "created": self.created, "labels": self.labels,
+            "annotations": self.annotations, "expected_pods": self.expected_pods,
+            "root_deleted": self.root_deleted, "job_conds": _conds_out(self.job_conds),
+            "job_failed": self.job_failed, "wl_uid": self.wl_uid, "wl_name": self.wl_name,
+            "wl_created": self.wl_created, "wl_conds": _conds_out(self.wl_conds),
+            "wl_evictions": self.wl_evictions, "wl_queue": self.wl_queue,
+            "cq_by_admission": [[k, v] for k, v in self.cq_by_admission.items()],
+            "wl_pending": self.wl_pending,
+            "pods": {k: v.to_json() for k, v in self.pods.items()},
+            "ray": [[k, v.to_json()] for k, v in self.ray.items()],
+            "ray_clusters": self.ray_clusters,
+            "events": {k: v.to_json() for k, v in self.events.items()},
+            "intake": self.intake, "progress_seen": sorted(self.progress_seen),
+            "progress_buckets": [[k, v] for k, v in self.progress_buckets.items()],
+            "metrics": {k: [list(m.first), list(m.latest), m.lo, m.hi, m.points]
+                        for k, m in self.metrics.items()},
+            "checkpoint": self.checkpoint,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> RunFacts:
+        r = cls(d["run_id"])
+        r.kind, r.uid, r.namespace, r.name = d["kind"], d["uid"], d["namespace"], d["name"]
+        r.created, r.labels, r.annotations = d["created"], d["labels"], d["annotations"]
+        r.expected_pods, r.root_deleted = d["expected_pods"], d["root_deleted"]
+        r.job_conds, r.job_failed = _conds_in(d["job_conds"]), d["job_failed"]
+        r.wl_uid, r.wl_name, r.wl_created = d["wl_uid"], d["wl_name"], d["wl_created"]
+        r.wl_conds, r.wl_evictions, r.wl_queue = _conds_in(d["wl_conds"]), d["wl_evictions"], d["wl_queue"]
+        r.cq_by_admission = {k: v for k, v in d["cq_by_admission"]}
+        r.wl_pending = tuple(d["wl_pending"]) if d["wl_pending"] else None  # type: ignore[assignment]
+        r.pods = {k: PodFacts.from_json(v) for k, v in d["pods"].items()}
+        r.ray = {k: RayAttemptFacts.from_json(v) for k, v in d["ray"]}
+        r.ray_clusters = {k: (v[0], v[1], v[2]) for k, v in d["ray_clusters"].items()}
+        r.events = {k: EventFacts.from_json(v) for k, v in d["events"].items()}
+        r.intake = {k: (v[0], v[1], v[2], v[3]) for k, v in d["intake"].items()}
+        r.progress_seen = set(d["progress_seen"])
+        r.progress_buckets = {k: v for k, v in d["progress_buckets"]}
+        r.metrics = {k: MetricFacts((m[0][0], m[0][1]), (m[1][0], m[1][1]), m[2], m[3], m[4])
+                     for k, m in d["metrics"].items()}
+        r.checkpoint = tuple(d["checkpoint"]) if d["checkpoint"] else None  # type: ignore[assignment]
+        return r
+
+
+def _conds_out(c: CondFacts) -> list[list[Any]]:
+    return [[*k, v] for k, v in c.items()]
+
+
+def _conds_in(rows: list[list[Any]]) -> CondFacts:
+    return {(r[0], r[1], r[2], r[3]): r[4] for r in rows}
+
+
+__all__ = ["CondFacts", "EventFacts", "MetricFacts", "PodFacts", "RayAttemptFacts", "RunFacts", "_max", "_min"]
