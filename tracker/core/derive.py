@@ -90,7 +90,7 @@ def derive(r: RunFacts) -> RunHistory:
         if transitions and transitions[-1].attempt == attempt:
             prev = int(transitions[-1].at.timestamp() * 1_000_000)
             at = max(at, prev)
-        transitions.append(Transition(run_id=r.run_id, attempt=attempt, phase=phase, at=utc(at),  # type: ignore[arg-type]
+        transitions.append(Transition(run_id=r.run_id, attempt=attempt, phase=phase, at=utc(at),
                                       reason=reason, message=message, source=source))
 
     for phase, (at, reason, msg) in intake["phases"].items():
@@ -127,13 +127,13 @@ def derive(r: RunFacts) -> RunHistory:
                 reason, msg, src = "Created", "", root_src
             add(i, Phase.SCHEDULING, a.start, reason, msg, src)
         if scheduled_at is not None and (a.end is None or scheduled_at <= a.end):
-            n = len(sched_times)
-            add(i, Phase.RUNTIME, scheduled_at, "PodsScheduled", f"{min(n, r.expected_pods)}/{r.expected_pods} pods scheduled",
+            n = min(len(sched_times), r.expected_pods)
+            add(i, Phase.RUNTIME, scheduled_at, "PodsScheduled", f"{n}/{r.expected_pods} pods scheduled",
                 _source("RayCluster", r.namespace, a.ray_cluster) if a.ray_cluster else root_src)
             if progress_at is not None:
-                first = "RayJobRunning" if a.ray_start is not None and progress_at == r.ray[a.ray_start].app_started \
-                    else "FirstStep"
-                add(i, Phase.PROGRESS, progress_at, first, "", root_src if first == "RayJobRunning" else "TauGrid/intake")
+                ray_app = a.ray_start is not None and progress_at == r.ray[a.ray_start].app_started
+                add(i, Phase.PROGRESS, progress_at, "RayJobRunning" if ray_app else "FirstStep", "",
+                    root_src if ray_app else "TauGrid/intake")
         placements = [PodPlacement(pod=p.name, node=p.node, created_at=utc(p.created), scheduled_at=utc(p.scheduled),
                                    finished_at=utc(p.finished[0]) if p.finished else None)
                       for p in sorted(pods, key=lambda p: (p.created or 0, p.name))]
@@ -337,7 +337,7 @@ def _failures(r: RunFacts, a: _Att) -> tuple[list[PodFailure], int]:
 def _final(r: RunFacts, atts: list[_Att], intake: dict[str, Any]) -> _Final | None:
     root_src = _source(r.kind, r.namespace, r.name)
     if intake["failure"] is not None and r.kind is None:
-        at, reason, msg, kind = intake["failure"]
+        at, reason, msg, _kind = intake["failure"]
         return _Final(Status.FAILED, reason, msg, at, "TauGrid/intake")
     for ctype, ok in (("Complete", Status.SUCCEEDED), ("Failed", Status.FAILED)):
         hits = sorted((k[3], k[2], m) for k, m in r.job_conds.items() if k[0] == ctype and k[1] == "True")
@@ -375,7 +375,7 @@ def _pending_reason(r: RunFacts, atts: list[_Att], phase: Phase) -> tuple[str | 
         unsched = sorted((p.unschedulable for u in atts[-1].pods
                           if (p := r.pods[u]).unschedulable and p.scheduled is None), reverse=True)
         if unsched:
-            _ltt, reason, msg = unsched[0]  # type: ignore[misc]
+            _ltt, reason, msg = unsched[0]
             return reason, msg
         waiting = sorted(p.waiting_reason for u in atts[-1].pods if (p := r.pods[u]).waiting_reason)
         if waiting:

@@ -62,8 +62,8 @@ class PodFacts:
 
     @classmethod
     def from_json(cls, v: list[Any]) -> PodFacts:
-        return cls(v[0], v[1], v[2], v[3], v[4], v[5], tuple(v[6]) if v[6] else None, v[7],  # type: ignore[arg-type]
-                   tuple(v[8]) if v[8] else None, v[9], v[10], v[11])  # type: ignore[arg-type]
+        return cls(v[0], v[1], v[2], v[3], v[4], v[5], tuple(v[6]) if v[6] else None, v[7],
+                   tuple(v[8]) if v[8] else None, v[9], v[10], v[11])
 
 
 @dataclass(slots=True)
@@ -81,7 +81,7 @@ class RayAttemptFacts:
 
     @classmethod
     def from_json(cls, v: list[Any]) -> RayAttemptFacts:
-        return cls(v[0], v[1], v[2], tuple(v[3]) if v[3] else None)  # type: ignore[arg-type]
+        return cls(v[0], v[1], v[2], tuple(v[3]) if v[3] else None)
 
 
 @dataclass(slots=True)
@@ -233,7 +233,7 @@ class RunFacts:
         r.wl_uid, r.wl_name, r.wl_created = d["wl_uid"], d["wl_name"], d["wl_created"]
         r.wl_conds, r.wl_evictions, r.wl_queue = _conds_in(d["wl_conds"]), d["wl_evictions"], d["wl_queue"]
         r.cq_by_admission = {k: v for k, v in d["cq_by_admission"]}
-        r.wl_pending = tuple(d["wl_pending"]) if d["wl_pending"] else None  # type: ignore[assignment]
+        r.wl_pending = tuple(d["wl_pending"]) if d["wl_pending"] else None
         r.pods = {k: PodFacts.from_json(v) for k, v in d["pods"].items()}
         r.ray = {k: RayAttemptFacts.from_json(v) for k, v in d["ray"]}
         r.ray_clusters = {k: (v[0], v[1], v[2]) for k, v in d["ray_clusters"].items()}
@@ -243,7 +243,7 @@ class RunFacts:
         r.progress_buckets = {k: v for k, v in d["progress_buckets"]}
         r.metrics = {k: MetricFacts((m[0][0], m[0][1]), (m[1][0], m[1][1]), m[2], m[3], m[4])
                      for k, m in d["metrics"].items()}
-        r.checkpoint = tuple(d["checkpoint"]) if d["checkpoint"] else None  # type: ignore[assignment]
+        r.checkpoint = tuple(d["checkpoint"]) if d["checkpoint"] else None
         return r
 
 

@@ -270,11 +270,14 @@ class RunHistory(_Row):
 
 
 def schema_documents() -> dict[str, dict[str, Any]]:
-    """The JSON Schemas published under ``schemas/`` (file name -> schema)."""
+    """The JSON Schemas published under ``schemas/`` (path relative to schemas/ -> schema)."""
+    from pydantic import TypeAdapter
+
+    intake = TypeAdapter(IntakeEvent).json_schema()
+    intake["$id"] = INTAKE_SCHEMA
+    intake["title"] = "TauGrid intake event"
     return {
-        "intake-v1.schema.json": IntakeEnvelope.model_json_schema()["$defs"]
-        | {"IntakeEvent": {"oneOf": [{"$ref": f"#/$defs/{n}"} for n in
-                                     ("ResolutionEvent", "RenderingEvent", "ProgressEvent")]}},
-        "run-history-v1.schema.json": RunHistory.model_json_schema(),
-        "dead-letter-v1.schema.json": DeadLetter.model_json_schema(),
+        "intake/v1.schema.json": intake,
+        "history/v1.schema.json": RunHistory.model_json_schema() | {"$id": "taugrid.io/run-history/v1"},
+        "dead-letter/v1.schema.json": DeadLetter.model_json_schema() | {"$id": "taugrid.io/dead-letter/v1"},
     }

@@ -15,20 +15,17 @@ Laws (proved by the hypothesis tests in ``tests/test_reducer_laws.py``):
 from __future__ import annotations
 
 import json
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
 
 from tracker.core import extract as x
+from tracker.core.correlate import KINDS, ROOT_KINDS, Correlator, link
 from tracker.core.derive import derive
 from tracker.core.facts import MetricFacts, RunFacts
 from tracker.core.model import (
     INTAKE_SCHEMA,
-    LABEL_CONTROLLER_UID,
-    LABEL_JOB_UID,
-    LABEL_RUN_ID,
     DeadLetter,
     IntakeEnvelope,
     ProgressEvent,
@@ -36,8 +33,6 @@ from tracker.core.model import (
 )
 from tracker.core.timefmt import ts
 
-ROOT_KINDS = ("Job", "RayJob")
-HOLDABLE_EVENT_KINDS = frozenset({"Job", "Pod", "Workload", "RayJob", "RayCluster"})
 SNAPSHOT_VERSION = 1
 
 
@@ -61,7 +56,7 @@ class Stats:
     dropped_uncorrelated: int = 0
 
     def as_dict(self) -> dict[str, int]:
-        return {k: getattr(self, k) for k in self.__slots__}  # type: ignore[attr-defined]
+        return {k: getattr(self, k) for k in self.__slots__}
 
 
 @dataclass(slots=True)
@@ -74,18 +69,18 @@ class Reducer:
     def __init__(self, limits: ReducerLimits | None = None) -> None:
         self.limits = limits or ReducerLimits()
         self.runs: dict[str, RunFacts] = {}
-        self.owner_run: dict[str, str] = {}  # uid of a Job/RayJob/RayCluster/Workload/Pod -> run id
-        self.submitters: set[str] = set()  # uids of KubeRay submitter Jobs
-        self.held: OrderedDict[tuple[str, int], tuple[str, dict[str, Any], str]] = OrderedDict()
-        self.held_by_owner: dict[str, list[tuple[str, int]]] = {}
-        self.hold_seq = 0
+        self.corr = Correlator(self.limits.max_held)
         self.dirty: set[str] = set()
         self.dead: list[DeadLetter] = []
         self.stats = Stats()
 
     # ------------------------------------------------------------------------------------ input
-    def apply(self, record: Any, source: str = "") -> None:
-        """Fold one record: a watch event ``{"type", "object"}`` or a TauGrid intake event."""
+    def apply(self, record: Any, source: str = "", run_hint: str | None = None) -> None:
+        """Fold one record: a watch event ``{"type", "object"}`` or a TauGrid intake event.
+
+        ``run_hint`` is the run a watcher already correlated the record to (the Kafka record key); it is used
+        only when the reducer cannot correlate the object itself, so records need not wait for their owner.
+        """
         self.stats.records += 1
         if not isinstance(record, dict):
             self._dead(source, "not a JSON object", record)
@@ -108,14 +103,20 @@ class Reducer:
             self._dead(source, "watch event without an object", record)
             return
         kind = obj.get("kind")
-        handler = _HANDLERS.get(kind) if isinstance(kind, str) else None
-        if handler is None:
+        if kind not in KINDS:
             self._dead(source, "unknown kind", record, f"apiVersion={obj.get('apiVersion')!r} kind={kind!r}")
             return
         try:
-            handler(self, etype, obj, source)
+            self._object(etype, obj, source, run_hint)
         except x.Malformed as exc:
             self._dead(source, f"malformed {kind}", record, str(exc))
+
+    def reject(self, source: str, reason: str, excerpt: str) -> None:
+        """Count an input the shell could not even decode (bad JSON, oversized value) as a dead letter."""
+        self.stats.records += 1
+        self.stats.dead_letters += 1
+        if len(self.dead) < self.limits.max_dead_letters:
+            self.dead.append(DeadLetter(source=source, reason=reason, excerpt=excerpt[:2048]))
 
     def _dead(self, source: str, reason: str, record: Any, detail: str = "") -> None:
         self.stats.dead_letters += 1
@@ -130,116 +131,37 @@ class Reducer:
         self.dirty.add(run_id)
         return r
 
-    # ------------------------------------------------------------------------------------ correlation
-    def _hold(self, owner: str, etype: str, obj: dict[str, Any], source: str) -> None:
-        key = (owner, self.hold_seq)
-        self.hold_seq += 1
-        self.held[key] = (etype, obj, source)
-        self.held_by_owner.setdefault(owner, []).append(key)
-        self.stats.held += 1
-        while len(self.held) > self.limits.max_held:
-            (old_owner, seq), (_e, old_obj, old_src) = self.held.popitem(last=False)
-            keys = self.held_by_owner.get(old_owner)
-            if keys:
-                keys.remove((old_owner, seq))
-                if not keys:
-                    del self.held_by_owner[old_owner]
-            self.stats.dropped_uncorrelated += 1
-            self._dead(old_src, "uncorrelated", {"object": old_obj},
-                       f"owner uid {old_owner} was not seen while {self.limits.max_held} records were held")
-
-    def _bind(self, uid: str, run_id: str) -> None:
-        """Record that ``uid`` belongs to ``run_id`` and fold anything that was waiting for it."""
-        if not uid or self.owner_run.get(uid) == run_id:
+    # ------------------------------------------------------------------------------------ objects
+    def _object(self, etype: str, obj: dict[str, Any], source: str, run_hint: str | None) -> None:
+        ln = link(obj)
+        if ln is None:
+            self.stats.ignored += 1
             return
-        self.owner_run[uid] = run_id
-        keys = self.held_by_owner.pop(uid, None)
-        if not keys:
-            return
-        for key in keys:
-            etype, obj, source = self.held.pop(key)
-            self.stats.released += 1
-            _HANDLERS[obj["kind"]](self, etype, obj, source)
-
-    # ------------------------------------------------------------------------------------ kinds
-    def _root(self, etype: str, obj: dict[str, Any], source: str) -> None:
-        meta = x.d(obj, "metadata")
-        uid = x.s(meta, "uid")
-        if not uid:
-            raise x.Malformed("metadata.uid is missing")
-        owner = x.controller_owner(meta)
-        if obj["kind"] == "Job" and owner is not None and owner[0] == "RayJob":
-            # the KubeRay submitter Job: part of its RayJob's run, not a run
-            run_id = self.owner_run.get(owner[1])
-            if run_id is None:
-                self._hold(owner[1], etype, obj, source)
-                return
-            self.submitters.add(uid)
-            self._run(run_id)
-            self._bind(uid, run_id)
-            return
-        labels = x.d(meta, "labels")
-        run_id = labels.get(LABEL_RUN_ID) if isinstance(labels.get(LABEL_RUN_ID), str) else None
-        run_id = run_id or uid
-        x.merge_root(self._run(run_id), obj["kind"], etype, obj)
-        self._bind(uid, run_id)
-
-    def _workload(self, etype: str, obj: dict[str, Any], source: str) -> None:
-        meta = x.d(obj, "metadata")
-        owner = x.controller_owner(meta)
-        owner_uid = owner[1] if owner and owner[0] in ROOT_KINDS else x.s(x.d(meta, "labels"), LABEL_JOB_UID)
-        if not owner_uid:
-            raise x.Malformed("Workload has no Job/RayJob owner reference and no kueue.x-k8s.io/job-uid label")
-        run_id = self.owner_run.get(owner_uid)
+        run_id = self.corr.run_of(ln) or run_hint
         if run_id is None:
-            self._hold(owner_uid, etype, obj, source)
+            assert ln.owner is not None
+            self.stats.held += 1
+            for owner, (_e, old_obj, old_src) in self.corr.hold(ln.owner, (etype, obj, source)):
+                self.stats.dropped_uncorrelated += 1
+                self._dead(old_src, "uncorrelated", {"object": old_obj},
+                           f"owner uid {owner} was not seen while {self.limits.max_held} records were held")
             return
-        x.merge_workload(self._run(run_id), etype, obj)
-        self._bind(x.s(meta, "uid"), run_id)
-
-    def _pod(self, etype: str, obj: dict[str, Any], source: str) -> None:
-        meta = x.d(obj, "metadata")
-        labels = x.d(meta, "labels")
-        owner = x.controller_owner(meta)
-        owner_uid = owner[1] if owner else x.s(labels, LABEL_CONTROLLER_UID)
-        run_id = self.owner_run.get(owner_uid) if owner_uid else None
-        if run_id is None:
-            label_run = labels.get(LABEL_RUN_ID)
-            if isinstance(label_run, str) and label_run and label_run in self.runs:
-                run_id = label_run
-        if run_id is None:
-            if not owner_uid:
-                self.stats.ignored += 1  # not owned by anything a run is made of
-                return
-            self._hold(owner_uid, etype, obj, source)
-            return
-        x.merge_pod(self._run(run_id), etype, obj, owner_uid)
-        self._bind(x.s(meta, "uid"), run_id)
-
-    def _raycluster(self, etype: str, obj: dict[str, Any], source: str) -> None:
-        meta = x.d(obj, "metadata")
-        owner = x.controller_owner(meta)
-        if owner is None or owner[0] != "RayJob":
-            self.stats.ignored += 1  # a RayCluster not created by a RayJob is not a run
-            return
-        run_id = self.owner_run.get(owner[1])
-        if run_id is None:
-            self._hold(owner[1], etype, obj, source)
-            return
-        x.merge_raycluster(self._run(run_id), etype, obj)
-        self._bind(x.s(meta, "uid"), run_id)
-
-    def _event(self, etype: str, obj: dict[str, Any], source: str) -> None:
-        involved = x.d(obj, "regarding") or x.d(obj, "involvedObject")
-        uid = x.s(involved, "uid")
-        run_id = self.owner_run.get(uid) if uid else None
-        if run_id is None:
-            if uid and x.s(involved, "kind") in HOLDABLE_EVENT_KINDS:
-                self._hold(uid, etype, obj, source)
-            else:
-                self.stats.ignored += 1
-            return
-        x.merge_event(self._run(run_id), obj, involved)
+        r = self._run(run_id)
+        kind = ln.kind
+        if kind in ROOT_KINDS and not ln.submitter:
+            x.merge_root(r, kind, etype, obj)
+        elif kind == "Workload":
+            x.merge_workload(r, etype, obj)
+        elif kind == "Pod":
+            x.merge_pod(r, etype, obj, ln.owner)
+        elif kind == "RayCluster":
+            x.merge_raycluster(r, etype, obj)
+        elif kind == "Event":
+            x.merge_event(r, obj, x.d(obj, "regarding") or x.d(obj, "involvedObject"))
+        if ln.uid:
+            for held_etype, held_obj, held_source in self.corr.bind(ln.uid, run_id):
+                self.stats.released += 1
+                self._object(held_etype, held_obj, held_source, None)
 
     def _intake(self, record: dict[str, Any], source: str) -> None:
         if record.get("schema") != INTAKE_SCHEMA:
@@ -294,10 +216,7 @@ class Reducer:
         return {
             "version": SNAPSHOT_VERSION,
             "runs": [r.to_json() for r in self.runs.values()],
-            "owner_run": self.owner_run,
-            "submitters": sorted(self.submitters),
-            "held": [[k[0], k[1], v[0], v[1], v[2]] for k, v in self.held.items()],
-            "hold_seq": self.hold_seq,
+            "correlator": self.corr.to_json(),
             "dirty": sorted(self.dirty),
         }
 
@@ -307,24 +226,9 @@ class Reducer:
             raise ValueError(f"unsupported reducer snapshot version {snap.get('version')!r}")
         red = cls(limits)
         red.runs = {d["run_id"]: RunFacts.from_json(d) for d in snap["runs"]}
-        red.owner_run = dict(snap["owner_run"])
-        red.submitters = set(snap["submitters"])
-        for owner, seq, etype, obj, source in snap["held"]:
-            red.held[(owner, seq)] = (etype, obj, source)
-            red.held_by_owner.setdefault(owner, []).append((owner, seq))
-        red.hold_seq = snap["hold_seq"]
+        red.corr = Correlator.from_json(snap["correlator"], red.limits.max_held)
         red.dirty = set(snap["dirty"])
         return red
-
-
-_HANDLERS = {
-    "Job": Reducer._root,
-    "RayJob": Reducer._root,
-    "Workload": Reducer._workload,
-    "Pod": Reducer._pod,
-    "RayCluster": Reducer._raycluster,
-    "Event": Reducer._event,
-}
 
 
 def _excerpt(record: Any) -> str:

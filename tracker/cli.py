@@ -1,0 +1,216 @@
+"""The `tracker` command line: replay, runs, show, demo (and the service commands as they land)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+from rich.console import Console
+
+from tracker.core.model import Phase, Status
+from tracker.core.reducer import Reducer
+from tracker.runtime.pipeline import JsonlDeadLetters, PipelineReport, run_pipeline
+from tracker.shell.capture import capture_files, interleave
+
+DEMO_CAPTURES = Path(__file__).parent / "captures" / "demo"
+DEFAULT_DEMO_INDEX = Path("out") / "demo-index.sqlite"
+
+_DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+
+
+class UsageError(Exception):
+    pass
+
+
+def parse_duration(text: str) -> float:
+    """'90' (seconds), '90s', '30m', '1h30m', '2d' -> seconds."""
+    text = text.strip()
+    if re.fullmatch(r"\d+(\.\d+)?", text):
+        return float(text)
+    m = _DURATION.match(text)
+    if not text or m is None or not any(m.groups()):
+        raise UsageError(f"not a duration: {text!r} (use e.g. 90s, 30m, 1h30m, 2d)")
+    d, h, mi, s = (int(g) if g else 0 for g in m.groups())
+    return float(((d * 24 + h) * 60 + mi) * 60 + s)
+
+
+def parse_now(text: str | None) -> datetime | None:
+    if text is None:
+        return None
+    try:
+        dt = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise UsageError(f"--now must be an ISO-8601 time, got {text!r}") from exc
+    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
+
+
+# ------------------------------------------------------------------------------------------ commands
+
+
+def replay(captures: list[Path], index_path: Path, console: Console, quiet: bool = False) -> PipelineReport:
+    from tracker.shell.index import ExperimentIndex
+
+    files = capture_files(captures)
+    if not files:
+        raise UsageError("no capture files given (expected .json or .jsonl files or directories of them)")
+    total_bytes = sum(f.stat().st_size for f in files)
+    dead_path = index_path.with_name(index_path.stem + ".dead-letters.jsonl")
+    with ExperimentIndex(index_path) as index:
+        progress = None
+        on_progress = None
+        if console.is_terminal and not quiet:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+            progress = Progress(TextColumn("replaying"), BarColumn(), MofNCompleteColumn(),
+                                TextColumn("records"), console=console, transient=True)
+            task = progress.add_task("replay", total=None)
+
+            def on_progress(n: int) -> None:
+                progress.update(task, completed=n)
+
+            progress.start()
+        try:
+            report = asyncio.run(run_pipeline(interleave(files), Reducer(), [index],
+                                              JsonlDeadLetters(dead_path), on_progress=on_progress))
+        finally:
+            if progress is not None:
+                progress.stop()
+    if not quiet:
+        console.print(f"folded {report.records} records from {len(files)} file(s) ({total_bytes / 1e6:.1f} MB) "
+                      f"into [bold]{index_path}[/]: {report.runs_written} run histories written, "
+                      f"{report.rows_changed} rows changed")
+        if report.dead_letters:
+            console.print(f"[yellow]{report.dead_letters} dead letter(s)[/] with reasons in {dead_path}")
+    return report
+
+
+def cmd_replay(args: argparse.Namespace, console: Console) -> int:
+    replay(args.captures, args.index, console)
+    return 0
+
+
+def cmd_runs(args: argparse.Namespace, console: Console) -> int:
+    from tracker.render import runs_json, runs_table
+    from tracker.shell.index import ExperimentIndex
+
+    _require_index(args.index)
+    stalled = parse_duration(args.stalled_admission) if args.stalled_admission else None
+    with ExperimentIndex(args.index) as index:
+        records = index.runs(status=args.status, phase=args.phase, stalled_admission_s=stalled,
+                             now=parse_now(args.now), workspace=args.workspace, project=args.project)
+    if args.json:
+        sys.stdout.write(json.dumps(runs_json(records), indent=2) + "\n")
+    else:
+        console.print(runs_table(records))
+    return 0
+
+
+def cmd_show(args: argparse.Namespace, console: Console) -> int:
+    from tracker.render import history_json, timeline
+    from tracker.shell.index import ExperimentIndex
+
+    _require_index(args.index)
+    with ExperimentIndex(args.index) as index:
+        history = index.history(args.run_id)
+    if history is None:
+        console.print(f"[red]no run {args.run_id!r} in {args.index}[/] (list runs with: tracker runs --index "
+                      f"{args.index})")
+        return 1
+    if args.json:
+        sys.stdout.write(json.dumps(history_json(history), indent=2) + "\n")
+    else:
+        console.print(timeline(history, width=console.width, now=parse_now(args.now)))
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace, console: Console) -> int:
+    from tracker.render import runs_table, timeline
+    from tracker.shell.index import ExperimentIndex
+
+    index_path: Path = args.index
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{index_path}{suffix}").unlink(missing_ok=True)
+    index_path.with_name(index_path.stem + ".dead-letters.jsonl").unlink(missing_ok=True)
+    index_path.parent.mkdir(parents=True, exist_ok=True)
+    console.rule("[bold]TauGrid tracker demo")
+    console.print(f"Replaying the bundled captures of one cluster ({DEMO_CAPTURES}),\n"
+                  "through the same bounded pipeline the service uses, into a fresh experiment index.\n")
+    replay([DEMO_CAPTURES], index_path, console)
+    with ExperimentIndex(index_path) as index:
+        records = index.runs()
+        console.print(runs_table(records))
+        shown = [r for r in records if r.attempts > 1][:2] or records[:1]
+        for rec in shown:
+            history = index.history(rec.run_id)
+            if history is not None:
+                console.rule(f"run {rec.run_id}")
+                console.print(timeline(history, width=console.width, now=None))
+    console.rule()
+    console.print(f"The experiment index is at [bold]{index_path.resolve()}[/] (SQLite, schema in schemas/index/).\n"
+                  "Try:\n"
+                  f"  tracker runs --index {index_path} --status pending\n"
+                  f"  tracker runs --index {index_path} --stalled-admission 30m --now 2026-08-20T13:00:00Z\n"
+                  f"  tracker show <run-id> --index {index_path} [--json]")
+    return 0
+
+
+def _require_index(path: Path) -> None:
+    if not path.exists():
+        raise UsageError(f"no experiment index at {path} (create one with: tracker replay CAPTURE... --index {path})")
+
+
+# ------------------------------------------------------------------------------------------ parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tracker", description="TauGrid run lifecycle tracker")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    r = sub.add_parser("replay", help="fold capture files into the experiment index")
+    r.add_argument("captures", nargs="+", type=Path, help="capture files or directories (.json, .jsonl)")
+    r.add_argument("--index", type=Path, required=True, help="SQLite experiment index (created if missing)")
+    r.set_defaults(func=cmd_replay)
+
+    q = sub.add_parser("runs", help="list runs from the experiment index")
+    q.add_argument("--index", type=Path, required=True)
+    q.add_argument("--status", choices=[s.value for s in Status])
+    q.add_argument("--phase", choices=[ph.value for ph in Phase])
+    q.add_argument("--stalled-admission", metavar="DURATION",
+                   help="only runs waiting for admission longer than this (e.g. 30m)")
+    q.add_argument("--now", help="reference time for --stalled-admission (ISO-8601; default: the current time)")
+    q.add_argument("--workspace")
+    q.add_argument("--project")
+    q.add_argument("--json", action="store_true", help="print a JSON array")
+    q.set_defaults(func=cmd_runs)
+
+    s = sub.add_parser("show", help="show one run's timeline")
+    s.add_argument("run_id")
+    s.add_argument("--index", type=Path, required=True)
+    s.add_argument("--now", help="end of the time axis for a live run (ISO-8601; default: last transition)")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_show)
+
+    dm = sub.add_parser("demo", help="replay the bundled captures and show run timelines")
+    dm.add_argument("--index", type=Path, default=DEFAULT_DEMO_INDEX)
+    dm.set_defaults(func=cmd_demo)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    console = Console(stderr=False)
+    try:
+        rc: int = args.func(args, console)
+    except (UsageError, FileNotFoundError) as exc:
+        Console(stderr=True).print(f"[red]error:[/] {exc}")
+        return 2
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,122 @@
+"""The embedded pipeline: captures (or watchers) -> bus -> reducer -> bus -> sinks, in one process.
+
+Every stage is connected by a bounded ``InProcessBus``; a slow sink back-pressures the reducer, which
+back-pressures the source. The reducer flushes the histories of changed runs every ``flush_every`` records
+and whenever its input runs dry, so a live run's history reaches the index without waiting for a batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from tracker.core.model import DeadLetter, RunHistory
+from tracker.core.reducer import Reducer
+from tracker.shell.bus import InProcessBus
+from tracker.shell.capture import BadRecord, Record
+
+
+class HistorySink(Protocol):
+    def write(self, histories: Sequence[RunHistory]) -> int: ...
+
+
+class DeadLetterSink(Protocol):
+    def write_dead_letters(self, letters: Sequence[DeadLetter]) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineLimits:
+    change_queue: int = 10_000  # records between source and reducer
+    history_queue: int = 64  # flushed batches between reducer and sinks
+    flush_every: int = 5_000  # records folded between two flushes at most
+
+
+@dataclass(slots=True)
+class PipelineReport:
+    records: int = 0
+    runs_written: int = 0
+    rows_changed: int = 0
+    dead_letters: int = 0
+    stats: dict[str, int] = field(default_factory=dict)
+
+
+class JsonlDeadLetters:
+    """Dead letters appended to a JSON-lines file, one record per line, with the reason."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def write_dead_letters(self, letters: Sequence[DeadLetter]) -> None:
+        if not letters:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a", encoding="utf-8") as fh:
+            for dl in letters:
+                fh.write(dl.model_dump_json() + "\n")
+
+
+async def run_pipeline(
+    records: Iterable[Record | BadRecord],
+    reducer: Reducer,
+    sinks: Sequence[HistorySink],
+    dead_letters: DeadLetterSink | None = None,
+    limits: PipelineLimits | None = None,
+    on_progress: Callable[[int], None] | None = None,
+) -> PipelineReport:
+    lim = limits or PipelineLimits()
+    changes: InProcessBus[Record | BadRecord] = InProcessBus(lim.change_queue)
+    batches: InProcessBus[tuple[list[RunHistory], list[DeadLetter]]] = InProcessBus(lim.history_queue)
+    report = PipelineReport()
+
+    async def source() -> None:
+        try:
+            for n, rec in enumerate(records, start=1):
+                await changes.put(rec)
+                if n % 1024 == 0:
+                    await asyncio.sleep(0)  # let the reducer run while the source is fast
+        finally:
+            await changes.close()
+
+    async def reduce() -> None:
+        try:
+            since_flush = 0
+            async for rec in changes:
+                for item in [rec, *changes.drain_nowait(lim.flush_every)]:
+                    _fold(reducer, item)
+                    report.records += 1
+                    since_flush += 1
+                if on_progress is not None:
+                    on_progress(report.records)
+                if since_flush >= lim.flush_every or changes.qsize() == 0:
+                    out = reducer.flush()
+                    since_flush = 0
+                    if out.histories or out.dead_letters:
+                        await batches.put((out.histories, out.dead_letters))
+            out = reducer.flush()
+            if out.histories or out.dead_letters:
+                await batches.put((out.histories, out.dead_letters))
+        finally:
+            await batches.close()
+
+    async def sink() -> None:
+        async for histories, letters in batches:
+            for s in sinks:
+                report.rows_changed += s.write(histories)
+            report.runs_written += len(histories)
+            report.dead_letters += len(letters)
+            if dead_letters is not None:
+                dead_letters.write_dead_letters(letters)
+
+    await asyncio.gather(source(), reduce(), sink())
+    report.stats = reducer.stats.as_dict()
+    return report
+
+
+def _fold(reducer: Reducer, item: Record | BadRecord) -> None:
+    if isinstance(item, BadRecord):
+        reducer.reject(item.source, item.reason, item.excerpt)
+    else:
+        reducer.apply(item.value, item.source)
