@@ -84,6 +84,7 @@ class Correlator:
             raise ValueError("max_held must be positive")
         self.max_held = max_held
         self.owner_run: dict[str, str] = {}
+        self.run_owners: dict[str, set[str]] = {}  # inverse of owner_run
         self.held: OrderedDict[tuple[str, int], Held] = OrderedDict()
         self.held_by_owner: dict[str, list[tuple[str, int]]] = {}
         self.seq = 0
@@ -113,12 +114,19 @@ class Correlator:
         """Bind ``uid`` to ``run_id``; returns the records that were waiting for it, in arrival order."""
         if not uid or self.owner_run.get(uid) == run_id:
             return []
+        previous = self.owner_run.get(uid)
+        if previous is not None:
+            self.run_owners[previous].discard(uid)
         self.owner_run[uid] = run_id
+        self.run_owners.setdefault(run_id, set()).add(uid)
         keys = self.held_by_owner.pop(uid, None)
         return [self.held.pop(k) for k in keys] if keys else []
 
-    def forget(self, uids: list[str]) -> None:
-        for uid in uids:
+    def owners_of(self, run_id: str) -> list[str]:
+        return sorted(self.run_owners.get(run_id, ()))
+
+    def forget_run(self, run_id: str) -> None:
+        for uid in self.run_owners.pop(run_id, ()):
             self.owner_run.pop(uid, None)
 
     def to_json(self) -> dict[str, Any]:
@@ -128,7 +136,9 @@ class Correlator:
     @classmethod
     def from_json(cls, d: dict[str, Any], max_held: int) -> Correlator:
         c = cls(max_held)
-        c.owner_run = dict(d["owner_run"])
+        for uid, run_id in d["owner_run"].items():
+            c.owner_run[uid] = run_id
+            c.run_owners.setdefault(run_id, set()).add(uid)
         c.seq = d["seq"]
         for owner, seq, etype, obj, source in d["held"]:
             c.held[(owner, seq)] = (etype, obj, source)

@@ -42,6 +42,7 @@ class ReducerLimits:
 
     max_held: int = 100_000  # records waiting for their owner to be seen
     max_dead_letters: int = 10_000  # dead letters kept until the next flush
+    max_retired: int = 1_000_000  # finished runs remembered (ids and owner uids) after their facts are freed
 
 
 @dataclass(slots=True)
@@ -54,6 +55,7 @@ class Stats:
     held: int = 0
     released: int = 0
     dropped_uncorrelated: int = 0
+    after_retirement: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return {k: getattr(self, k) for k in self.__slots__}
@@ -70,6 +72,7 @@ class Reducer:
         self.limits = limits or ReducerLimits()
         self.runs: dict[str, RunFacts] = {}
         self.corr = Correlator(self.limits.max_held)
+        self.retired: dict[str, None] = {}  # insertion-ordered: oldest first
         self.dirty: set[str] = set()
         self.dead: list[DeadLetter] = []
         self.stats = Stats()
@@ -146,6 +149,9 @@ class Reducer:
                 self._dead(old_src, "uncorrelated", {"object": old_obj},
                            f"owner uid {owner} was not seen while {self.limits.max_held} records were held")
             return
+        if run_id in self.retired:
+            self.stats.after_retirement += 1
+            return
         r = self._run(run_id)
         kind = ln.kind
         if kind in ROOT_KINDS and not ln.submitter:
@@ -174,6 +180,9 @@ class Reducer:
             return
         at = ts(ev.at)
         assert at is not None
+        if ev.run_id in self.retired:
+            self.stats.after_retirement += 1
+            return
         r = self._run(ev.run_id)
         if isinstance(ev, ProgressEvent):
             if ev.event_id in r.progress_seen:
@@ -207,9 +216,40 @@ class Reducer:
         return derive(r) if r is not None else None
 
     def retire(self, run_id: str) -> None:
-        """Forget a finished run's facts (its history is already written). Late records recreate it."""
+        """Free a finished run's facts once its history is written. Its id and owner bindings are remembered
+        (bounded by ``max_retired``) so that late records (TTL deletions, expiring Events) are recognised and
+        ignored instead of starting a partial history that would overwrite the real one."""
         self.runs.pop(run_id, None)
         self.dirty.discard(run_id)
+        self.retired[run_id] = None
+        while len(self.retired) > self.limits.max_retired:
+            oldest = next(iter(self.retired))
+            del self.retired[oldest]
+            self.corr.forget_run(oldest)
+
+    def snapshot_run(self, run_id: str) -> dict[str, Any] | None:
+        """One run's state (facts and owner bindings), for a per-run changelog."""
+        owners = self.corr.owners_of(run_id)
+        if run_id in self.retired:
+            return {"version": SNAPSHOT_VERSION, "run_id": run_id, "retired": True, "owners": owners}
+        r = self.runs.get(run_id)
+        if r is None:
+            return None
+        return {"version": SNAPSHOT_VERSION, "run_id": run_id, "facts": r.to_json(), "owners": owners}
+
+    def restore_run(self, snap: dict[str, Any]) -> None:
+        """Load one run's state written by ``snapshot_run`` (replacing what was known of it)."""
+        if snap.get("version") != SNAPSHOT_VERSION:
+            raise ValueError(f"unsupported run snapshot version {snap.get('version')!r}")
+        run_id = snap["run_id"]
+        if snap.get("retired"):
+            self.runs.pop(run_id, None)
+            self.retired[run_id] = None
+        else:
+            self.runs[run_id] = RunFacts.from_json(snap["facts"])
+        for uid in snap["owners"]:
+            for etype, obj, source in self.corr.bind(uid, run_id):
+                self._object(etype, obj, source, None)
 
     # ------------------------------------------------------------------------------------ snapshot
     def snapshot(self) -> dict[str, Any]:
@@ -217,6 +257,7 @@ class Reducer:
             "version": SNAPSHOT_VERSION,
             "runs": [r.to_json() for r in self.runs.values()],
             "correlator": self.corr.to_json(),
+            "retired": list(self.retired),
             "dirty": sorted(self.dirty),
         }
 
@@ -227,6 +268,7 @@ class Reducer:
         red = cls(limits)
         red.runs = {d["run_id"]: RunFacts.from_json(d) for d in snap["runs"]}
         red.corr = Correlator.from_json(snap["correlator"], red.limits.max_held)
+        red.retired = dict.fromkeys(snap["retired"])
         red.dirty = set(snap["dirty"])
         return red
 
