@@ -124,7 +124,7 @@ class ProgressEvent(_Intake):
 
     kind: Literal["Progress"]
     step: int = Field(ge=0)
-    metrics: dict[str, float] = Field(default_factory=dict, max_length=256)
+    metrics: dict[str, Annotated[float, Field(allow_inf_nan=False)]] = Field(default_factory=dict, max_length=256)
     checkpoint_uri: str | None = None
 
 

@@ -1,0 +1,125 @@
+"""Reducer throughput and memory per active run, on one core.
+
+    uv run python bench/reducer.py [--runs 50000] [--seed 7] [--flush-every 50000]
+
+Input: a generated, interleaved stream of realistic watch and intake events (tracker.samples.lifecycles),
+about 20 changes per run. Generation is done in chunks outside the timed sections. Printed figures:
+- baseline: decoding the same records from JSON text (what a Kafka consumer pays before folding);
+- fold: Reducer.apply alone (changes folded per second);
+- fold + derive: apply plus flush every --flush-every changes (histories derived for changed runs);
+- memory per active run: tracemalloc over a separate sample, reducer state only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import sys
+import time
+import tracemalloc
+from itertools import islice
+from typing import Any
+
+from tracker.core.reducer import Reducer
+from tracker.samples.lifecycles import generate_stream
+
+CHUNK = 100_000
+
+
+def chunks(n_runs: int, seed: int) -> Any:
+    it = generate_stream(n_runs, seed)
+    while True:
+        block = list(islice(it, CHUNK))
+        if not block:
+            return
+        yield block
+
+
+def bench_throughput(n_runs: int, seed: int, flush_every: int) -> dict[str, float]:
+    red_fold = Reducer()
+    red_full = Reducer()
+    t_decode = t_fold = t_full = t_derive = 0.0
+    n = 0
+    histories = 0
+    since = 0
+    for block in chunks(n_runs, seed):
+        texts = [json.dumps(r) for r in block]
+        t0 = time.perf_counter()
+        for text in texts:
+            json.loads(text)
+        t_decode += time.perf_counter() - t0
+        del texts
+
+        apply = red_fold.apply
+        gc.disable()
+        t0 = time.perf_counter()
+        for rec in block:
+            apply(rec, "bench")
+        t_fold += time.perf_counter() - t0
+
+        apply = red_full.apply
+        t0 = time.perf_counter()
+        for rec in block:
+            apply(rec, "bench")
+            since += 1
+            if since >= flush_every:
+                t1 = time.perf_counter()
+                histories += len(red_full.flush().histories)
+                t_derive += time.perf_counter() - t1
+                since = 0
+        t_full += time.perf_counter() - t0
+        gc.enable()
+        n += len(block)
+    t0 = time.perf_counter()
+    histories += len(red_full.flush().histories)
+    dt = time.perf_counter() - t0
+    t_full += dt
+    t_derive += dt
+    return {"changes": n, "runs": len(red_fold.runs), "decode_s": t_decode, "fold_s": t_fold,
+            "full_s": t_full, "derive_s": t_derive, "histories": histories,
+            "dead_letters": red_fold.stats.dead_letters}
+
+
+def bench_memory(n_runs: int, seed: int) -> dict[str, float]:
+    records = list(generate_stream(n_runs, seed))
+    gc.collect()
+    tracemalloc.start()
+    red = Reducer()
+    base = tracemalloc.get_traced_memory()[0]
+    for rec in records:
+        red.apply(rec, "bench")
+    red.flush()
+    gc.collect()
+    used = tracemalloc.get_traced_memory()[0] - base
+    tracemalloc.stop()
+    active = sum(1 for h in (red.history(k) for k in red.runs) if h and h.run.status in ("pending", "running"))
+    return {"runs": len(red.runs), "active": active, "bytes": used}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=50_000)
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--flush-every", type=int, default=50_000)
+    ap.add_argument("--memory-runs", type=int, default=5_000)
+    args = ap.parse_args(argv)
+
+    r = bench_throughput(args.runs, args.seed, args.flush_every)
+    n = r["changes"]
+    print(f"input: {n:,} changes over {r['runs']:,} runs ({n / max(1, r['runs']):.1f} per run), "
+          f"python {sys.version.split()[0]}, one core")
+    print(f"baseline json.loads of the same records : {n / r['decode_s']:>12,.0f} records/s")
+    print(f"fold (Reducer.apply)                    : {n / r['fold_s']:>12,.0f} changes/s")
+    print(f"fold + derive (flush every {args.flush_every:,})      : {n / r['full_s']:>12,.0f} changes/s "
+          f"({r['histories']:,} histories derived in {r['derive_s']:.1f} s, "
+          f"{r['histories'] / max(r['derive_s'], 1e-9):,.0f} histories/s)")
+    print(f"dead letters: {r['dead_letters']}")
+    m = bench_memory(args.memory_runs, args.seed + 1)
+    print(f"memory: {m['bytes'] / 1e6:.1f} MB of reducer state for {m['runs']:,} runs "
+          f"({m['active']:,} still active): {m['bytes'] / max(1, m['runs']) / 1024:.1f} KiB per run")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,136 @@
+-- TauGrid experiment index, schema version 1.
+-- The contract Stellar reads: every table and column is documented in README.md next to this file.
+-- Times are ISO-8601 UTC text, 'YYYY-MM-DDTHH:MM:SSZ' ('YYYY-MM-DDTHH:MM:SS.ffffffZ' when sub-second).
+-- JSON columns hold compact JSON text (query them with json_each / json_extract).
+
+CREATE TABLE meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+) WITHOUT ROWID;
+
+CREATE TABLE runs (
+    run_id           TEXT PRIMARY KEY,
+    kind             TEXT,
+    namespace        TEXT,
+    name             TEXT,
+    uid              TEXT,
+    project          TEXT,
+    workspace        TEXT,
+    target           TEXT,
+    queue            TEXT,
+    cluster_queue    TEXT,
+    status           TEXT NOT NULL
+        CHECK (status IN ('pending', 'running', 'succeeded', 'failed', 'stopped')),
+    reason           TEXT,
+    message          TEXT NOT NULL,
+    phase            TEXT NOT NULL
+        CHECK (phase IN ('Resolution', 'Rendering', 'Admission', 'Scheduling', 'Runtime', 'Progress',
+                         'Completion')),
+    attempts         INTEGER NOT NULL,
+    retries          INTEGER NOT NULL,
+    evictions        INTEGER NOT NULL,
+    created_at       TEXT,
+    queued_at        TEXT,
+    admitted_at      TEXT,
+    started_at       TEXT,
+    finished_at      TEXT,
+    admission_wait_s REAL,
+    pending_reason   TEXT,
+    pending_message  TEXT NOT NULL,
+    git_commit       TEXT,
+    config_digest    TEXT,
+    config_ref       TEXT,
+    input_refs       TEXT NOT NULL, -- JSON array of strings
+    output_uri       TEXT,
+    resume_of        TEXT,
+    last_checkpoint  TEXT,
+    updated_seq      INTEGER NOT NULL
+);
+CREATE INDEX runs_by_status ON runs (status, phase, queued_at);
+CREATE INDEX runs_by_phase ON runs (phase);
+CREATE INDEX runs_by_queued_at ON runs (queued_at);
+CREATE INDEX runs_by_created_at ON runs (created_at);
+CREATE INDEX runs_by_workspace ON runs (workspace, project);
+CREATE INDEX runs_by_project ON runs (project);
+CREATE INDEX runs_by_config ON runs (config_digest);
+CREATE INDEX runs_by_git_commit ON runs (git_commit);
+CREATE INDEX runs_by_updated_seq ON runs (updated_seq);
+
+CREATE TABLE transitions (
+    run_id  TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
+    attempt INTEGER NOT NULL CHECK (attempt >= 1),
+    phase   TEXT NOT NULL
+        CHECK (phase IN ('Resolution', 'Rendering', 'Admission', 'Scheduling', 'Runtime', 'Progress',
+                         'Completion')),
+    at      TEXT NOT NULL,
+    reason  TEXT NOT NULL,
+    message TEXT NOT NULL,
+    source  TEXT NOT NULL,
+    ordinal INTEGER NOT NULL, -- position in the run's timeline, 0-based
+    PRIMARY KEY (run_id, attempt, phase)
+) WITHOUT ROWID;
+
+CREATE TABLE attempts (
+    run_id           TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
+    attempt          INTEGER NOT NULL CHECK (attempt >= 1),
+    "trigger"        TEXT NOT NULL,
+    queued_at        TEXT,
+    admitted_at      TEXT,
+    scheduled_at     TEXT,
+    started_at       TEXT,
+    progress_at      TEXT,
+    ended_at         TEXT,
+    end_reason       TEXT,
+    end_message      TEXT NOT NULL,
+    underlying_cause TEXT,
+    admission_wait_s REAL,
+    cluster_queue    TEXT,
+    ray_cluster      TEXT,
+    retries          INTEGER NOT NULL CHECK (retries >= 0),
+    failures         TEXT NOT NULL, -- JSON array of {pod, at, reason, exit_code, message}
+    pods             TEXT NOT NULL, -- JSON array of {pod, node, created_at, scheduled_at, finished_at}
+    PRIMARY KEY (run_id, attempt)
+) WITHOUT ROWID;
+
+CREATE TABLE metric_summaries (
+    run_id       TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
+    metric       TEXT NOT NULL,
+    first_step   INTEGER NOT NULL,
+    first_value  REAL, -- NULL only when the value is NaN
+    latest_step  INTEGER NOT NULL,
+    latest_value REAL, -- NULL only when the value is NaN
+    min_value    REAL, -- NULL only when the value is NaN
+    max_value    REAL, -- NULL only when the value is NaN
+    points       INTEGER NOT NULL,
+    PRIMARY KEY (run_id, metric)
+) WITHOUT ROWID;
+CREATE INDEX metric_summaries_by_metric ON metric_summaries (metric);
+
+CREATE TABLE resume_links (
+    run_id    TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
+    resume_of TEXT NOT NULL,
+    PRIMARY KEY (run_id, resume_of)
+) WITHOUT ROWID;
+CREATE INDEX resume_links_by_resume_of ON resume_links (resume_of);
+
+CREATE TABLE pod_placements (
+    run_id       TEXT NOT NULL,
+    attempt      INTEGER NOT NULL,
+    pod          TEXT NOT NULL,
+    node         TEXT,
+    created_at   TEXT,
+    scheduled_at TEXT,
+    finished_at  TEXT,
+    PRIMARY KEY (run_id, attempt, pod),
+    FOREIGN KEY (run_id, attempt) REFERENCES attempts (run_id, attempt) ON DELETE CASCADE
+) WITHOUT ROWID;
+CREATE INDEX pod_placements_by_node ON pod_placements (node, scheduled_at);
+CREATE INDEX pod_placements_by_pod ON pod_placements (pod);
+
+CREATE TABLE consumer_offsets (
+    consumer_group TEXT NOT NULL,
+    topic          TEXT NOT NULL,
+    "partition"    INTEGER NOT NULL CHECK ("partition" >= 0),
+    next_offset    INTEGER NOT NULL CHECK (next_offset >= 0),
+    PRIMARY KEY (consumer_group, topic, "partition")
+) WITHOUT ROWID;

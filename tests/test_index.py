@@ -1,0 +1,487 @@
+"""The experiment index on a real SQLite file: round trip, idempotence, replacement, queries, atomicity, schema."""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tracker.core.model import (
+    Attempt,
+    MetricSummary,
+    Phase,
+    PodFailure,
+    PodPlacement,
+    ResumeLink,
+    RunHistory,
+    RunRecord,
+    Status,
+    Transition,
+)
+from tracker.shell import index as index_module
+from tracker.shell.index import SCHEMA_SQL, SCHEMA_VERSION, ExperimentIndex, IndexSchemaError
+
+REPO = Path(__file__).resolve().parent.parent
+T0 = datetime(2026, 8, 20, 10, 0, tzinfo=UTC)
+
+
+def at(minutes: float) -> datetime:
+    return T0 + timedelta(minutes=minutes)
+
+
+def record(run_id: str, **kw: Any) -> RunRecord:
+    base: dict[str, Any] = dict(
+        run_id=run_id, kind="Job", namespace="team-a", name=f"train-{run_id}", uid=f"uid-{run_id}",
+        project="llm", workspace="ws-a", target="gpu-a100", queue="lq", cluster_queue="cq",
+        status=Status.PENDING, reason="Queued", phase=Phase.ADMISSION, attempts=1, retries=0, evictions=0,
+        created_at=at(0), queued_at=at(0), admitted_at=None, started_at=None, finished_at=None,
+        admission_wait_s=None,
+    )
+    return RunRecord(**(base | kw))
+
+
+def tr(run_id: str, attempt: int, phase: Phase, minutes: float, reason: str, message: str = "") -> Transition:
+    return Transition(run_id=run_id, attempt=attempt, phase=phase, at=at(minutes), reason=reason, message=message,
+                      source=f"Job/team-a/train-{run_id}")
+
+
+def attempt(run_id: str, n: int, **kw: Any) -> Attempt:
+    base: dict[str, Any] = dict(
+        run_id=run_id, attempt=n, trigger="Submitted", queued_at=None, admitted_at=None, scheduled_at=None,
+        started_at=None, progress_at=None, ended_at=None, end_reason=None, admission_wait_s=None, retries=0,
+    )
+    return Attempt(**(base | kw))
+
+
+def pod(name: str, node: str | None, created: float, scheduled: float | None, finished: float | None) -> PodPlacement:
+    return PodPlacement(pod=name, node=node, created_at=at(created),
+                        scheduled_at=at(scheduled) if scheduled is not None else None,
+                        finished_at=at(finished) if finished is not None else None)
+
+
+def finished_two_attempts() -> RunHistory:
+    """Preempted during attempt 1 (after an OOMKilled pod was retried), then failed in attempt 2."""
+    rid = "run-fail"
+    return RunHistory(
+        run=record(rid, status=Status.FAILED, reason="BackoffLimitExceeded", message="Job has reached the limit",
+                   phase=Phase.COMPLETION, attempts=2, retries=1, evictions=1, queued_at=at(20),
+                   admitted_at=at(65.2), started_at=at(1.5), finished_at=at(90), admission_wait_s=2712.0,
+                   git_commit="3f2a9c1", config_digest="sha256:abc", config_ref="configs/llm.yaml",
+                   input_refs=["s3://data/train", "s3://data/eval"], output_uri="s3://out/run-fail"),
+        transitions=[
+            tr(rid, 1, Phase.ADMISSION, 0, "Submitted"),
+            tr(rid, 1, Phase.SCHEDULING, 1, "Admitted", "Admitted by ClusterQueue cq"),
+            tr(rid, 1, Phase.RUNTIME, 1.5, "PodsScheduled", "2/2 pods scheduled"),
+            tr(rid, 2, Phase.ADMISSION, 20, "Preempted", "Preempted to accommodate a higher priority workload"),
+            tr(rid, 2, Phase.SCHEDULING, 65.2, "Admitted", "Admitted by ClusterQueue cq"),
+            tr(rid, 2, Phase.RUNTIME, 66, "PodsScheduled", "2/2 pods scheduled"),
+            tr(rid, 2, Phase.COMPLETION, 90, "BackoffLimitExceeded", "Job has reached the limit"),
+        ],
+        attempts=[
+            attempt(rid, 1, queued_at=at(0), admitted_at=at(1), scheduled_at=at(1), started_at=at(1.5),
+                    ended_at=at(20), end_reason="Preempted", end_message="Preempted to accommodate",
+                    underlying_cause="InCohortReclamation", admission_wait_s=60.0, cluster_queue="cq", retries=1,
+                    failures=[PodFailure(pod="train-0-a", at=at(10), reason="OOMKilled", exit_code=137)],
+                    pods=[pod("train-0-a", "node-1", 1, 1.2, 10), pod("train-1-a", "node-2", 1, 1.5, 20),
+                          pod("train-0-b", "node-1", 10.5, 11, 20)]),
+            attempt(rid, 2, trigger="Preempted", queued_at=at(20),
+                    admitted_at=at(65.2), scheduled_at=at(65.2), started_at=at(66), ended_at=at(90),
+                    end_reason="BackoffLimitExceeded", end_message="Job has reached the limit",
+                    admission_wait_s=2712.0, cluster_queue="cq",
+                    failures=[PodFailure(pod="train-0-c", at=at(89), reason="Error", exit_code=1, message="boom")],
+                    pods=[pod("train-0-c", "node-3", 65.5, 66, 89), pod("train-1-c", None, 65.5, None, None)]),
+        ],
+        metrics=[],
+        resume_links=[],
+    )
+
+
+def pending_in_admission(run_id: str = "run-wait", queued: float = 0, workspace: str = "ws-a",
+                         project: str = "llm") -> RunHistory:
+    return RunHistory(
+        run=record(run_id, queued_at=at(queued), created_at=at(queued), workspace=workspace, project=project,
+                   reason="Pending", pending_reason="Pending",
+                   pending_message="couldn't assign flavors to pod set main: insufficient quota for nvidia.com/gpu"),
+        transitions=[tr(run_id, 1, Phase.ADMISSION, queued, "Submitted")],
+        attempts=[attempt(run_id, 1, queued_at=at(queued))],
+        metrics=[],
+        resume_links=[],
+    )
+
+
+def resumed_with_metrics() -> RunHistory:
+    rid = "run-resume"
+    return RunHistory(
+        run=record(rid, status=Status.RUNNING, reason=None, phase=Phase.PROGRESS, workspace="ws-b",
+                   project="vision", queued_at=at(0.000001), admitted_at=at(0.5), started_at=at(1),
+                   admission_wait_s=29.99994, resume_of="run-fail", last_checkpoint="s3://out/run-resume/ckpt-1200",
+                   created_at=at(0.000001)),
+        transitions=[
+            Transition(run_id=rid, attempt=1, phase=Phase.RENDERING, at=at(-1), reason="RenderingSucceeded",
+                       message="", source="TauGrid/intake"),
+            Transition(run_id=rid, attempt=1, phase=Phase.RESOLUTION, at=at(-1), reason="ResolutionSucceeded",
+                       message="", source="TauGrid/intake"),  # out of phase order: the order must survive
+            tr(rid, 1, Phase.ADMISSION, 0.000001, "Submitted"),
+            tr(rid, 1, Phase.SCHEDULING, 0.5, "Admitted"),
+            tr(rid, 1, Phase.RUNTIME, 1, "PodsScheduled", "1/1 pods scheduled"),
+            tr(rid, 1, Phase.PROGRESS, 2, "FirstStep"),
+        ],
+        attempts=[attempt(rid, 1, queued_at=at(0.000001), admitted_at=at(0.5), scheduled_at=at(0.5),
+                          started_at=at(1), progress_at=at(2), admission_wait_s=29.99994,
+                          pods=[pod("train-x", "node-9", 0.6, 1, None)])],
+        metrics=[
+            MetricSummary(run_id=rid, metric="accuracy", first_step=0, first_value=0.1, latest_step=1200,
+                          latest_value=0.83, min_value=0.1, max_value=0.85, points=13),
+            MetricSummary(run_id=rid, metric="loss", first_step=0, first_value=2.31, latest_step=1200,
+                          latest_value=0.42, min_value=0.4, max_value=2.5, points=13),
+        ],
+        resume_links=[ResumeLink(run_id=rid, resume_of="run-fail")],
+    )
+
+
+def all_histories() -> list[RunHistory]:
+    return [finished_two_attempts(), pending_in_admission(), resumed_with_metrics()]
+
+
+@pytest.fixture
+def index(tmp_path: Path) -> Any:
+    with ExperimentIndex(tmp_path / "index.sqlite") as ix:
+        yield ix
+
+
+def dump(path: Path) -> dict[str, list[tuple[Any, ...]]]:
+    """Every row of every table, sorted: the content of the index."""
+    with sqlite3.connect(path) as conn:
+        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
+        return {t: sorted(conn.execute(f"SELECT * FROM {t}").fetchall(), key=repr) for t in tables}
+
+
+# ------------------------------------------------------------------------------------------ round trip
+
+
+def test_round_trip_is_lossless(index: ExperimentIndex) -> None:
+    histories = all_histories()
+    # run-fail alone: the runs row, 7 transitions, 2 attempts, 5 pod placements
+    assert index.write(histories[:1]) == 1 + 7 + 2 + 5
+    assert index.write(histories) > 0
+    for h in histories:
+        assert index.history(h.run.run_id) == h
+    assert index.history("no-such-run") is None
+
+
+def test_times_are_iso_utc_text_with_microseconds_only_when_nonzero(index: ExperimentIndex) -> None:
+    index.write(all_histories())
+    rows = dict(sqlite3.connect(index.path).execute("SELECT run_id, queued_at FROM runs").fetchall())
+    assert rows["run-wait"] == "2026-08-20T10:00:00Z"
+    assert rows["run-resume"] == "2026-08-20T10:00:00.000060Z"
+    assert rows["run-fail"] == "2026-08-20T10:20:00Z"
+
+
+def test_nan_metric_is_stored_as_null_and_read_back_as_nan(index: ExperimentIndex) -> None:
+    h = resumed_with_metrics()
+    bad = h.metrics[1].model_copy(update={"latest_value": math.nan})
+    h = h.model_copy(update={"metrics": [h.metrics[0], bad]})
+    index.write([h])
+    got = index.history(h.run.run_id)
+    assert got is not None and math.isnan(got.metrics[1].latest_value)
+    assert index.write([h]) == 0  # NULL IS NULL: no churn either
+
+
+# ------------------------------------------------------------------------------------------ idempotence
+
+
+def test_rewriting_the_same_histories_changes_nothing(index: ExperimentIndex) -> None:
+    histories = all_histories()
+    index.write(histories, {("tracker", "history", 0): 42})
+    before = dump(index.path)
+    assert index.write(histories, {("tracker", "history", 0): 42}) == 0
+    assert index.write(list(reversed(histories))) == 0
+    assert dump(index.path) == before
+
+
+def test_updated_seq_moves_only_for_runs_whose_content_changed(index: ExperimentIndex) -> None:
+    fail, wait, resume = all_histories()
+    index.write([fail, wait, resume])
+
+    def seqs() -> dict[str, int]:
+        return dict(sqlite3.connect(index.path).execute("SELECT run_id, updated_seq FROM runs").fetchall())
+
+    first = seqs()
+    assert set(first.values()) == {1}
+    # a child row changed (a new metric point), the runs row did not: the run still counts as updated
+    m = resume.metrics[1].model_copy(update={"points": 14, "latest_value": 0.41})
+    changed = resume.model_copy(update={"metrics": [resume.metrics[0], m]})
+    assert index.write([fail, wait, changed]) == 2  # the metric row and the runs row's updated_seq
+    assert seqs() == first | {"run-resume": 2}
+    # the runs row changed
+    admitted = wait.model_copy(update={"run": wait.run.model_copy(update={"phase": Phase.SCHEDULING})})
+    assert index.write([admitted]) == 1
+    assert seqs() == first | {"run-resume": 2, "run-wait": 3}
+
+
+def test_a_run_given_twice_in_one_write_is_written_as_its_last_history(index: ExperimentIndex) -> None:
+    wait = pending_in_admission()
+    later = wait.model_copy(update={"run": wait.run.model_copy(update={"reason": "Later"})})
+    index.write([wait, later])
+    got = index.history("run-wait")
+    assert got is not None and got.run.reason == "Later"
+
+
+# ------------------------------------------------------------------------------------------ replacement
+
+
+def test_replacing_a_history_deletes_rows_it_no_longer_has(index: ExperimentIndex) -> None:
+    fail = finished_two_attempts()
+    index.write([fail])
+    shrunk = fail.model_copy(update={
+        "transitions": [t for t in fail.transitions if t.phase is not Phase.COMPLETION],
+        "attempts": [fail.attempts[0].model_copy(update={"pods": fail.attempts[0].pods[:1]})],
+    })
+    # Completion transition, the attempt-2 transitions keep; attempt 2 and its 2 placements, 2 attempt-1
+    # placements go; attempt 1 (pods JSON) is updated; the runs row's updated_seq moves.
+    assert index.write([shrunk]) == 1 + 1 + 2 + 2 + 1 + 1
+    assert index.history(fail.run.run_id) == shrunk
+    conn = sqlite3.connect(index.path)
+    assert conn.execute("SELECT COUNT(*) FROM transitions WHERE phase = 'Completion'").fetchone() == (0,)
+    assert conn.execute("SELECT attempt, pod FROM pod_placements").fetchall() == [(1, "train-0-a")]
+
+
+def test_placements_are_a_projection_of_the_attempts_pods(index: ExperimentIndex) -> None:
+    index.write([finished_two_attempts()])
+    rows = sqlite3.connect(index.path).execute(
+        "SELECT attempt, pod, node, created_at, scheduled_at, finished_at FROM pod_placements "
+        "WHERE run_id = 'run-fail' ORDER BY attempt, pod").fetchall()
+    assert rows == [
+        (1, "train-0-a", "node-1", "2026-08-20T10:01:00Z", "2026-08-20T10:01:12Z", "2026-08-20T10:10:00Z"),
+        (1, "train-0-b", "node-1", "2026-08-20T10:10:30Z", "2026-08-20T10:11:00Z", "2026-08-20T10:20:00Z"),
+        (1, "train-1-a", "node-2", "2026-08-20T10:01:00Z", "2026-08-20T10:01:30Z", "2026-08-20T10:20:00Z"),
+        (2, "train-0-c", "node-3", "2026-08-20T11:05:30Z", "2026-08-20T11:06:00Z", "2026-08-20T11:29:00Z"),
+        (2, "train-1-c", None, "2026-08-20T11:05:30Z", None, None),
+    ]
+
+
+def test_a_history_with_rows_of_another_run_is_refused(index: ExperimentIndex) -> None:
+    wait = pending_in_admission()
+    alien = wait.model_copy(update={"transitions": [tr("other", 1, Phase.ADMISSION, 0, "Submitted")]})
+    with pytest.raises(ValueError, match="other"):
+        index.write([alien])
+    twice = wait.model_copy(update={"transitions": wait.transitions * 2})
+    with pytest.raises(ValueError, match="two transitions rows"):
+        index.write([twice])
+    assert index.runs() == []
+
+
+# ------------------------------------------------------------------------------------------ queries
+
+
+def test_stalled_admission_uses_the_given_now(index: ExperimentIndex) -> None:
+    index.write([*all_histories(), pending_in_admission("run-new", queued=50)])
+    now = at(60)
+    assert [r.run_id for r in index.runs(stalled_admission_s=30 * 60, now=now)] == ["run-wait"]
+    assert [r.run_id for r in index.runs(stalled_admission_s=5 * 60, now=now)] == ["run-new", "run-wait"]
+    assert index.runs(stalled_admission_s=10 * 60, now=now) == [index.history("run-wait").run]  # type: ignore[union-attr]
+    # strictly longer than the threshold: queued exactly 10 minutes before now is not stalled
+    assert [r.run_id for r in index.runs(stalled_admission_s=10 * 60 - 1e-6, now=now)] == ["run-new", "run-wait"]
+    assert index.runs(stalled_admission_s=10 * 60, now=now, limit=1)[0].run_id == "run-wait"
+    assert index.runs(stalled_admission_s=0, now=at(-1)) == []
+    # without now, the current time (long after 2026-08-20 in any test run)
+    assert len(index.runs(stalled_admission_s=60)) == 2
+
+
+def test_stalled_admission_compares_sub_second_times_exactly(index: ExperimentIndex) -> None:
+    h = pending_in_admission("run-frac", queued=0.5 / 60)  # 10:00:00.5, stored as ...00.500000Z
+    index.write([h])
+    assert index.runs(stalled_admission_s=60, now=at(1) + timedelta(seconds=0.5)) == []
+    assert len(index.runs(stalled_admission_s=60, now=at(1) + timedelta(seconds=0.500001))) == 1
+
+
+def test_filters_combine_and_order_is_newest_first(index: ExperimentIndex) -> None:
+    index.write([*all_histories(), pending_in_admission("run-other", queued=5, workspace="ws-z", project="x")])
+
+    def ids(**kw: Any) -> list[str]:
+        return [r.run_id for r in index.runs(**kw)]
+
+    assert ids() == ["run-other", "run-resume", "run-fail", "run-wait"]
+    assert ids(status="pending") == ["run-other", "run-wait"]
+    assert ids(status=Status.FAILED) == ["run-fail"]
+    assert ids(phase=Phase.PROGRESS) == ["run-resume"]
+    assert ids(phase="Admission", workspace="ws-a") == ["run-wait"]
+    assert ids(workspace="ws-a", project="llm") == ["run-fail", "run-wait"]
+    assert ids(project="vision") == ["run-resume"]
+    assert ids(limit=2) == ["run-other", "run-resume"]
+    with pytest.raises(ValueError):
+        index.runs(status="bogus")
+    with pytest.raises(ValueError):
+        index.runs(limit=0)
+
+
+def test_counts_by_status(index: ExperimentIndex) -> None:
+    assert index.counts_by_status() == dict.fromkeys(Status, 0)
+    index.write(all_histories())
+    assert index.counts_by_status() == {Status.PENDING: 1, Status.RUNNING: 1, Status.SUCCEEDED: 0,
+                                        Status.FAILED: 1, Status.STOPPED: 0}
+
+
+# ------------------------------------------------------------------------------------------ offsets
+
+
+def test_offsets_are_written_with_the_rows(index: ExperimentIndex) -> None:
+    index.write(all_histories(), {("tracker", "history", 0): 10, ("tracker", "history", 1): 7,
+                                  ("other", "history", 0): 3})
+    assert index.offsets("tracker") == {("history", 0): 10, ("history", 1): 7}
+    assert index.write([], {("tracker", "history", 0): 12}) == 1
+    assert index.offsets("tracker") == {("history", 0): 12, ("history", 1): 7}
+    assert index.offsets("nobody") == {}
+
+
+def test_a_failure_mid_write_lands_neither_rows_nor_offsets(index: ExperimentIndex,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    index.write([pending_in_admission()], {("tracker", "history", 0): 5})
+    before = dump(index.path)
+
+    def disk_full(self: ExperimentIndex, rows: Any) -> int:
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(ExperimentIndex, "_write_offsets", disk_full)
+    with pytest.raises(sqlite3.OperationalError):
+        index.write(all_histories(), {("tracker", "history", 0): 99})
+    assert dump(index.path) == before
+    monkeypatch.undo()
+    # the connection is usable again, and nothing of the failed write is pending in it
+    assert index.write([], {("tracker", "history", 0): 6}) == 1
+    assert [r.run_id for r in index.runs()] == ["run-wait"]
+
+
+def test_an_unserialisable_offset_lands_nothing(index: ExperimentIndex) -> None:
+    with pytest.raises(ValueError, match="consumer offset"):
+        index.write(all_histories(), {("tracker", "history", 0): "ten"})  # type: ignore[dict-item]
+    with pytest.raises(ValueError, match="consumer offset"):
+        index.write(all_histories(), {("tracker", "history", -1): 10})
+    assert index.runs() == [] and index.offsets("tracker") == {}
+
+
+def test_a_database_error_in_a_later_run_rolls_back_the_earlier_ones(index: ExperimentIndex,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    real = ExperimentIndex._write_run
+    calls = []
+
+    def fail_second(self: ExperimentIndex, e: Any, seq: int) -> int:
+        calls.append(e.run_id)
+        if len(calls) == 2:
+            raise sqlite3.IntegrityError("boom")
+        return real(self, e, seq)
+
+    monkeypatch.setattr(ExperimentIndex, "_write_run", fail_second)
+    with pytest.raises(sqlite3.IntegrityError):
+        index.write(all_histories(), {("tracker", "history", 0): 1})
+    assert calls[:1] == ["run-fail"]
+    assert index.runs() == [] and index.offsets("tracker") == {}
+
+
+# ------------------------------------------------------------------------------------------ schema
+
+
+def test_ddl_file_is_what_the_code_applies(tmp_path: Path) -> None:
+    assert (REPO / "schemas" / "index" / "schema.sql").read_text() == SCHEMA_SQL
+    from_file = sqlite3.connect(tmp_path / "from-file.sqlite")
+    from_file.executescript((REPO / "schemas" / "index" / "schema.sql").read_text())
+    with ExperimentIndex(tmp_path / "from-code.sqlite"):
+        pass
+    from_code = sqlite3.connect(tmp_path / "from-code.sqlite")
+    query = "SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY type, name"
+    assert from_code.execute(query).fetchall() == from_file.execute(query).fetchall()
+    assert from_code.execute("SELECT key, value FROM meta").fetchall() == [("schema_version", str(SCHEMA_VERSION))]
+
+
+def test_tables_carry_every_model_field(index: ExperimentIndex) -> None:
+    conn = sqlite3.connect(index.path)
+
+    def columns(table: str) -> list[str]:
+        return [r[1] for r in conn.execute(f"PRAGMA table_info({table})")]
+
+    assert columns("runs") == [*RunRecord.model_fields, "updated_seq"]
+    assert columns("transitions") == [*Transition.model_fields, "ordinal"]
+    assert columns("attempts") == list(Attempt.model_fields)
+    assert columns("metric_summaries") == list(MetricSummary.model_fields)
+    assert columns("resume_links") == list(ResumeLink.model_fields)
+    assert columns("pod_placements") == ["run_id", "attempt", *PodPlacement.model_fields]
+
+
+def test_pragmas(index: ExperimentIndex) -> None:
+    conn = index._db
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert conn.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
+    assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+    assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == index_module.BUSY_TIMEOUT_MS
+
+
+def test_reopening_keeps_the_data(tmp_path: Path) -> None:
+    path = tmp_path / "index.sqlite"
+    with ExperimentIndex(path) as ix:
+        ix.write(all_histories())
+    with ExperimentIndex(path) as ix:
+        assert ix.history("run-fail") == finished_two_attempts()
+        assert ix.write(all_histories()) == 0
+
+
+def test_a_newer_schema_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "index.sqlite"
+    with ExperimentIndex(path):
+        pass
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION + 1),))
+    with pytest.raises(IndexSchemaError, match=f"schema version {SCHEMA_VERSION + 1}, newer"):
+        ExperimentIndex(path).open()
+
+
+def test_a_foreign_database_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "other.sqlite"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE something (x)")
+    with pytest.raises(IndexSchemaError, match="not an experiment index"):
+        ExperimentIndex(path).open()
+
+
+def test_an_older_schema_is_migrated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "index.sqlite"
+    with ExperimentIndex(path) as ix:
+        ix.write([pending_in_admission()])
+    v2 = "CREATE TABLE extra (run_id TEXT PRIMARY KEY);\n-- a trailing comment\n"
+    monkeypatch.setattr(index_module, "MIGRATIONS", {1: SCHEMA_SQL, 2: v2})
+    monkeypatch.setattr(index_module, "SCHEMA_VERSION", 2)
+    with ExperimentIndex(path) as ix:
+        assert ix.history("run-wait") == pending_in_admission()
+    tables = dump(path)
+    assert tables["extra"] == [] and tables["meta"] == [("schema_version", "2")]
+
+
+def test_an_incomplete_migration_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(index_module, "MIGRATIONS", {1: SCHEMA_SQL + "CREATE TABLE broken (a\n"})
+    with pytest.raises(ValueError, match="incomplete SQL statement"):
+        ExperimentIndex(tmp_path / "index.sqlite").open()
+    with sqlite3.connect(tmp_path / "index.sqlite") as conn:  # the whole migration rolled back
+        assert conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone() == (0,)
+
+
+def test_readers_keep_their_snapshot_and_do_not_block_the_writer(tmp_path: Path) -> None:
+    path = tmp_path / "index.sqlite"
+    with ExperimentIndex(path) as writer, ExperimentIndex(path) as reader:
+        writer.write([pending_in_admission()])
+        stellar = sqlite3.connect(path, isolation_level=None)
+        stellar.execute("BEGIN")
+        assert stellar.execute("SELECT COUNT(*) FROM runs").fetchone() == (1,)
+        writer.write(all_histories())  # not blocked by the open read transaction
+        assert stellar.execute("SELECT COUNT(*) FROM transitions").fetchone() == (1,)  # still its snapshot
+        stellar.execute("COMMIT")
+        assert stellar.execute("SELECT COUNT(*) FROM runs").fetchone() == (3,)
+        assert len(reader.runs()) == 3
+
+
+def test_closed_index_says_so(tmp_path: Path) -> None:
+    ix = ExperimentIndex(tmp_path / "index.sqlite")
+    with pytest.raises(RuntimeError, match="not open"):
+        ix.runs()

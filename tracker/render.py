@@ -1,0 +1,399 @@
+"""Human and JSON output of runs and run histories: the runs table, the timeline, and their JSON shapes.
+
+Pure presentation: values in, rich renderables or JSON-ready data out. Nothing here reads the clock (a live
+run's timeline ends at the ``now`` the caller passes). Text that comes from the cluster (reasons, messages,
+names) is always wrapped in ``Text``, never parsed as rich markup.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from enum import Enum
+from typing import Any
+
+from pydantic import BaseModel
+from rich import box
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from tracker.core.model import (
+    FINAL_STATUSES,
+    Attempt,
+    MetricSummary,
+    Phase,
+    RunHistory,
+    RunRecord,
+    Status,
+    Transition,
+    iso,
+)
+from tracker.core.timefmt import ts
+
+STATUS_STYLE: dict[Status, str] = {
+    Status.PENDING: "yellow",
+    Status.RUNNING: "blue",
+    Status.SUCCEEDED: "green",
+    Status.FAILED: "bold red",
+    Status.STOPPED: "magenta",
+}
+PHASE_STYLE: dict[Phase, str] = {
+    Phase.RESOLUTION: "cyan",
+    Phase.RENDERING: "bright_blue",
+    Phase.ADMISSION: "bold yellow",  # waiting for quota: meant to stand out
+    Phase.SCHEDULING: "magenta",
+    Phase.RUNTIME: "green",
+    Phase.PROGRESS: "bright_green",
+    Phase.COMPLETION: "white",
+}
+BAR = "█"
+WAIT_BAR = "▒"  # Admission: the run is waiting for quota
+POINT = "◆"  # a phase entered at the end of the run (Completion)
+NOW = "▶"  # the phase a live run is in, when no `now` was given to measure it against
+
+# Layout and size limits of the timeline.
+LABEL_WIDTH = 11  # "Scheduling" + 1
+DURATION_WIDTH = 8  # "23h59m+"
+REASON_MIN_WIDTH = 20
+REASON_SHARE = 0.4  # of the width left beside the labels and durations
+BAR_MIN_WIDTH = 10
+BAR_MAX_WIDTH = 120
+MAX_FAILURES_SHOWN = 5  # pod failures listed per attempt; the rest are counted
+MAX_INPUTS_SHOWN = 10
+REASON_MAX_CHARS = 80  # runs table: longer reasons and messages are cut
+
+
+# ------------------------------------------------------------------------------------------ formatting
+
+
+def human_duration(seconds: float | None) -> str:
+    """45m12s, 2h03m, 1d04h, 7s, <1s; '-' for None (and for NaN or infinity)."""
+    if seconds is None or not math.isfinite(seconds):
+        return "-"
+    if 0 < seconds < 1:
+        return "<1s"
+    s = max(0, int(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86_400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86_400}d{s % 86_400 // 3600:02d}h"
+
+
+def _iso(dt: datetime | None) -> str | None:
+    return iso(ts(dt)) if dt is not None else None
+
+
+def _utc(dt: datetime) -> datetime:
+    """A naive datetime is UTC (the core's convention)."""
+    return dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt.astimezone(UTC)
+
+
+def _clock(dt: datetime | None, fmt: str = "%Y-%m-%d %H:%M:%SZ") -> str:
+    """A time for people, in UTC to the second."""
+    return "-" if dt is None else _utc(dt).strftime(fmt)
+
+
+def _num(value: float) -> str:
+    return f"{value:.4g}"
+
+
+def _shorten(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _status_text(status: Status) -> Text:
+    return Text(status.value, style=STATUS_STYLE[status])
+
+
+def _reason(reason: str | None, message: str = "") -> str:
+    if reason and message:
+        return f"{reason}: {message}"
+    return reason or message
+
+
+# ------------------------------------------------------------------------------------------ runs table
+
+
+def runs_table(records: Sequence[RunRecord]) -> Table:
+    """One row per run: identity, status, phase, attempt counters, queue time and admission wait."""
+    table = Table(title=f"{len(records)} run{'s' if len(records) != 1 else ''}", title_justify="left",
+                  header_style="bold", box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False)
+    table.add_column("run", overflow="fold")
+    table.add_column("kind")
+    table.add_column("ns/name", overflow="fold")
+    table.add_column("status")
+    table.add_column("phase")
+    for header in ("att", "retry", "evict"):  # attempts, retries (pod failures replaced), evictions
+        table.add_column(header, justify="right")
+    table.add_column("queued (UTC)")
+    table.add_column("adm. wait", justify="right")
+    table.add_column("reason", overflow="fold")
+    for r in records:
+        table.add_row(
+            Text(r.run_id), Text(r.kind or "-"), Text(f"{r.namespace or '?'}/{r.name or '?'}"),
+            _status_text(r.status), Text(r.phase.value, style=PHASE_STYLE[r.phase]),
+            Text(str(r.attempts)), Text(str(r.retries)), Text(str(r.evictions), style="yellow" if r.evictions else ""),
+            Text(_clock(r.queued_at, "%m-%d %H:%M:%S")),
+            Text(human_duration(r.admission_wait_s), style="yellow" if r.admission_wait_s else ""),
+            Text(_shorten(_reason(r.reason, r.message), REASON_MAX_CHARS) or "-"),
+        )
+    return table
+
+
+# ------------------------------------------------------------------------------------------ timeline
+
+
+def timeline(history: RunHistory, width: int, now: datetime | None = None) -> RenderableType:
+    """The run at a glance: one bar per (attempt, phase) on a shared time axis, then provenance and metrics.
+
+    The axis runs from the first transition to the last one, or to ``now`` while the run is live (not
+    succeeded, failed or stopped). Each bar spans from its phase's entry to the next entry.
+    """
+    run = history.run
+    parts: list[RenderableType] = [_header(run)]
+    if history.transitions:
+        parts.extend(_bars(history, width, now))
+    else:
+        parts.append(Text("no phase transitions recorded yet", style="dim"))
+    parts.append(Text(""))
+    parts.append(_provenance(history))
+    if history.metrics:
+        parts.append(Text(""))
+        parts.append(_metrics(history.metrics))
+    return Group(*parts)
+
+
+def _header(run: RunRecord) -> Text:
+    t = Text(no_wrap=False)
+    t.append(run.run_id, style="bold")
+    t.append(f"  {run.kind or '?'} {run.namespace or '?'}/{run.name or '?'}  ")
+    t.append(run.status.value, style=STATUS_STYLE[run.status])
+    if run.reason:
+        t.append(f" ({run.reason})", style=STATUS_STYLE[run.status])
+    t.append(f"  in {run.phase.value}  ·  {run.attempts} attempt{'s' if run.attempts != 1 else ''}, "
+             f"{run.retries} retr{'ies' if run.retries != 1 else 'y'}, "
+             f"{run.evictions} eviction{'s' if run.evictions != 1 else ''}")
+    if run.message:
+        t.append(f"\n{run.message}", style="dim")
+    if run.pending_reason:
+        t.append(f"\npending: {_reason(run.pending_reason, run.pending_message)}", style="yellow")
+    return t
+
+
+def _bars(history: RunHistory, width: int, now: datetime | None) -> list[Text]:
+    run = history.run
+    trs = history.transitions
+    live = run.status not in FINAL_STATUSES
+    start = _utc(min(t.at for t in trs))
+    end = _utc(max(t.at for t in trs))
+    if live and now is not None and _utc(now) > end:
+        end = _utc(now)
+    span = max((end - start).total_seconds(), 1e-6)
+    free = width - (2 + LABEL_WIDTH + 1 + 1 + DURATION_WIDTH + 2)  # what bars and reasons share
+    bar_w = max(BAR_MIN_WIDTH, min(BAR_MAX_WIDTH, free - max(REASON_MIN_WIDTH, int(free * REASON_SHARE))))
+    lead = " " * (2 + LABEL_WIDTH + 1)
+
+    def col(dt: datetime) -> int:
+        return min(bar_w, max(0, round((dt - start).total_seconds() / span * bar_w)))
+
+    lines = [Text(f"{_clock(start)} → {_clock(end)}  ({human_duration((end - start).total_seconds())}"
+                  f"{', live' if live else ''})", style="dim")]
+    fmt = "%H:%M:%SZ" if start.date() == end.date() else "%m-%d %H:%MZ"
+    left, right = _clock(start, fmt), _clock(end, fmt)
+    axis = Text(lead + left + " " * max(1, bar_w - len(left) - len(right)) + right, style="dim")
+    lines.append(axis)
+    lines.append(Text(lead + "├" + "─" * max(0, bar_w - 2) + "┤", style="dim"))
+
+    attempts = {a.attempt: a for a in history.attempts}
+    groups: dict[int, list[int]] = {}
+    for i, t in enumerate(trs):
+        groups.setdefault(t.attempt, []).append(i)
+    for n in sorted(set(groups) | set(attempts)):
+        a = attempts.get(n)
+        if a is not None:
+            lines.append(_attempt_header(a, width))
+        for i in groups.get(n, []):
+            t = trs[i]
+            nxt = trs[i + 1].at if i + 1 < len(trs) else None
+            ongoing = nxt is None and live
+            seg_end = nxt if nxt is not None else (end if ongoing and now is not None else None)
+            lines.append(_bar_line(t, seg_end, ongoing, col, bar_w, width))
+        if a is not None:
+            lines.extend(_attempt_end(a, [trs[i] for i in groups.get(n, [])], width))
+    legend = f"{lead}{BAR} in phase   {WAIT_BAR} waiting for admission   {POINT} end of run"
+    if live and now is None:
+        legend += f"   {NOW} in this phase since"
+    lines.append(Text(legend, style="dim", no_wrap=True, overflow="ellipsis"))
+    return lines
+
+
+def _bar_line(t: Transition, seg_end: datetime | None, ongoing: bool, col: Callable[[datetime], int],
+              bar_w: int, width: int) -> Text:
+    style = PHASE_STYLE[t.phase]
+    x0 = min(col(t.at), bar_w - 1)
+    line = Text(no_wrap=True, overflow="ellipsis")
+    line.append("  ")
+    line.append(f"{t.phase.value:<{LABEL_WIDTH}}", style=style)
+    line.append(" ")
+    if seg_end is None:  # the end of the run, or a live phase with no `now`: a point in time, not a span
+        line.append(" " * x0)
+        line.append(NOW if ongoing else POINT, style=style)
+        line.append(" " * (bar_w - x0 - 1))
+        duration = _clock(t.at, "%H:%M:%S")
+    else:
+        x1 = min(bar_w, max(col(seg_end), x0 + 1))
+        line.append(" " * x0)
+        line.append((WAIT_BAR if t.phase is Phase.ADMISSION else BAR) * (x1 - x0), style=style)
+        line.append(" " * (bar_w - x1))
+        duration = human_duration((seg_end - t.at).total_seconds()) + ("+" if ongoing else "")
+    line.append(" ")
+    line.append(f"{duration:>{DURATION_WIDTH}}", style="bold yellow" if t.phase is Phase.ADMISSION else "bold")
+    line.append("  ")
+    reason = _reason(t.reason, t.message) + (" (ongoing)" if ongoing else "")
+    line.append(reason)
+    line.truncate(width, overflow="ellipsis")
+    return line
+
+
+def _attempt_header(a: Attempt, width: int) -> Text:
+    t = Text(no_wrap=True, overflow="ellipsis")
+    t.append(f" attempt {a.attempt} ", style="bold")
+    t.append(f"· trigger {a.trigger}")
+    if a.cluster_queue:
+        t.append(f" · ClusterQueue {a.cluster_queue}")
+    if a.ray_cluster:
+        t.append(f" · RayCluster {a.ray_cluster}")
+    if a.admission_wait_s is not None:
+        t.append(" · waited ")
+        t.append(human_duration(a.admission_wait_s), style="bold yellow")
+        t.append(" for admission")
+    t.append(" ")
+    t.append("─" * max(0, width - t.cell_len), style="dim")
+    t.truncate(width, overflow="ellipsis")
+    return t
+
+
+def _attempt_end(a: Attempt, transitions: list[Transition], width: int) -> list[Text]:
+    lines: list[Text] = []
+    ended_by_completion = any(t.phase is Phase.COMPLETION and t.reason == a.end_reason for t in transitions)
+    if a.end_reason and not ended_by_completion:
+        t = Text("   ↳ ended ", no_wrap=True, overflow="ellipsis")
+        t.append(a.end_reason, style="bold red")
+        if a.end_message:
+            t.append(f": {a.end_message}")
+        if a.underlying_cause:
+            t.append(f" (cause: {a.underlying_cause})", style="red")
+        if a.ended_at is not None:
+            t.append(f" at {_clock(a.ended_at)}", style="dim")
+        t.truncate(width, overflow="ellipsis")
+        lines.append(t)
+    elif a.underlying_cause:
+        lines.append(Text(f"   ↳ cause: {a.underlying_cause}", style="red", no_wrap=True, overflow="ellipsis"))
+    if a.retries:
+        lines.append(Text(f"   ↳ {a.retries} pod retr{'ies' if a.retries != 1 else 'y'} within this attempt",
+                          style="yellow"))
+    for f in a.failures[:MAX_FAILURES_SHOWN]:
+        t = Text("   ↳ pod ", no_wrap=True, overflow="ellipsis")
+        t.append(f.pod)
+        t.append(f" {f.reason}", style="bold red")
+        if f.exit_code is not None:
+            t.append(f" exit {f.exit_code}", style="red")
+        if f.at is not None:
+            t.append(f" at {_clock(f.at)}", style="dim")
+        if f.message:
+            t.append(f": {f.message}")
+        t.truncate(width, overflow="ellipsis")
+        lines.append(t)
+    if len(a.failures) > MAX_FAILURES_SHOWN:
+        lines.append(Text(f"   ↳ … and {len(a.failures) - MAX_FAILURES_SHOWN} more pod failures", style="red"))
+    return lines
+
+
+def _provenance(history: RunHistory) -> Table:
+    run = history.run
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    inputs = ", ".join(run.input_refs[:MAX_INPUTS_SHOWN])
+    if len(run.input_refs) > MAX_INPUTS_SHOWN:
+        inputs += f", … ({len(run.input_refs) - MAX_INPUTS_SHOWN} more)"
+    resumes = sorted({link.resume_of for link in history.resume_links} | ({run.resume_of} if run.resume_of else set()))
+    config = run.config_digest or "-"
+    if run.config_ref:
+        config += f" ({run.config_ref})"
+    rows = (
+        ("project / workspace / target", f"{run.project or '-'} / {run.workspace or '-'} / {run.target or '-'}"),
+        ("workload", f"{run.kind or '-'} {run.namespace or '?'}/{run.name or '?'}"
+                     + (f" (uid {run.uid})" if run.uid else "")),
+        ("queue", f"{run.queue or '-'} → ClusterQueue {run.cluster_queue or '-'}"),
+        ("git commit", run.git_commit or "-"),
+        ("config", config),
+        ("inputs", inputs or "-"),
+        ("output", run.output_uri or "-"),
+        ("last checkpoint", run.last_checkpoint or "-"),
+        ("resume of", ", ".join(resumes) or "-"),
+    )
+    for key, value in rows:
+        grid.add_row(Text(key), Text(value, style="dim" if value.strip("-/ ") == "" else ""))
+    return grid
+
+
+def _metrics(metrics: Sequence[MetricSummary]) -> Table:
+    table = Table(title="metrics", title_justify="left", header_style="bold")
+    for header in ("metric", "first → latest", "change", "min", "max", "points"):
+        table.add_column(header, justify="left" if header in ("metric", "first → latest") else "right")
+    for m in metrics:
+        delta = m.latest_value - m.first_value
+        change = f"{delta:+.4g}"
+        if m.first_value != 0 and math.isfinite(delta):
+            change += f" ({delta / abs(m.first_value):+.1%})"
+        table.add_row(Text(m.metric),
+                      Text(f"{_num(m.first_value)} @{m.first_step} → {_num(m.latest_value)} @{m.latest_step}"),
+                      Text(change), Text(_num(m.min_value)), Text(_num(m.max_value)), Text(str(m.points)))
+    return table
+
+
+# ------------------------------------------------------------------------------------------ JSON
+
+
+def _plain(value: Any) -> Any:
+    """JSON-ready data: times as ISO-8601 UTC 'Z' strings, enums as their values, NaN and infinities as null."""
+    if isinstance(value, BaseModel):
+        return {k: _plain(getattr(value, k)) for k in type(value).model_fields}
+    if isinstance(value, datetime):
+        return _iso(value)
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _without_run_id(model: BaseModel) -> dict[str, Any]:
+    data: dict[str, Any] = _plain(model)
+    del data["run_id"]
+    return data
+
+
+def runs_json(records: Sequence[RunRecord]) -> list[dict[str, Any]]:
+    """Every RunRecord field per run (times as ISO-8601 UTC 'Z' strings, null where not reached)."""
+    return [_plain(r) for r in records]
+
+
+def history_json(history: RunHistory) -> dict[str, Any]:
+    """The run object (as in ``runs_json``) plus its transitions (in order), attempt details, metrics and
+    resume links. The attempt objects are under ``attempt_details``: ``attempts`` is the run's attempt count."""
+    data: dict[str, Any] = _plain(history.run)
+    data["transitions"] = [{"at": _iso(t.at), "phase": t.phase.value, "attempt": t.attempt, "reason": t.reason,
+                            "message": t.message, "source": t.source} for t in history.transitions]
+    data["attempt_details"] = [_without_run_id(a) for a in history.attempts]  # "attempts" is the count
+    data["metrics"] = [_without_run_id(m) for m in history.metrics]
+    data["resume_links"] = [_without_run_id(link) for link in history.resume_links]
+    return data

@@ -1,0 +1,577 @@
+"""The experiment index: run histories in SQLite (WAL), read directly by Stellar, TauGrid's experiment UI.
+
+This is the I/O shell around the pure reducer. ``ExperimentIndex.write`` stores the complete current history
+of each given run in one transaction, replacing what the index held for those runs; rows whose content is
+unchanged are not touched, so re-writing the same histories is a no-op. The schema is a contract: it is
+documented in ``schemas/index/README.md`` and its DDL is ``schemas/index/schema.sql`` (``SCHEMA_SQL`` below
+must stay identical to that file; a test checks it).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from enum import Enum
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from pydantic import BaseModel
+
+from tracker.core.model import (
+    Attempt,
+    MetricSummary,
+    Phase,
+    ResumeLink,
+    RunHistory,
+    RunRecord,
+    Status,
+    Transition,
+    iso,
+)
+from tracker.core.timefmt import ts
+
+BUSY_TIMEOUT_MS = 10_000  # how long a writer waits for another writer's lock before failing
+
+SqlValue = str | int | float | None
+Row = tuple[SqlValue, ...]
+OffsetKey = tuple[str, str, int]  # (consumer group, topic, partition)
+
+SCHEMA_SQL = """\
+-- TauGrid experiment index, schema version 1.
+-- The contract Stellar reads: every table and column is documented in README.md next to this file.
+-- Times are ISO-8601 UTC text, 'YYYY-MM-DDTHH:MM:SSZ' ('YYYY-MM-DDTHH:MM:SS.ffffffZ' when sub-second).
+-- JSON columns hold compact JSON text (query them with json_each / json_extract).
+
+CREATE TABLE meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+) WITHOUT ROWID;
+
+CREATE TABLE runs (
+    run_id           TEXT PRIMARY KEY,
+    kind             TEXT,
+    namespace        TEXT,
+    name             TEXT,
+    uid              TEXT,
+    project          TEXT,
+    workspace        TEXT,
+    target           TEXT,
+    queue            TEXT,
+    cluster_queue    TEXT,
+    status           TEXT NOT NULL
+        CHECK (status IN ('pending', 'running', 'succeeded', 'failed', 'stopped')),
+    reason           TEXT,
+    message          TEXT NOT NULL,
+    phase            TEXT NOT NULL
+        CHECK (phase IN ('Resolution', 'Rendering', 'Admission', 'Scheduling', 'Runtime', 'Progress',
+                         'Completion')),
+    attempts         INTEGER NOT NULL,
+    retries          INTEGER NOT NULL,
+    evictions        INTEGER NOT NULL,
+    created_at       TEXT,
+    queued_at        TEXT,
+    admitted_at      TEXT,
+    started_at       TEXT,
+    finished_at      TEXT,
+    admission_wait_s REAL,
+    pending_reason   TEXT,
+    pending_message  TEXT NOT NULL,
+    git_commit       TEXT,
+    config_digest    TEXT,
+    config_ref       TEXT,
+    input_refs       TEXT NOT NULL, -- JSON array of strings
+    output_uri       TEXT,
+    resume_of        TEXT,
+    last_checkpoint  TEXT,
+    updated_seq      INTEGER NOT NULL
+);
+CREATE INDEX runs_by_status ON runs (status, phase, queued_at);
+CREATE INDEX runs_by_phase ON runs (phase);
+CREATE INDEX runs_by_queued_at ON runs (queued_at);
+CREATE INDEX runs_by_created_at ON runs (created_at);
+CREATE INDEX runs_by_workspace ON runs (workspace, project);
+CREATE INDEX runs_by_project ON runs (project);
+CREATE INDEX runs_by_config ON runs (config_digest);
+CREATE INDEX runs_by_git_commit ON runs (git_commit);
+CREATE INDEX runs_by_updated_seq ON runs (updated_seq);
+
+CREATE TABLE transitions (
+    run_id  TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
+    attempt INTEGER NOT NULL CHECK (attempt >= 1),
+    phase   TEXT NOT NULL
+        CHECK (phase IN ('Resolution', 'Rendering', 'Admission', 'Scheduling', 'Runtime', 'Progress',
+                         'Completion')),
+    at      TEXT NOT NULL,
+    reason  TEXT NOT NULL,
+    message TEXT NOT NULL,
+    source  TEXT NOT NULL,
+    ordinal INTEGER NOT NULL, -- position in the run's timeline, 0-based
+    PRIMARY KEY (run_id, attempt, phase)
+) WITHOUT ROWID;
+
+CREATE TABLE attempts (
+    run_id           TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
+    attempt          INTEGER NOT NULL CHECK (attempt >= 1),
+    "trigger"        TEXT NOT NULL,
+    queued_at        TEXT,
+    admitted_at      TEXT,
+    scheduled_at     TEXT,
+    started_at       TEXT,
+    progress_at      TEXT,
+    ended_at         TEXT,
+    end_reason       TEXT,
+    end_message      TEXT NOT NULL,
+    underlying_cause TEXT,
+    admission_wait_s REAL,
+    cluster_queue    TEXT,
+    ray_cluster      TEXT,
+    retries          INTEGER NOT NULL CHECK (retries >= 0),
+    failures         TEXT NOT NULL, -- JSON array of {pod, at, reason, exit_code, message}
+    pods             TEXT NOT NULL, -- JSON array of {pod, node, created_at, scheduled_at, finished_at}
+    PRIMARY KEY (run_id, attempt)
+) WITHOUT ROWID;
+
+CREATE TABLE metric_summaries (
+    run_id       TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
+    metric       TEXT NOT NULL,
+    first_step   INTEGER NOT NULL,
+    first_value  REAL, -- NULL only when the value is NaN
+    latest_step  INTEGER NOT NULL,
+    latest_value REAL, -- NULL only when the value is NaN
+    min_value    REAL, -- NULL only when the value is NaN
+    max_value    REAL, -- NULL only when the value is NaN
+    points       INTEGER NOT NULL,
+    PRIMARY KEY (run_id, metric)
+) WITHOUT ROWID;
+CREATE INDEX metric_summaries_by_metric ON metric_summaries (metric);
+
+CREATE TABLE resume_links (
+    run_id    TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
+    resume_of TEXT NOT NULL,
+    PRIMARY KEY (run_id, resume_of)
+) WITHOUT ROWID;
+CREATE INDEX resume_links_by_resume_of ON resume_links (resume_of);
+
+CREATE TABLE pod_placements (
+    run_id       TEXT NOT NULL,
+    attempt      INTEGER NOT NULL,
+    pod          TEXT NOT NULL,
+    node         TEXT,
+    created_at   TEXT,
+    scheduled_at TEXT,
+    finished_at  TEXT,
+    PRIMARY KEY (run_id, attempt, pod),
+    FOREIGN KEY (run_id, attempt) REFERENCES attempts (run_id, attempt) ON DELETE CASCADE
+) WITHOUT ROWID;
+CREATE INDEX pod_placements_by_node ON pod_placements (node, scheduled_at);
+CREATE INDEX pod_placements_by_pod ON pod_placements (pod);
+
+CREATE TABLE consumer_offsets (
+    consumer_group TEXT NOT NULL,
+    topic          TEXT NOT NULL,
+    "partition"    INTEGER NOT NULL CHECK ("partition" >= 0),
+    next_offset    INTEGER NOT NULL CHECK (next_offset >= 0),
+    PRIMARY KEY (consumer_group, topic, "partition")
+) WITHOUT ROWID;
+"""
+
+# Migration n turns a schema of version n - 1 into version n. A new version appends a migration here and
+# updates schemas/index/schema.sql (the result of applying them all) and the README.
+MIGRATIONS: Mapping[int, str] = {1: SCHEMA_SQL}
+SCHEMA_VERSION = max(MIGRATIONS)
+
+
+class IndexSchemaError(RuntimeError):
+    """The file is not an experiment index this tracker can use (e.g. its schema is newer than the code)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Table:
+    """One table's columns, its primary key (run_id first, except consumer_offsets) and its statements."""
+
+    name: str
+    columns: tuple[str, ...]
+    key: tuple[str, ...]
+    upsert: str  # insert, or update only when the content differs (unchanged rows count no change)
+    delete: str  # one row by key
+    run_keys: str  # the keys, without run_id, of one run's rows
+
+
+def _table(name: str, columns: tuple[str, ...], key: tuple[str, ...],
+           unversioned: tuple[str, ...] = ()) -> _Table:
+    """``unversioned``: columns that are not content (written, but a difference alone is no change)."""
+    head = f"INSERT INTO {name} ({_names(columns)}) VALUES ({', '.join('?' for _ in columns)}) " \
+           f"ON CONFLICT ({_names(key)})"
+    values = [c for c in columns if c not in key]
+    assign = ", ".join(f'"{c}" = excluded."{c}"' for c in values)
+    differs = " OR ".join(f'{name}."{c}" IS NOT excluded."{c}"' for c in values if c not in unversioned)
+    return _Table(
+        name, columns, key,
+        upsert=f"{head} DO UPDATE SET {assign} WHERE {differs}" if values else f"{head} DO NOTHING",
+        delete=f"DELETE FROM {name} WHERE " + " AND ".join(f'"{c}" = ?' for c in key),
+        run_keys=f"SELECT {_names(key[1:])} FROM {name} WHERE run_id = ?",
+    )
+
+
+def _exact(column: str) -> str:
+    """A time column in fixed-width form ('...SS.ffffffZ'), which orders and compares exactly as text.
+
+    The stored form omits zero microseconds ('...SSZ'), so it orders exactly only to the whole second.
+    """
+    return f"(CASE WHEN length({column}) = 20 THEN substr({column}, 1, 19) || '.000000Z' ELSE {column} END)"
+
+
+def _names(columns: Sequence[str]) -> str:
+    return ", ".join(f'"{c}"' for c in columns)
+
+
+def _fields(model: type[BaseModel]) -> tuple[str, ...]:
+    return tuple(model.model_fields)
+
+
+_PLACEMENT_COLUMNS = ("run_id", "attempt", "pod", "node", "created_at", "scheduled_at", "finished_at")
+_RUNS = _table("runs", (*_fields(RunRecord), "updated_seq"), ("run_id",), unversioned=("updated_seq",))
+_TRANSITIONS = _table("transitions", (*_fields(Transition), "ordinal"), ("run_id", "attempt", "phase"))
+_ATTEMPTS = _table("attempts", _fields(Attempt), ("run_id", "attempt"))
+_PLACEMENTS = _table("pod_placements", _PLACEMENT_COLUMNS, ("run_id", "attempt", "pod"))
+_METRICS = _table("metric_summaries", _fields(MetricSummary), ("run_id", "metric"))
+_LINKS = _table("resume_links", _fields(ResumeLink), ("run_id", "resume_of"))
+_OFFSETS = _table("consumer_offsets", ("consumer_group", "topic", "partition", "next_offset"),
+                  ("consumer_group", "topic", "partition"))
+# A run's rows beside its runs row, parents before children (deletes run in the reverse order).
+_CHILDREN = (_TRANSITIONS, _ATTEMPTS, _PLACEMENTS, _METRICS, _LINKS)
+_NAN_COLUMNS = ("first_value", "latest_value", "min_value", "max_value")  # NaN is stored as NULL
+
+
+@dataclass(frozen=True, slots=True)
+class _Encoded:
+    """One run's history as table rows, ready to write."""
+
+    run_id: str
+    run: Row  # without updated_seq
+    children: tuple[list[Row], ...]  # aligned with _CHILDREN
+
+
+class ExperimentIndex:
+    """The experiment index at ``path`` (created, or migrated, on open).
+
+    Use as a context manager, or call ``open`` and ``close``. One connection; not for sharing between threads.
+    """
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self._conn: sqlite3.Connection | None = None
+
+    # ------------------------------------------------------------------------------------ lifecycle
+    def open(self) -> ExperimentIndex:
+        if self._conn is not None:
+            return self
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(self.path, isolation_level=None)  # autocommit: transactions are explicit
+        try:
+            conn.row_factory = sqlite3.Row
+            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = NORMAL")
+            conn.execute("PRAGMA foreign_keys = ON")
+            _migrate(conn, self.path)
+        except BaseException:
+            conn.close()
+            raise
+        self._conn = conn
+        return self
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def __enter__(self) -> ExperimentIndex:
+        return self.open()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    @property
+    def _db(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise RuntimeError(f"experiment index {self.path} is not open (use open() or a with block)")
+        return self._conn
+
+    # ------------------------------------------------------------------------------------ write
+    def write(self, histories: Sequence[RunHistory],
+              offsets: Mapping[OffsetKey, int] | None = None) -> int:
+        """Store each run's complete history (replacing the run's rows) and the consumer offsets, atomically.
+
+        A run given twice is written as its last history. Rows whose content is unchanged are left alone and
+        a run's ``updated_seq`` moves only when one of its rows changed, so writing the same histories again
+        changes nothing. Returns the number of rows inserted, updated or deleted (offsets included).
+        """
+        encoded = [_encode(h) for h in {h.run.run_id: h for h in histories}.values()]
+        offset_rows = _offset_rows(offsets or {})
+        conn = self._db
+        with _transaction(conn, "BEGIN IMMEDIATE"):
+            seq = int(conn.execute("SELECT COALESCE(MAX(updated_seq), 0) + 1 FROM runs").fetchone()[0])
+            changed = sum(self._write_run(e, seq) for e in encoded)
+            changed += self._write_offsets(offset_rows)
+        return changed
+
+    def _write_run(self, e: _Encoded, seq: int) -> int:
+        conn = self._db
+        run_changed = conn.execute(_RUNS.upsert, (*e.run, seq)).rowcount
+        changed = 0
+        for table, rows in reversed(list(zip(_CHILDREN, e.children, strict=True))):
+            kept = {r[1:len(table.key)] for r in rows}
+            stale = sorted({tuple(r) for r in conn.execute(table.run_keys, (e.run_id,))} - kept)
+            changed += conn.executemany(table.delete, [(e.run_id, *k) for k in stale]).rowcount
+        for table, rows in zip(_CHILDREN, e.children, strict=True):
+            changed += conn.executemany(table.upsert, rows).rowcount
+        if changed and not run_changed:
+            run_changed = conn.execute("UPDATE runs SET updated_seq = ? WHERE run_id = ?",
+                                       (seq, e.run_id)).rowcount
+        return run_changed + changed
+
+    def _write_offsets(self, rows: list[Row]) -> int:
+        return self._db.executemany(_OFFSETS.upsert, rows).rowcount
+
+    # ------------------------------------------------------------------------------------ read
+    def offsets(self, group: str) -> dict[tuple[str, int], int]:
+        """The next offset to consume per (topic, partition) for a consumer group."""
+        cur = self._db.execute('SELECT topic, "partition", next_offset FROM consumer_offsets '
+                                "WHERE consumer_group = ? ORDER BY topic, \"partition\"", (group,))
+        return {(r["topic"], r["partition"]): r["next_offset"] for r in cur}
+
+    def runs(self, status: Status | str | None = None, phase: Phase | str | None = None,
+             stalled_admission_s: float | None = None, now: datetime | None = None,
+             workspace: str | None = None, project: str | None = None,
+             limit: int | None = None) -> list[RunRecord]:
+        """Runs matching every given filter, newest first: by created_at (exactly, to the microsecond), runs
+        without one last, ties by run_id.
+
+        ``stalled_admission_s`` keeps only runs that are pending in Admission and were queued more than that
+        many seconds before ``now`` (the current UTC time when ``now`` is None; a naive ``now`` is UTC).
+        ``limit`` (>= 1) caps the number of runs returned; None returns all.
+        """
+        where: list[str] = []
+        params: list[SqlValue] = []
+        for column, value in (("status", None if status is None else Status(status).value),
+                              ("phase", None if phase is None else Phase(phase).value),
+                              ("workspace", workspace), ("project", project)):
+            if value is not None:
+                where.append(f"{column} = ?")
+                params.append(value)
+        if stalled_admission_s is not None:
+            if not math.isfinite(stalled_admission_s) or stalled_admission_s < 0:
+                raise ValueError(f"stalled_admission_s must be finite and >= 0, got {stalled_admission_s!r}")
+            cutoff = _aware(now or datetime.now(UTC)) - timedelta(seconds=stalled_admission_s)
+            where.append(f"status = 'pending' AND phase = 'Admission' AND {_exact('queued_at')} < ?")
+            params.append(cutoff.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"))
+        sql = f"SELECT * FROM runs{' WHERE ' + ' AND '.join(where) if where else ''} " \
+              f"ORDER BY created_at IS NULL, {_exact('created_at')} DESC, run_id"
+        if limit is not None:
+            if limit < 1:
+                raise ValueError(f"limit must be >= 1, got {limit}")
+            sql += " LIMIT ?"
+            params.append(limit)
+        return [_record(r) for r in self._db.execute(sql, params)]
+
+    def history(self, run_id: str) -> RunHistory | None:
+        """The run's complete history as written (None if the index does not hold the run)."""
+        conn = self._db
+        with _transaction(conn, "BEGIN"):  # one snapshot, even while another process writes
+            row = conn.execute("SELECT * FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+            if row is None:
+                return None
+            transitions = [Transition.model_validate({c: r[c] for c in _fields(Transition)})
+                           for r in _of_run(conn, _TRANSITIONS, run_id, "ordinal")]
+            attempts = [_attempt(r) for r in _of_run(conn, _ATTEMPTS, run_id, "attempt")]
+            metrics = [_metric(r) for r in _of_run(conn, _METRICS, run_id, "metric")]
+            links = [ResumeLink.model_validate(dict(r)) for r in _of_run(conn, _LINKS, run_id, "resume_of")]
+        return RunHistory(run=_record(row), transitions=transitions, attempts=attempts, metrics=metrics,
+                          resume_links=links)
+
+    def counts_by_status(self) -> dict[Status, int]:
+        """Number of runs per status (every status present, zeros included)."""
+        counts = dict.fromkeys(Status, 0)
+        for r in self._db.execute("SELECT status, COUNT(*) AS n FROM runs GROUP BY status"):
+            counts[Status(r["status"])] = r["n"]
+        return counts
+
+
+# ------------------------------------------------------------------------------------------ schema
+
+
+def _migrate(conn: sqlite3.Connection, path: Path) -> None:
+    if _schema_version(conn, path) == SCHEMA_VERSION:
+        return
+    with _transaction(conn, "BEGIN IMMEDIATE"):  # re-read under the write lock: another process may migrate
+        version = _schema_version(conn, path)
+        for target in range(version + 1, SCHEMA_VERSION + 1):
+            for statement in _statements(MIGRATIONS[target]):
+                conn.execute(statement)
+        conn.execute("INSERT INTO meta (key, value) VALUES ('schema_version', ?) "
+                     "ON CONFLICT (key) DO UPDATE SET value = excluded.value", (str(SCHEMA_VERSION),))
+
+
+def _schema_version(conn: sqlite3.Connection, path: Path) -> int:
+    """The index's schema version: 0 for an empty database; IndexSchemaError for anything unusable."""
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if not tables:
+        return 0
+    row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() \
+        if "meta" in tables else None
+    if row is None or not str(row[0]).isdigit():
+        raise IndexSchemaError(f"{path} is not an experiment index (it has tables but no schema_version)")
+    version = int(row[0])
+    if version > SCHEMA_VERSION:
+        raise IndexSchemaError(f"experiment index {path} has schema version {version}, newer than this "
+                               f"tracker supports ({SCHEMA_VERSION}); upgrade the tracker to use it")
+    return version
+
+
+def _statements(script: str) -> Iterator[str]:
+    """The SQL statements of a script, one at a time (so they run inside the caller's transaction)."""
+    buf = ""
+    for line in script.splitlines(keepends=True):
+        buf += line
+        if sqlite3.complete_statement(buf):
+            yield buf.strip()
+            buf = ""
+    if any(line.strip() and not line.strip().startswith("--") for line in buf.splitlines()):
+        raise ValueError(f"incomplete SQL statement at the end of a migration: {buf.strip()[:80]!r}")
+
+
+@contextmanager
+def _transaction(conn: sqlite3.Connection, begin: str) -> Iterator[None]:
+    """BEGIN ... COMMIT, or ROLLBACK when the block raises (the connection is in autocommit mode)."""
+    conn.execute(begin)
+    try:
+        yield
+    except BaseException:
+        if conn.in_transaction:  # some errors (e.g. a full disk) have rolled back already
+            conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+# ------------------------------------------------------------------------------------------ encoding
+
+
+def _aware(dt: datetime) -> datetime:
+    """A naive datetime is UTC (the core's convention for timestamps)."""
+    return dt if dt.tzinfo is not None else dt.replace(tzinfo=UTC)
+
+
+def _when(dt: datetime | None) -> str | None:
+    return iso(ts(_aware(dt))) if dt is not None else None
+
+
+def _plain(value: Any) -> Any:
+    """A model value as JSON-ready data, with times in the index's text format."""
+    if isinstance(value, BaseModel):
+        return {k: _plain(getattr(value, k)) for k in type(value).model_fields}
+    if isinstance(value, datetime):
+        return _when(value)
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _json(items: list[Any]) -> str:
+    return json.dumps(_plain(items), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def _cell(value: object) -> SqlValue:
+    if value is None or isinstance(value, int):
+        return value
+    if isinstance(value, Enum):
+        return str(value.value)
+    if isinstance(value, str):
+        return value
+    if isinstance(value, float):
+        return None if math.isnan(value) else value
+    if isinstance(value, datetime):
+        return _when(value)
+    if isinstance(value, list):
+        return _json(value)
+    raise TypeError(f"cannot store a {type(value).__name__} in the experiment index")
+
+
+def _row(model: BaseModel, columns: Sequence[str]) -> Row:
+    return tuple(_cell(getattr(model, c)) for c in columns)
+
+
+def _encode(h: RunHistory) -> _Encoded:
+    """A history as rows; ValueError if it is not one run's consistent history."""
+    run_id = h.run.run_id
+    owners = [*(t.run_id for t in h.transitions), *(a.run_id for a in h.attempts),
+              *(m.run_id for m in h.metrics), *(link.run_id for link in h.resume_links)]
+    foreign = sorted({o for o in owners if o != run_id})
+    if foreign:
+        raise ValueError(f"history of run {run_id!r} holds rows of other runs: {foreign[:5]}")
+    transitions = [(*_row(t, _fields(Transition)), i) for i, t in enumerate(h.transitions)]
+    attempts = [_row(a, _ATTEMPTS.columns) for a in h.attempts]
+    # A pod name seen twice in one attempt (deleted and recreated) keeps its last placement.
+    placements = list({(a.attempt, p.pod): (run_id, a.attempt, *_row(p, _PLACEMENT_COLUMNS[2:]))
+                       for a in h.attempts for p in a.pods}.values())
+    metrics = [_row(m, _METRICS.columns) for m in h.metrics]
+    links = [_row(link, _LINKS.columns) for link in h.resume_links]
+    rows = (transitions, attempts, placements, metrics, links)
+    for table, table_rows in zip(_CHILDREN, rows, strict=True):
+        width = len(table.key)
+        keys = [r[:width] for r in table_rows]
+        if len(set(keys)) != len(keys):
+            dup = next(k for k in keys if keys.count(k) > 1)
+            raise ValueError(f"history of run {run_id!r} has two {table.name} rows with key {dup[1:]}")
+    return _Encoded(run_id, _row(h.run, _RUNS.columns[:-1]), rows)
+
+
+def _offset_rows(offsets: Mapping[OffsetKey, int]) -> list[Row]:
+    rows: list[Row] = []
+    for key, offset in offsets.items():
+        group, topic, partition = key
+        if not (isinstance(group, str) and group and isinstance(topic, str) and topic
+                and _natural(partition) and _natural(offset)):
+            raise ValueError(f"consumer offset must map (group, topic, partition >= 0) to an int >= 0, "
+                             f"got {key!r}: {offset!r}")
+        rows.append((group, topic, partition, offset))
+    return rows
+
+
+def _natural(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+# ------------------------------------------------------------------------------------------ decoding
+
+
+def _of_run(conn: sqlite3.Connection, table: _Table, run_id: str, order: str) -> list[sqlite3.Row]:
+    return conn.execute(f"SELECT * FROM {table.name} WHERE run_id = ? ORDER BY {order}", (run_id,)).fetchall()
+
+
+def _record(row: sqlite3.Row) -> RunRecord:
+    data = {c: row[c] for c in _fields(RunRecord)}
+    data["input_refs"] = json.loads(data["input_refs"])
+    return RunRecord.model_validate(data)
+
+
+def _attempt(row: sqlite3.Row) -> Attempt:
+    data = {c: row[c] for c in _fields(Attempt)}
+    data["failures"] = json.loads(data["failures"])
+    data["pods"] = json.loads(data["pods"])
+    return Attempt.model_validate(data)
+
+
+def _metric(row: sqlite3.Row) -> MetricSummary:
+    data = {c: row[c] for c in _fields(MetricSummary)}
+    for c in _NAN_COLUMNS:
+        if data[c] is None:
+            data[c] = math.nan
+    return MetricSummary.model_validate(data)
