@@ -144,7 +144,11 @@ def cmd_demo(args: argparse.Namespace, console: Console) -> int:
     with ExperimentIndex(index_path) as index:
         records = index.runs()
         console.print(runs_table(records))
-        shown = [r for r in records if r.attempts > 1][:2] or records[:1]
+        # the most telling runs: a preemption, a RayJob retry, a deactivation (else whatever there is)
+        picks = [next((r for r in records if r.evictions and r.status == "succeeded"), None),
+                 next((r for r in records if r.kind == "RayJob" and r.attempts > 1), None),
+                 next((r for r in records if r.status == "stopped"), None)]
+        shown = [r for r in picks if r is not None] or records[:1]
         for rec in shown:
             history = index.history(rec.run_id)
             if history is not None:
@@ -203,7 +207,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    console = Console(stderr=False)
+    # a pipe or a CI log gets a fixed, readable width instead of rich's 80-column fallback
+    console = Console(width=None if sys.stdout.isatty() else 150)
     try:
         rc: int = args.func(args, console)
     except (UsageError, FileNotFoundError) as exc:

@@ -123,16 +123,16 @@ def runs_table(records: Sequence[RunRecord]) -> Table:
     """One row per run: identity, status, phase, attempt counters, queue time and admission wait."""
     table = Table(title=f"{len(records)} run{'s' if len(records) != 1 else ''}", title_justify="left",
                   header_style="bold", box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False)
-    table.add_column("run", overflow="fold")
-    table.add_column("kind")
-    table.add_column("ns/name", overflow="fold")
-    table.add_column("status")
-    table.add_column("phase")
+    table.add_column("run", no_wrap=True, overflow="ellipsis", min_width=12, max_width=26)
+    table.add_column("kind", no_wrap=True, min_width=6)
+    table.add_column("ns/name", no_wrap=True, overflow="ellipsis", max_width=36)
+    table.add_column("status", no_wrap=True, min_width=9)
+    table.add_column("phase", no_wrap=True, min_width=10)
     for header in ("att", "retry", "evict"):  # attempts, retries (pod failures replaced), evictions
-        table.add_column(header, justify="right")
-    table.add_column("queued (UTC)")
-    table.add_column("adm. wait", justify="right")
-    table.add_column("reason", overflow="fold")
+        table.add_column(header, justify="right", no_wrap=True, min_width=len(header))
+    table.add_column("queued (UTC)", no_wrap=True, min_width=14)
+    table.add_column("adm. wait", justify="right", no_wrap=True, min_width=9)
+    table.add_column("reason", no_wrap=True, overflow="ellipsis", ratio=1)
     for r in records:
         table.add_row(
             Text(r.run_id), Text(r.kind or "-"), Text(f"{r.namespace or '?'}/{r.name or '?'}"),
@@ -140,7 +140,7 @@ def runs_table(records: Sequence[RunRecord]) -> Table:
             Text(str(r.attempts)), Text(str(r.retries)), Text(str(r.evictions), style="yellow" if r.evictions else ""),
             Text(_clock(r.queued_at, "%m-%d %H:%M:%S")),
             Text(human_duration(r.admission_wait_s), style="yellow" if r.admission_wait_s else ""),
-            Text(_shorten(_reason(r.reason, r.message), REASON_MAX_CHARS) or "-"),
+            Text(r.reason or "-"),
         )
     return table
 

@@ -162,10 +162,11 @@ def derive(r: RunFacts) -> RunHistory:
 
     cur = attempts_out[-1] if attempts_out else None
     queued_cur = next((x for x in reversed(attempts_out) if x.queued_at is not None), None)
-    evictions = sum(1 for a in atts if a.end_reason and a.trigger != "RayJobRetry" and a.end is not None
-                    and a is not atts[-1]) + (1 if atts and atts[-1].end_reason and final and
-                                               final.reason == atts[-1].end_reason and is_deactivation(final.reason)
-                                               else 0)
+    # Kueue evictions: attempts ended by an eviction (the next attempt re-queued), plus a final deactivation
+    evictions = sum(1 for a, nxt in zip(atts, atts[1:], strict=False) if nxt.trigger not in ("RayJobRetry",
+                                                                                               "EvictionNotObserved"))
+    if final is not None and atts and atts[-1].end_reason == final.reason and is_deactivation(final.reason):
+        evictions += 1
     evictions = max(evictions, sum(r.wl_evictions.values()))
     prov = intake["prov"]
     ann = r.annotations

@@ -266,7 +266,9 @@ def merge_pod(r: RunFacts, etype: str, obj: dict[str, Any], owner_uid: str | Non
         delete_req = t(meta, "deletionTimestamp") - (grace * 1_000_000 if isinstance(grace, int) else 0)  # type: ignore[operator]
     finished = None
     if phase in ("Succeeded", "Failed"):
-        at = finished_at or ready_false
+        # a pod failed without any container terminating was stopped from outside: when deleted, that is
+        # its deletion; otherwise the last readiness change is the best time it carries
+        at = finished_at or delete_req or ready_false
         if at is not None:
             if phase == "Failed":
                 reason, code, msg = fail or (s(status, "reason") or "Failed", -1, s(status, "message"))
