@@ -14,6 +14,7 @@ from rich.console import Console
 
 from tracker.core.model import Phase, Status
 from tracker.core.reducer import Reducer
+from tracker.runtime.gctune import tune_gc
 from tracker.runtime.pipeline import JsonlDeadLetters, PipelineReport, run_pipeline
 from tracker.shell.capture import capture_files, interleave
 
@@ -207,6 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    tune_gc()
     # a pipe or a CI log gets a fixed, readable width instead of rich's 80-column fallback
     console = Console(width=None if sys.stdout.isatty() else 150)
     try:

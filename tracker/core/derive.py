@@ -163,8 +163,7 @@ def derive(r: RunFacts) -> RunHistory:
     cur = attempts_out[-1] if attempts_out else None
     queued_cur = next((x for x in reversed(attempts_out) if x.queued_at is not None), None)
     # Kueue evictions: attempts ended by an eviction (the next attempt re-queued), plus a final deactivation
-    evictions = sum(1 for a, nxt in zip(atts, atts[1:], strict=False) if nxt.trigger not in ("RayJobRetry",
-                                                                                               "EvictionNotObserved"))
+    evictions = sum(1 for nxt in atts[1:] if nxt.trigger not in ("RayJobRetry", "EvictionNotObserved"))
     if final is not None and atts and atts[-1].end_reason == final.reason and is_deactivation(final.reason):
         evictions += 1
     evictions = max(evictions, sum(r.wl_evictions.values()))

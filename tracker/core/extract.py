@@ -21,6 +21,8 @@ class Malformed(ValueError):
 def d(obj: Any, key: str) -> dict[str, Any]:
     """A sub-object that may be absent or null, but must be an object when present."""
     v = obj.get(key)
+    if v.__class__ is dict:
+        return v
     if v is None:
         return {}
     if not isinstance(v, dict):
@@ -30,6 +32,8 @@ def d(obj: Any, key: str) -> dict[str, Any]:
 
 def lst(obj: dict[str, Any], key: str) -> list[Any]:
     v = obj.get(key)
+    if v.__class__ is list:
+        return v
     if v is None:
         return []
     if not isinstance(v, list):
@@ -39,6 +43,8 @@ def lst(obj: dict[str, Any], key: str) -> list[Any]:
 
 def s(obj: dict[str, Any], key: str) -> str:
     v = obj.get(key)
+    if v.__class__ is str:
+        return v
     if v is None:
         return ""
     if not isinstance(v, str):
@@ -46,15 +52,33 @@ def s(obj: dict[str, Any], key: str) -> str:
     return v
 
 
+_TS_CACHE: dict[str, int] = {}
+_TS_CACHE_MAX = 200_000
+
+
 def t(obj: dict[str, Any], key: str) -> int | None:
+    v = obj.get(key)
+    if v.__class__ is str:
+        hit = _TS_CACHE.get(v)
+        if hit is not None:
+            return hit
+    if v is None or v == "":
+        return None
     try:
-        return ts(obj.get(key))
+        parsed = ts(v)
     except BadTimestamp as exc:
         raise Malformed(f"{key}: {exc}") from exc
+    if v.__class__ is str and parsed is not None:
+        if len(_TS_CACHE) >= _TS_CACHE_MAX:
+            _TS_CACHE.clear()  # a plain memo: clearing it changes speed, never results
+        _TS_CACHE[v] = parsed
+    return parsed
 
 
 def num(obj: dict[str, Any], key: str, default: int = 0) -> int:
     v = obj.get(key)
+    if v.__class__ is int:
+        return v
     if v is None:
         return default
     if isinstance(v, bool) or not isinstance(v, int):
