@@ -366,23 +366,38 @@ def _final(r: RunFacts, atts: list[_Att], intake: dict[str, Any]) -> _Final | No
     return None
 
 
+# Warning Events that explain a wait, by the phase the run is waiting in (Events are best-effort evidence:
+# used only when the objects' own status says nothing)
+_WAIT_EVENTS = {
+    Phase.ADMISSION: ("Pending", "Inadmissible"),
+    Phase.SCHEDULING: ("FailedScheduling", "FailedCreate"),
+    Phase.RUNTIME: ("Failed", "BackOff", "FailedMount", "Unhealthy"),
+}
+
+
+def _latest_warning(r: RunFacts, phase: Phase, since: int | None) -> tuple[str, str] | None:
+    reasons = _WAIT_EVENTS.get(phase, ())
+    hits = sorted(((e.last, e.reason, e.message) for e in r.events.values()
+                   if e.type == "Warning" and e.reason in reasons and (since is None or e.last >= since)),
+                  reverse=True)
+    return (hits[0][1], hits[0][2]) if hits else None
+
+
 def _pending_reason(r: RunFacts, atts: list[_Att], phase: Phase) -> tuple[str | None, str]:
+    cur = atts[-1] if atts else None
+    since = None if cur is None else (cur.start if phase != Phase.ADMISSION else cur.queued)
     if phase == Phase.ADMISSION:
-        if r.wl_pending:
-            return r.wl_pending
-        return "Queued", ""
-    if phase == Phase.SCHEDULING and atts:
-        unsched = sorted((p.unschedulable for u in atts[-1].pods
-                          if (p := r.pods[u]).unschedulable and p.scheduled is None), reverse=True)
+        return r.wl_pending or _latest_warning(r, phase, since) or ("Queued", "")
+    pods = [r.pods[u] for u in cur.pods] if cur else []
+    if phase == Phase.SCHEDULING:
+        unsched = sorted((p.unschedulable for p in pods if p.unschedulable and p.scheduled is None), reverse=True)
         if unsched:
             _ltt, reason, msg = unsched[0]
             return reason, msg
-        waiting = sorted(p.waiting_reason for u in atts[-1].pods if (p := r.pods[u]).waiting_reason)
-        if waiting:
-            return waiting[0], ""
-        return "WaitingForPods", ""
-    if phase == Phase.RUNTIME and atts:
-        waiting = sorted(p.waiting_reason for u in atts[-1].pods if (p := r.pods[u]).waiting_reason)
-        if waiting:
-            return waiting[0], ""
-    return None, ""
+    waiting = sorted(p.waiting_reason for p in pods if p.waiting_reason)
+    if phase in (Phase.SCHEDULING, Phase.RUNTIME) and waiting:
+        return waiting[0], ""
+    event = _latest_warning(r, phase, since)
+    if event:
+        return event
+    return ("WaitingForPods", "") if phase == Phase.SCHEDULING else (None, "")
