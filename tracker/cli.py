@@ -203,6 +203,10 @@ def build_parser() -> argparse.ArgumentParser:
     dm = sub.add_parser("demo", help="replay the bundled captures and show run timelines")
     dm.add_argument("--index", type=Path, default=DEFAULT_DEMO_INDEX)
     dm.set_defaults(func=cmd_demo)
+
+    from tracker.shell.kusto_apply import add_kusto_commands
+
+    add_kusto_commands(sub)
     return p
 
 

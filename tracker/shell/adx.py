@@ -1,0 +1,543 @@
+"""Azure Data Explorer sink: run histories as rows of the TauGrid tables next to adx-mon's GPU telemetry.
+
+``AdxSink.write`` turns each ``RunHistory`` (the complete current history of one run) into rows of the five
+tables declared in ``schemas/kusto/010-tables.kql`` and queues only the rows this process has not sent yet: a
+bounded per-run memo keeps, for every row key of a run, the digest of the row last queued. Nothing blocks the
+event loop on the network: a worker thread batches the queued rows by size and time and ingests them with the
+SDK's managed streaming ingestion, which falls back to queued ingestion for large payloads or when streaming
+keeps failing. Transient failures (throttling, 5xx, network, timeouts) are retried with capped exponential
+backoff; when retries run out the rows go to a spool directory (bounded in bytes) and are drained in order once
+Kusto answers again, before any newer row. Rows are never dropped: a full spool back-pressures ``write``, and a
+batch Kusto rejects as permanently invalid is kept under ``<spool>/rejected/`` for inspection.
+
+Ingestion is at-least-once (retries, the queued fallback, spool replays, a call abandoned at its deadline that
+completes anyway, a restart forgetting the memo); the materialized views of ``schemas/kusto/040-views.kql``
+deduplicate by ``EventId`` and pick the newest ``Revision``. Row identity:
+
+- a transition is a fact: ``EventId`` = hash of run_id|attempt|phase|at|reason, the same on every resend;
+- attempts, pods, run state and metric summaries change over a run's life: each change is a new row whose
+  ``Revision`` is the sink's clock in microseconds (strictly increasing), and whose ``EventId`` hashes the
+  row's content and revision, so that only true duplicates of one delivery collapse in the views.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import threading
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal, TypeVar
+
+import structlog
+from azure.identity import WorkloadIdentityCredential
+from azure.kusto.data import KustoConnectionStringBuilder
+from azure.kusto.data.data_format import DataFormat, IngestionMappingKind
+from azure.kusto.data.exceptions import (
+    KustoApiError,
+    KustoAuthenticationError,
+    KustoBlobError,
+    KustoNetworkError,
+    KustoServiceError,
+    KustoThrottlingError,
+)
+from azure.kusto.ingest import (
+    IngestionProperties,
+    IngestionStatus,
+    ManagedStreamingIngestClient,
+    StreamDescriptor,
+)
+from azure.kusto.ingest.exceptions import KustoQueueError
+from pydantic import Field, SecretStr, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from tracker.core.model import RunHistory, RunRecord
+
+log = structlog.get_logger("tracker.adx")
+
+TRANSITIONS = "TaugridRunTransitions"
+ATTEMPTS = "TaugridRunAttempts"
+PODS = "TaugridRunPods"
+STATE = "TaugridRunState"
+METRICS = "TaugridMetricSummaries"
+TABLES = (TRANSITIONS, ATTEMPTS, PODS, STATE, METRICS)
+
+AuthMode = Literal["workload-identity", "managed-identity", "app-secret", "none"]
+
+
+def mapping_name(table: str) -> str:
+    """The JSON ingestion mapping of a table (schemas/kusto/020-mappings.kql)."""
+    return f"{table}_json"
+
+
+class AdxSettings(BaseSettings):
+    """Settings of the ADX sink and of ``tracker kusto apply``, from ``TRACKER_ADX_*`` environment variables."""
+
+    model_config = SettingsConfigDict(env_prefix="TRACKER_ADX_", extra="ignore")
+
+    cluster_uri: str = Field("", description="Engine endpoint, e.g. https://<cluster>.<region>.kusto.windows.net.")
+    ingest_uri: str = Field("", description="Data-management endpoint for queued ingestion (default: derived "
+                                            "from cluster_uri by the SDK, the ingest- host).")
+    database: str = Field("Metrics", description="Database holding the TauGrid tables and adx-mon's metrics.")
+    auth: AuthMode = Field("workload-identity", description="workload-identity (AKS), managed-identity, "
+                                                            "app-secret, or none (Kusto emulator / stand-in).")
+    client_id: str = Field("", description="Client id: of the managed identity (user-assigned), of the app, or "
+                                           "of the workload identity (default AZURE_CLIENT_ID).")
+    tenant_id: str = Field("", description="Tenant of the app (app-secret) or workload identity.")
+    client_secret: SecretStr | None = Field(None, description="App secret (app-secret auth). Never logged.")
+    source_cluster: str = Field("", description="Name of the Kubernetes cluster watched, written to Cluster.")
+    batch_max_rows: int = Field(2_000, ge=1, description="Rows per batch at most.")
+    batch_max_bytes: int = Field(1 << 20, ge=1_024, le=4 << 20,
+                                 description="Bytes of row JSON per batch at most (streaming takes 4 MiB).")
+    batch_max_delay_s: float = Field(2.0, gt=0, description="Longest a queued row waits for its batch to fill.")
+    queue_max_rows: int = Field(50_000, ge=1, description="Rows queued in memory before write() blocks.")
+    retry_attempts: int = Field(4, ge=1, description="Attempts at a batch before it goes to the spool.")
+    retry_initial_s: float = Field(0.5, gt=0, description="First backoff; doubles after each failure.")
+    retry_max_s: float = Field(60.0, gt=0, description="Backoff cap, also between spool drain attempts.")
+    ingest_timeout_s: float = Field(120.0, gt=0, description="Deadline of one ingestion call.")
+    mgmt_timeout_s: float = Field(600.0, gt=0, description="Server timeout of one management command.")
+    spool_dir: Path = Field(Path("out/adx-spool"), description="Where rows wait during an outage.")
+    spool_max_bytes: int = Field(512 << 20, ge=1, description="Spool size at which write() starts to block.")
+    memo_max_runs: int = Field(100_000, ge=1, description="Runs whose sent rows are remembered (LRU).")
+
+    @model_validator(mode="after")
+    def _auth_complete(self) -> AdxSettings:
+        if self.auth == "app-secret" and not (self.client_id and self.tenant_id and self.client_secret):
+            raise ValueError("auth app-secret needs client_id, tenant_id and client_secret")
+        return self
+
+
+def connection(settings: AdxSettings, uri: str) -> KustoConnectionStringBuilder:
+    """A connection string for ``uri`` with the configured authentication."""
+    if not uri:
+        raise ValueError("no Kusto endpoint: set TRACKER_ADX_CLUSTER_URI")
+    if settings.auth == "none":
+        return KustoConnectionStringBuilder.with_no_authentication(uri)
+    if settings.auth == "managed-identity":  # user-assigned with a client id, else system-assigned
+        if settings.client_id:
+            return KustoConnectionStringBuilder.with_aad_managed_service_identity_authentication(
+                uri, client_id=settings.client_id)
+        return KustoConnectionStringBuilder.with_aad_managed_service_identity_authentication(uri)
+    if settings.auth == "app-secret":
+        assert settings.client_secret is not None  # checked by AdxSettings
+        return KustoConnectionStringBuilder.with_aad_application_key_authentication(
+            uri, settings.client_id, settings.client_secret.get_secret_value(), settings.tenant_id)
+    credential = WorkloadIdentityCredential(client_id=settings.client_id or None,
+                                            tenant_id=settings.tenant_id or None)
+    return KustoConnectionStringBuilder.with_azure_token_credential(uri, credential=credential)
+
+
+# ------------------------------------------------------------------------------------------ rows
+
+Row = dict[str, Any]
+RowKey = tuple[str | int, ...]
+
+# RunRecord field -> TaugridRunState column (every field; tests/test_adx_sink.py checks both sides).
+STATE_COLUMNS: dict[str, str] = {
+    "run_id": "RunId", "kind": "Kind", "namespace": "Namespace", "name": "Name", "uid": "Uid",
+    "project": "Project", "workspace": "Workspace", "target": "Target", "queue": "Queue",
+    "cluster_queue": "ClusterQueue", "status": "Status", "reason": "Reason", "message": "Message",
+    "phase": "Phase", "attempts": "Attempts", "retries": "Retries", "evictions": "Evictions",
+    "created_at": "CreatedAt", "queued_at": "QueuedAt", "admitted_at": "AdmittedAt", "started_at": "StartedAt",
+    "finished_at": "FinishedAt", "admission_wait_s": "AdmissionWaitSec", "pending_reason": "PendingReason",
+    "pending_message": "PendingMessage", "git_commit": "GitCommit", "config_digest": "ConfigDigest",
+    "config_ref": "ConfigRef", "input_refs": "InputRefs", "output_uri": "OutputUri", "resume_of": "ResumeOf",
+    "last_checkpoint": "LastCheckpoint",
+}
+
+
+def _ts(value: datetime | None) -> str | None:
+    return None if value is None else value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def _jsonable(value: Any) -> Any:
+    return _ts(value) if isinstance(value, datetime) else value
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def history_rows(h: RunHistory, cluster: str) -> Iterator[tuple[str, RowKey, Row]]:
+    """(table, key within the run, row without EventId/Revision/IngestedAt) for every row of a history."""
+    run = h.run
+    workload = {"Kind": run.kind, "Namespace": run.namespace, "Name": run.name}
+    owner = {"Workspace": run.workspace, "Project": run.project}
+    cluster_queue = {a.attempt: a.cluster_queue for a in h.attempts}
+    for t in h.transitions:
+        yield TRANSITIONS, ("T", t.attempt, t.phase.value), {
+            "RunId": t.run_id, "Attempt": t.attempt, "Phase": t.phase.value, "At": _ts(t.at), "Reason": t.reason,
+            "Message": t.message, "Source": t.source, **workload, **owner, "Target": run.target,
+            "Cluster": cluster, "Queue": run.queue,
+            "ClusterQueue": cluster_queue.get(t.attempt) or run.cluster_queue, "Status": run.status.value}
+    for a in h.attempts:
+        yield ATTEMPTS, ("A", a.attempt), {
+            "RunId": a.run_id, "Attempt": a.attempt, "Trigger": a.trigger, "Cluster": cluster, **workload, **owner,
+            "Queue": run.queue, "ClusterQueue": a.cluster_queue, "RayCluster": a.ray_cluster,
+            "QueuedAt": _ts(a.queued_at), "AdmittedAt": _ts(a.admitted_at), "ScheduledAt": _ts(a.scheduled_at),
+            "StartedAt": _ts(a.started_at), "ProgressAt": _ts(a.progress_at), "EndedAt": _ts(a.ended_at),
+            "EndReason": a.end_reason, "EndMessage": a.end_message, "UnderlyingCause": a.underlying_cause,
+            "AdmissionWaitSec": a.admission_wait_s, "Retries": a.retries,
+            "Failures": [{"Pod": f.pod, "At": _ts(f.at), "Reason": f.reason, "ExitCode": f.exit_code,
+                          "Message": f.message} for f in a.failures],
+            "Pods": len(a.pods)}
+        for p in a.pods:
+            yield PODS, ("P", a.attempt, p.pod), {
+                "RunId": a.run_id, "Attempt": a.attempt, "Cluster": cluster, "Namespace": run.namespace,
+                "Pod": p.pod, "Node": p.node, "CreatedAt": _ts(p.created_at),
+                "StartTime": _ts(p.scheduled_at or p.created_at), "EndTime": _ts(p.finished_at)}
+    yield STATE, ("S",), {"Cluster": cluster, **_state(run)}
+    for m in h.metrics:
+        yield METRICS, ("M", m.metric), {
+            "Cluster": cluster, "RunId": m.run_id, "Metric": m.metric, "FirstStep": m.first_step,
+            "FirstValue": m.first_value, "LatestStep": m.latest_step, "LatestValue": m.latest_value,
+            "MinValue": m.min_value, "MaxValue": m.max_value, "Points": m.points}
+
+
+def _state(run: RunRecord) -> Row:
+    return {column: _jsonable(getattr(run, name)) for name, column in STATE_COLUMNS.items()}
+
+
+def _line(row: Row) -> bytes:
+    return json.dumps(row, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def _stamp(payload: bytes, ingested_at: datetime) -> bytes:
+    """Adds IngestedAt (the time the rows are handed to Kusto) to every row of a payload."""
+    field = b'{"IngestedAt":"' + (_ts(ingested_at) or "").encode() + b'",'
+    return b"\n".join(field + line[1:] for line in payload.split(b"\n"))
+
+
+# ------------------------------------------------------------------------------------------ delivery
+
+
+@dataclass(slots=True)
+class AdxSinkStats:
+    """Counters for metrics; read from any thread."""
+
+    rows_queued: int = 0  # rows accepted by write()
+    rows_sent: int = 0  # rows Kusto accepted
+    chunks_sent: int = 0  # ingestion calls that succeeded
+    queued_fallbacks: int = 0  # of those, the ones the SDK sent by queued ingestion instead of streaming
+    retries: int = 0  # failed ingestion calls that were retried
+    spooled_rows: int = 0  # rows that went through the spool
+    spool_bytes: int = 0  # bytes in the spool now
+    spool_files: int = 0  # files in the spool now
+    rejected_rows: int = 0  # rows Kusto refused as permanently invalid (kept in <spool>/rejected/)
+    backpressure_waits: int = 0  # times write() waited for room
+
+
+@dataclass(frozen=True, slots=True)
+class _Chunk:
+    """Rows of one table for one ingestion call: newline-separated JSON objects without IngestedAt."""
+
+    table: str
+    payload: bytes
+
+    @property
+    def rows(self) -> int:
+        return self.payload.count(b"\n") + 1
+
+
+class _Spool:
+    """Chunks waiting for Kusto, one file each (``<seq>.<table>.jsonl``), oldest first."""
+
+    def __init__(self, root: Path, stats: AdxSinkStats) -> None:
+        self.root = root
+        self.rejected = root / "rejected"
+        self.stats = stats
+        root.mkdir(parents=True, exist_ok=True)
+        self.files: deque[Path] = deque(sorted(root.glob("*.jsonl")))
+        self.seq = max((int(p.name.split(".", 1)[0]) for p in [*self.files, *self.rejected.glob("*.jsonl")]),
+                       default=0)
+        stats.spool_files = len(self.files)
+        stats.spool_bytes = sum(p.stat().st_size for p in self.files)
+
+    def __bool__(self) -> bool:
+        return bool(self.files)
+
+    def fits(self, chunk: _Chunk, limit: int) -> bool:
+        return self.stats.spool_bytes + len(chunk.payload) <= limit
+
+    def _write(self, directory: Path, chunk: _Chunk) -> Path:
+        directory.mkdir(parents=True, exist_ok=True)
+        self.seq += 1
+        path = directory / f"{self.seq:016d}.{chunk.table}.jsonl"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_bytes(chunk.payload)
+        os.replace(tmp, path)
+        return path
+
+    def push(self, chunk: _Chunk) -> None:
+        self.files.append(self._write(self.root, chunk))
+        self.stats.spool_files += 1
+        self.stats.spool_bytes += len(chunk.payload)
+        self.stats.spooled_rows += chunk.rows
+
+    def peek(self) -> _Chunk:
+        path = self.files[0]
+        return _Chunk(path.name.split(".")[1], path.read_bytes())
+
+    def pop(self) -> None:
+        path = self.files.popleft()
+        self.stats.spool_files -= 1
+        self.stats.spool_bytes -= path.stat().st_size
+        path.unlink()
+
+    def reject(self, chunk: _Chunk) -> Path:
+        self.stats.rejected_rows += chunk.rows
+        return self._write(self.rejected, chunk)
+
+
+def _is_transient(exc: BaseException) -> bool:
+    """Whether a failed ingestion may succeed later: throttling, 408/5xx, network errors, timeouts, auth hiccups."""
+    if isinstance(exc, (KustoThrottlingError, KustoNetworkError, KustoBlobError, KustoQueueError,
+                        KustoAuthenticationError, TimeoutError, ConnectionError)):
+        return True
+    if isinstance(exc, KustoApiError) and exc.get_api_error().permanent:
+        return False
+    if isinstance(exc, KustoServiceError):
+        status = getattr(exc.get_raw_http_response(), "status_code", None)
+        return status is None or status in (408, 429) or status >= 500
+    return False
+
+
+T = TypeVar("T")
+
+
+def _call_with_deadline(fn: Callable[[], T], timeout_s: float) -> T:
+    """Runs ``fn`` in a helper thread and gives up waiting after ``timeout_s`` (the SDK's calls can hang)."""
+    result: list[T] = []
+    error: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            result.append(fn())
+        except BaseException as exc:  # handed to the caller
+            error.append(exc)
+
+    thread = threading.Thread(target=target, name="adx-ingest-call", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        raise TimeoutError(f"ingestion call still running after {timeout_s:g}s")
+    if error:
+        raise error[0]
+    return result[0]
+
+
+class AdxSink:
+    """History sink into Azure Data Explorer (see the module docstring). Use as a context manager or ``close()``."""
+
+    def __init__(self, settings: AdxSettings) -> None:
+        self.settings = settings
+        self.stats = AdxSinkStats()
+        engine = connection(settings, settings.cluster_uri)
+        dm = connection(settings, settings.ingest_uri) if settings.ingest_uri else None
+        self._client = ManagedStreamingIngestClient(engine, dm)
+        self._props = {t: IngestionProperties(database=settings.database, table=t, data_format=DataFormat.JSON,
+                                              ingestion_mapping_reference=mapping_name(t),
+                                              ingestion_mapping_kind=IngestionMappingKind.JSON)
+                       for t in TABLES}
+        self._memo: OrderedDict[str, dict[RowKey, str]] = OrderedDict()
+        self._revision = 0
+        self._spool = _Spool(settings.spool_dir, self.stats)
+        self._cond = threading.Condition()
+        self._pending: deque[tuple[str, bytes, float]] = deque()  # (table, row, monotonic time queued)
+        self._pending_bytes = 0
+        self._busy = False  # the worker holds rows taken from _pending
+        self._flushing = 0
+        self._closing = threading.Event()
+        self._failures = 0  # consecutive failed attempts; > 0 while Kusto is unreachable
+        self._next_attempt = 0.0  # monotonic time of the next spool drain attempt
+        self._worker = threading.Thread(target=self._run, name="adx-sink", daemon=True)
+        self._worker.start()
+
+    # ------------------------------------------------------------------------------------ producer side
+    def write(self, histories: Sequence[RunHistory]) -> int:
+        """Queues the rows of ``histories`` not sent before; returns their number. Blocks only when full."""
+        lines: list[tuple[str, bytes]] = []
+        for h in histories:
+            lines.extend(self._new_rows(h))
+        with self._cond:
+            if self._closing.is_set():
+                raise RuntimeError("AdxSink is closed")
+            for item in lines:
+                if len(self._pending) >= self.settings.queue_max_rows:
+                    self.stats.backpressure_waits += 1
+                    self._cond.notify_all()
+                    self._cond.wait_for(lambda: len(self._pending) < self.settings.queue_max_rows)
+                self._pending.append((*item, time.monotonic()))
+                self._pending_bytes += len(item[1])
+            self.stats.rows_queued += len(lines)
+            self._cond.notify_all()
+        return len(lines)
+
+    def _new_rows(self, h: RunHistory) -> list[tuple[str, bytes]]:
+        run_id = h.run.run_id
+        sent = self._memo.pop(run_id, {})
+        memo: dict[RowKey, str] = {}
+        self._revision = max(self._revision + 1, time.time_ns() // 1_000)
+        out = []
+        for table, key, row in history_rows(h, self.settings.source_cluster):
+            if table == TRANSITIONS:  # a fact: the same EventId whenever it is sent
+                digest = event_id = _digest(f"{run_id}|{row['Attempt']}|{row['Phase']}|{row['At']}|{row['Reason']}")
+            else:
+                digest = _digest(json.dumps(row, sort_keys=True, separators=(",", ":")))
+                event_id = _digest(f"{digest}|{self._revision}")
+            memo[key] = digest
+            if sent.get(key) != digest:
+                out.append((table, _line({"EventId": event_id, "Revision": self._revision, **row})))
+        self._memo[run_id] = memo
+        while len(self._memo) > self.settings.memo_max_runs:
+            self._memo.popitem(last=False)
+        return out
+
+    def flush(self, timeout_s: float | None = None) -> bool:
+        """Sends the queued rows now; True once each was accepted by Kusto or spooled (False on timeout)."""
+        with self._cond:
+            self._flushing += 1
+            self._cond.notify_all()
+            try:
+                return self._cond.wait_for(lambda: not self._pending and not self._busy, timeout_s)
+            finally:
+                self._flushing -= 1
+
+    def close(self, timeout_s: float | None = None) -> None:
+        """Delivers (or spools) every queued row and stops the worker. The spool is kept for the next start."""
+        with self._cond:
+            self._closing.set()
+            self._cond.notify_all()
+        self._worker.join(timeout_s)
+        self._client.close()
+
+    def __enter__(self) -> AdxSink:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    @property
+    def spool_bytes(self) -> int:
+        return self.stats.spool_bytes
+
+    # ------------------------------------------------------------------------------------ worker side
+    def _batch_due(self, now: float) -> bool:
+        s = self.settings
+        return bool(self._pending) and (
+            self._closing.is_set() or self._flushing > 0 or len(self._pending) >= s.batch_max_rows
+            or self._pending_bytes >= s.batch_max_bytes or now - self._pending[0][2] >= s.batch_max_delay_s)
+
+    def _wait_s(self, now: float) -> float | None:
+        waits = []
+        if self._pending:
+            waits.append(self._pending[0][2] + self.settings.batch_max_delay_s - now)
+        if self._spool:
+            waits.append(self._next_attempt - now)
+        return max(0.0, min(waits)) if waits else None
+
+    def _take_batch(self) -> list[_Chunk]:
+        s = self.settings
+        by_table: dict[str, list[bytes]] = {}
+        rows = size = 0
+        while self._pending and rows < s.batch_max_rows:
+            table, line, _ = self._pending[0]
+            if rows and size + len(line) > s.batch_max_bytes:
+                break
+            self._pending.popleft()
+            self._pending_bytes -= len(line)
+            by_table.setdefault(table, []).append(line)
+            rows += 1
+            size += len(line) + 1
+        return [_Chunk(table, b"\n".join(lines)) for table, lines in by_table.items()]
+
+    def _run(self) -> None:
+        backlog: deque[_Chunk] = deque()  # taken from _pending, neither accepted nor spooled yet
+        while True:
+            with self._cond:
+                while True:
+                    now = time.monotonic()
+                    closing = self._closing.is_set()
+                    if not backlog and self._batch_due(now):
+                        backlog.extend(self._take_batch())
+                        self._busy = True
+                        self._cond.notify_all()
+                        break
+                    if backlog or (self._spool and now >= self._next_attempt):
+                        break
+                    if closing and not self._pending:
+                        return
+                    self._cond.wait(self._wait_s(now))
+            self._deliver(backlog)
+            if not backlog:
+                with self._cond:
+                    self._busy = False
+                    self._cond.notify_all()
+
+    def _deliver(self, backlog: deque[_Chunk]) -> None:
+        closing = self._closing.is_set()
+        # Spooled rows go first; on close, one more try unless Kusto just failed.
+        while self._spool and ((closing and self._failures == 0) or time.monotonic() >= self._next_attempt):
+            chunk = self._spool.peek()
+            if not self._attempt(chunk, retries=0):
+                break
+            self._spool.pop()
+        if self._spool:  # Kusto is still away: newer rows queue up behind the spooled ones
+            self._to_spool(backlog, closing)
+            return
+        while backlog:
+            if not self._attempt(backlog[0], retries=0 if closing else self.settings.retry_attempts - 1):
+                self._to_spool(backlog, closing)
+                return
+            backlog.popleft()
+
+    def _to_spool(self, backlog: deque[_Chunk], closing: bool) -> None:
+        # On close, rows go to disk even past the bound: nothing is dropped.
+        while backlog and (closing or self._spool.fits(backlog[0], self.settings.spool_max_bytes)):
+            self._spool.push(backlog.popleft())
+        if backlog:
+            log.warning("adx spool full; holding rows in memory", spool_bytes=self.stats.spool_bytes,
+                        held_chunks=len(backlog))
+            self._closing.wait(min(self.settings.retry_max_s, max(0.0, self._next_attempt - time.monotonic())))
+
+    def _attempt(self, chunk: _Chunk, retries: int) -> bool:
+        """Ingests one chunk, retrying transient failures; True if accepted (or rejected as permanently bad)."""
+        for attempt in range(retries + 1):
+            try:
+                queued = _call_with_deadline(lambda: self._ingest(chunk), self.settings.ingest_timeout_s)
+            except Exception as exc:
+                if not _is_transient(exc):
+                    path = self._spool.reject(chunk)
+                    log.error("adx rejected rows; kept for inspection", table=chunk.table, rows=chunk.rows,
+                              path=str(path), error=str(exc))
+                    return True
+                self._failures += 1
+                delay = min(self.settings.retry_max_s, self.settings.retry_initial_s * 2 ** (self._failures - 1))
+                self._next_attempt = time.monotonic() + delay
+                log.warning("adx ingestion failed", table=chunk.table, rows=chunk.rows, attempt=attempt + 1,
+                            retry_in_s=delay, error=str(exc))
+                if attempt < retries:
+                    self.stats.retries += 1
+                    if self._closing.wait(delay):
+                        return False
+                continue
+            self._failures = 0
+            self.stats.chunks_sent += 1
+            self.stats.rows_sent += chunk.rows
+            self.stats.queued_fallbacks += int(queued)
+            return True
+        return False
+
+    def _ingest(self, chunk: _Chunk) -> bool:
+        payload = _stamp(chunk.payload, datetime.now(UTC))
+        result = self._client.ingest_from_stream(StreamDescriptor(io.BytesIO(payload), size=len(payload)),
+                                                 ingestion_properties=self._props[chunk.table])
+        return bool(result.status == IngestionStatus.QUEUED)
