@@ -1,0 +1,352 @@
+"""Build-once artifacts: Kafka jars from Maven, Go binaries and CRDs from the Go module proxy.
+
+Each artifact lives in `<cache>/<name>-<version>/` and is complete once it holds a `.complete`
+marker. Builds run in a sibling `.partial` directory that is renamed into place at the end, under
+a file lock, so an interrupted or concurrent build never leaves a half-filled artifact behind.
+Go's own module and build caches (`go env GOMODCACHE GOCACHE`) are reused between artifacts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from tests.infra.config import (
+    ETCD_VERSION,
+    KAFKA_VERSION,
+    KUBERAY_VERSION,
+    KUBERNETES_VERSION,
+    KUEUE_VERSION,
+    KWOK_VERSION,
+    Component,
+    cache_root,
+)
+from tests.infra.proc import InfraError, file_lock, format_duration, log, tail
+
+_HEARTBEAT_SECONDS = 60.0
+
+
+@dataclass(frozen=True)
+class Artifact:
+    name: str
+    version: str
+    description: str
+    #: Shown before a cold build so nobody mistakes a long compile for a hang (measured on 2 cores).
+    estimate: str
+    build: Callable[[Path, Path], None]
+
+    @property
+    def path(self) -> Path:
+        return cache_root() / f"{self.name}-{self.version}"
+
+    def is_built(self) -> bool:
+        return (self.path / ".complete").is_file()
+
+    def ensure(self) -> Path:
+        """Return the artifact directory, building it first if needed."""
+        if self.is_built():
+            return self.path
+        root = cache_root()
+        root.mkdir(parents=True, exist_ok=True)
+        with file_lock(root / f"{self.path.name}.lock"):
+            if self.is_built():  # built by whoever held the lock before us
+                return self.path
+            staging = root / f".{self.path.name}.partial"
+            shutil.rmtree(staging, ignore_errors=True)
+            staging.mkdir()
+            build_log = staging / "build.log"
+            log(f"building {self.description} (first run only, {self.estimate}); log: {build_log}")
+            started = time.monotonic()
+            self.build(staging, build_log)
+            (staging / ".complete").write_text(datetime.now(UTC).isoformat() + "\n")
+            shutil.rmtree(self.path, ignore_errors=True)
+            staging.rename(self.path)
+            log(f"built {self.path.name} in {format_duration(time.monotonic() - started)}")
+        return self.path
+
+
+def _run_logged(argv: Sequence[str | Path], *, build_log: Path, cwd: Path, env: dict[str, str] | None = None) -> str:
+    """Run a build step, stderr to `build_log`, with a heartbeat while it runs; return its stdout."""
+    command = [str(a) for a in argv]
+    with build_log.open("a") as err, tempfile.TemporaryFile("w+") as out:
+        err.write(f"$ {' '.join(command)}\n")
+        err.flush()
+        started = time.monotonic()
+        try:
+            popen = subprocess.Popen(command, cwd=cwd, stdout=out, stderr=err, env={**os.environ, **(env or {})})
+        except FileNotFoundError as exc:
+            raise InfraError(f"`{command[0]}` is not on PATH (needed for the build logged in {build_log})") from exc
+        next_beat = started + _HEARTBEAT_SECONDS
+        while popen.poll() is None:
+            time.sleep(0.5)
+            if time.monotonic() >= next_beat:
+                elapsed = format_duration(time.monotonic() - started)
+                log(f"  ... still running `{command[0]} {command[1]}` ({elapsed})")
+                next_beat += _HEARTBEAT_SECONDS
+        out.seek(0)
+        stdout = out.read()
+        err.write(stdout)
+    if popen.returncode != 0:
+        raise InfraError(f"`{' '.join(command)}` failed (rc={popen.returncode}):\n{tail(build_log, 40)}")
+    return stdout
+
+
+# --- Go helpers -------------------------------------------------------------------------------------
+
+_GO_BUILD_ENV = {"CGO_ENABLED": "0"}
+
+
+def _go_module_dir(module: str, version: str, *, build_log: Path, cwd: Path) -> tuple[Path, Path]:
+    """Download `module@version` into the module cache; return its source dir and go.mod file."""
+    info = json.loads(
+        _run_logged(["go", "mod", "download", "-json", f"{module}@{version}"], build_log=build_log, cwd=cwd)
+    )
+    return Path(info["Dir"]), Path(info["GoMod"])
+
+
+def _copy_files(sources: Sequence[Path], destination: Path) -> None:
+    destination.mkdir(parents=True, exist_ok=True)
+    for source in sources:
+        if not source.is_file():
+            raise InfraError(f"expected upstream file {source} is missing")
+        shutil.copyfile(source, destination / source.name)
+
+
+def _version_ldflags(version: str) -> str:
+    """The variables k/k's hack/lib/version.sh sets; without them binaries report v0.0.0-master."""
+    major, minor, _ = version.split(".")
+    build_date = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    flags = ["-s", "-w"]
+    for package in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
+        flags += [
+            f"-X {package}.gitVersion=v{version}",
+            f"-X {package}.gitMajor={major}",
+            f"-X {package}.gitMinor={minor}",
+            f"-X {package}.gitTreeState=clean",
+            f"-X {package}.buildDate={build_date}",
+        ]
+    return " ".join(flags)
+
+
+_STAGING_REPLACE = re.compile(r"^\s*(k8s\.io/[a-z0-9-]+)\s+=>\s+\./staging/src/", re.MULTILINE)
+
+
+def _build_kubernetes(out: Path, build_log: Path) -> None:
+    """A wrapper module requiring k8s.io/kubernetes with every staging module pinned to v0.<minor>.<patch>.
+
+    k8s.io/kubernetes lists its staging modules as v0.0.0 plus `replace => ./staging/...`, so it cannot
+    be `go install`ed; the replace set is read from the proxy's copy of its go.mod (kubernetes#79384).
+    """
+    _, minor, patch = KUBERNETES_VERSION.split(".")
+    src = out / "src"
+    src.mkdir()
+    _, upstream_gomod = _go_module_dir("k8s.io/kubernetes", f"v{KUBERNETES_VERSION}", build_log=build_log, cwd=src)
+    staging_modules = _STAGING_REPLACE.findall(upstream_gomod.read_text())
+    if not staging_modules:
+        raise InfraError(f"no staging replaces found in {upstream_gomod}")
+    (src / "go.mod").write_text("module local/kubernetes-testenv\n\ngo 1.23.0\n\ngodebug default=go1.23\n")
+    _run_logged(
+        [
+            "go",
+            "mod",
+            "edit",
+            f"-require=k8s.io/kubernetes@v{KUBERNETES_VERSION}",
+            *(f"-replace={m}={m}@v0.{minor}.{patch}" for m in staging_modules),
+        ],
+        build_log=build_log,
+        cwd=src,
+    )
+    _run_logged(
+        [
+            "go",
+            "build",
+            "-trimpath",
+            "-ldflags",
+            _version_ldflags(KUBERNETES_VERSION),
+            "-o",
+            f"{out / 'bin'}/",
+            "k8s.io/kubernetes/cmd/kube-apiserver",
+            "k8s.io/kubernetes/cmd/kube-controller-manager",
+            "k8s.io/kubernetes/cmd/kube-scheduler",
+            "k8s.io/kubernetes/cmd/kubectl",
+        ],
+        build_log=build_log,
+        cwd=src,
+        env={**_GO_BUILD_ENV, "GOFLAGS": "-mod=mod"},
+    )
+
+
+def _build_etcd(out: Path, build_log: Path) -> None:
+    """etcd's server module carries `replace ../` lines, which only a wrapper module can ignore."""
+    src = out / "src"
+    src.mkdir()
+    (src / "go.mod").write_text(
+        f"module local/etcd-testenv\n\ngo 1.23.0\n\nrequire go.etcd.io/etcd/server/v3 v{ETCD_VERSION}\n"
+    )
+    _run_logged(
+        [
+            "go",
+            "build",
+            "-trimpath",
+            "-ldflags",
+            "-s -w",
+            "-o",
+            out / "bin" / "etcd",
+            "go.etcd.io/etcd/server/v3",
+        ],
+        build_log=build_log,
+        cwd=src,
+        env={**_GO_BUILD_ENV, "GOFLAGS": "-mod=mod"},
+    )
+
+
+def _build_kwok(out: Path, build_log: Path) -> None:
+    _go_install("sigs.k8s.io/kwok/cmd/kwok", KWOK_VERSION, out=out, build_log=build_log)
+    source, _ = _go_module_dir("sigs.k8s.io/kwok", f"v{KWOK_VERSION}", build_log=build_log, cwd=out)
+    stages = source / "kustomize" / "stage"
+    _copy_files(
+        [
+            stages / "node" / "fast" / "node-initialize.yaml",
+            stages / "node" / "heartbeat-with-lease" / "node-heartbeat-with-lease.yaml",
+            # "general" pod stages honour per-pod delay annotations (pod-complete.stage.kwok.x-k8s.io/delay).
+            *(
+                stages / "pod" / "general" / f"{stage}.yaml"
+                for stage in (
+                    "pod-create",
+                    "pod-init-container-running",
+                    "pod-init-container-completed",
+                    "pod-ready",
+                    "pod-complete",
+                )
+            ),
+        ],
+        out / "stages",
+    )
+    # The "fast" pod-delete finalises at once instead of waiting out the grace period, so suspended
+    # (preempted) Jobs release their pods, and with them their Kueue quota, quickly.
+    _copy_files([stages / "pod" / "fast" / "pod-delete.yaml"], out / "stages")
+
+
+def _build_kueue(out: Path, build_log: Path) -> None:
+    _go_install(
+        "sigs.k8s.io/kueue/cmd/kueue",
+        KUEUE_VERSION,
+        out=out,
+        build_log=build_log,
+        extra_ldflags=f"-X sigs.k8s.io/kueue/pkg/version.GitVersion=v{KUEUE_VERSION}",
+    )
+
+
+def _go_install(package: str, version: str, *, out: Path, build_log: Path, extra_ldflags: str = "") -> None:
+    _run_logged(
+        ["go", "install", "-trimpath", "-ldflags", f"-s -w {extra_ldflags}".strip(), f"{package}@v{version}"],
+        build_log=build_log,
+        cwd=out,
+        env={**_GO_BUILD_ENV, "GOBIN": str(out / "bin")},
+    )
+
+
+_KUEUE_CRDS = (
+    "workloads",
+    "clusterqueues",
+    "localqueues",
+    "resourceflavors",
+    "workloadpriorityclasses",
+    "admissionchecks",
+    "cohorts",
+    "topologies",
+    "provisioningrequestconfigs",
+    "multikueueclusters",
+    "multikueueconfigs",
+)
+
+
+def _fetch_kueue_crds(out: Path, build_log: Path) -> None:
+    """All Kueue CRDs: its controllers watch AdmissionChecks, Cohorts, Topologies and friends too."""
+    source, _ = _go_module_dir("sigs.k8s.io/kueue", f"v{KUEUE_VERSION}", build_log=build_log, cwd=out)
+    bases = source / "config" / "components" / "crd" / "bases"
+    _copy_files([bases / f"kueue.x-k8s.io_{name}.yaml" for name in _KUEUE_CRDS], out / "crds")
+
+
+def _fetch_kuberay_crds(out: Path, build_log: Path) -> None:
+    source, _ = _go_module_dir(
+        "github.com/ray-project/kuberay/ray-operator", f"v{KUBERAY_VERSION}", build_log=build_log, cwd=out
+    )
+    bases = source / "config" / "crd" / "bases"
+    _copy_files([bases / f"ray.io_{name}.yaml" for name in ("rayjobs", "rayclusters", "rayservices")], out / "crds")
+
+
+def _build_kafka(out: Path, build_log: Path) -> None:
+    """kafka_2.13 alone resolves the broker classpath; reload4j is the SLF4J binding 3.9 expects."""
+    (out / "pom.xml").write_text(_KAFKA_POM.format(version=KAFKA_VERSION))
+    _run_logged(
+        [
+            "mvn",
+            "-B",
+            "-q",
+            "-f",
+            out / "pom.xml",
+            "dependency:copy-dependencies",
+            "-DincludeScope=runtime",
+            f"-DoutputDirectory={out / 'lib'}",
+        ],
+        build_log=build_log,
+        cwd=out,
+    )
+    if not (out / "lib" / f"kafka_2.13-{KAFKA_VERSION}.jar").is_file():
+        raise InfraError(f"Maven did not produce kafka_2.13-{KAFKA_VERSION}.jar:\n{tail(build_log)}")
+
+
+_KAFKA_POM = """\
+<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>local.testenv</groupId>
+  <artifactId>kafka-runtime</artifactId>
+  <version>1</version>
+  <packaging>pom</packaging>
+  <dependencies>
+    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka_2.13</artifactId><version>{version}</version></dependency>
+    <dependency><groupId>ch.qos.reload4j</groupId><artifactId>reload4j</artifactId><version>1.2.25</version></dependency>
+    <dependency><groupId>org.slf4j</groupId><artifactId>slf4j-reload4j</artifactId><version>1.7.36</version></dependency>
+  </dependencies>
+</project>
+"""
+
+KAFKA = Artifact("kafka", KAFKA_VERSION, f"Kafka {KAFKA_VERSION} broker jars (Maven)", "~10 s", _build_kafka)
+KUBERNETES = Artifact(
+    "kubernetes",
+    KUBERNETES_VERSION,
+    f"Kubernetes {KUBERNETES_VERSION} kube-apiserver, kube-controller-manager, kube-scheduler, kubectl (Go)",
+    "5 min on 2 idle cores, 15 on busy ones",
+    _build_kubernetes,
+)
+ETCD = Artifact("etcd", ETCD_VERSION, f"etcd {ETCD_VERSION} (Go)", "~1 min", _build_etcd)
+KWOK = Artifact("kwok", KWOK_VERSION, f"kwok {KWOK_VERSION} and its stage manifests (Go)", "2-4 min", _build_kwok)
+KUEUE = Artifact(
+    "kueue",
+    KUEUE_VERSION,
+    f"Kueue {KUEUE_VERSION} controller (Go)",
+    "2 min on 2 idle cores, 14 on busy ones",
+    _build_kueue,
+)
+KUEUE_CRDS = Artifact("kueue-crds", KUEUE_VERSION, f"Kueue {KUEUE_VERSION} CRDs", "seconds", _fetch_kueue_crds)
+KUBERAY_CRDS = Artifact(
+    "kuberay-crds", KUBERAY_VERSION, f"KubeRay {KUBERAY_VERSION} CRDs", "seconds", _fetch_kuberay_crds
+)
+
+
+def artifacts_for(component: Component) -> tuple[Artifact, ...]:
+    return {
+        Component.KAFKA: (KAFKA,),
+        Component.KUBE: (KUBERNETES, ETCD, KUEUE_CRDS, KUBERAY_CRDS),
+        Component.CLUSTER: (KUBERNETES, KWOK, KUEUE),
+    }[component]

@@ -1,0 +1,62 @@
+"""Pinned versions, cache and state locations, and the component model of the test environment."""
+
+from __future__ import annotations
+
+import enum
+import os
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+KAFKA_VERSION = "3.9.1"
+#: Newest 1.32 patch for which the Go module proxy serves every staging module the four binaries
+#: compile (v0.32.<patch>). 1.32.13 lacks k8s.io/endpointslice, 1.32.12 k8s.io/kubernetes itself,
+#: 1.32.11 k8s.io/kms and csi-translation-lib, 1.32.10 nine modules. The missing sample-* modules of
+#: 1.32.9 are harmless: nothing built imports them.
+KUBERNETES_VERSION = "1.32.9"
+#: Same minor line as the etcd client that Kubernetes 1.32 vendors (3.5.16), newer patch.
+ETCD_VERSION = "3.5.21"
+#: Last kwok release that falls back to built-in stages; we still pass ours explicitly.
+KWOK_VERSION = "0.7.0"
+#: Last Kueue line built against k8s 0.32 whose CRDs serve (and store) v1beta1 only.
+KUEUE_VERSION = "0.12.10"
+#: Only the CRDs are used (RayJob, RayCluster, RayService); v1.4+ needs no go.mod replaces.
+KUBERAY_VERSION = "1.4.2"
+
+
+class Component(enum.StrEnum):
+    """What `python -m tests.infra up --components` accepts, in start order."""
+
+    KAFKA = "kafka"
+    KUBE = "kube"
+    CLUSTER = "cluster"
+
+    @property
+    def requires(self) -> tuple[Component, ...]:
+        return (Component.KUBE,) if self is Component.CLUSTER else ()
+
+
+def with_dependencies(components: set[Component]) -> list[Component]:
+    """The requested components plus what they need, in start order."""
+    closed = set(components)
+    for component in components:
+        closed.update(component.requires)
+    return [c for c in Component if c in closed]
+
+
+def with_dependents(components: set[Component]) -> list[Component]:
+    """The requested components plus everything that needs them, in start order."""
+    closed = set(components) | {c for c in Component if set(c.requires) & components}
+    return [c for c in Component if c in closed]
+
+
+def cache_root() -> Path:
+    """Built binaries and jars, keyed by version; survives `down` and `git clean`."""
+    configured = os.environ.get("TRACKER_TESTENV_CACHE")
+    return Path(configured) if configured else Path.home() / ".cache" / "tracker-testenv"
+
+
+def state_root() -> Path:
+    """Runtime state of one environment: data dirs, logs, pki, kubeconfig, env.json."""
+    configured = os.environ.get("TRACKER_TESTENV_DIR")
+    return Path(configured) if configured else REPO_ROOT / ".testenv"
