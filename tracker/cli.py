@@ -204,9 +204,16 @@ def build_parser() -> argparse.ArgumentParser:
     dm.add_argument("--index", type=Path, default=DEFAULT_DEMO_INDEX)
     dm.set_defaults(func=cmd_demo)
 
+    # the service commands (their modules import the Kafka, Kubernetes and Azure clients)
+    from tracker.runtime.commands import add_service_commands
+    from tracker.runtime.doctor import add_doctor_command
+    from tracker.runtime.watch_cmd import add_watch_command
     from tracker.shell.kusto_apply import add_kusto_commands
 
+    add_watch_command(sub)
+    add_service_commands(sub)
     add_kusto_commands(sub)
+    add_doctor_command(sub)
     return p
 
 

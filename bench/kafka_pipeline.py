@@ -1,0 +1,464 @@
+"""Benchmark of the Kafka pipeline on one broker: raw consume, the reduce path, end-to-end latency, memory per run.
+
+    uv run python -m tests.infra up --components kafka      # or any broker: --bootstrap HOST:PORT
+    uv run python bench/kafka_pipeline.py [--runs 2000] [--rates 50 200 500] [--seconds 10]
+
+Figures, in one run against the same broker and topic layout (4 partitions):
+
+1. raw consume: an aiokafka consumer (read_committed, no processing) reading the changes topic: records/s;
+2. reduce: ``tracker reduce`` (a subprocess, 4 partitions, transactions) folding the same changes, from ready to
+   every offset committed: changes/s, and its ratio to (1);
+3. end to end: progress changes offered at fixed rates (one phase per rate) while ``tracker reduce`` and the index
+   sink run; latency from a change produced to the experiment-index row that reflects it committed (p50/p95/p99);
+4. memory per active run: tracemalloc growth of a Reducer holding runs that are
+   still running, divided by their number.
+
+The synthetic input (``synthetic_stream``) is Job + Kueue Workload + Pod + Event watch events and TauGrid intake
+events per run, interleaved in time order; some runs stay pending, some keep running, the rest finish.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import signal
+import socket
+import sys
+import tempfile
+import time
+import tracemalloc
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import AsyncIterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # run as a script: bench/kafka_pipeline.py
+    sys.path.insert(0, str(REPO))
+
+from aiokafka import TopicPartition  # noqa: E402
+from aiokafka.admin import AIOKafkaAdminClient  # noqa: E402
+from aiokafka.errors import KafkaError  # noqa: E402
+
+from tracker.core.model import LABEL_QUEUE, LABEL_RUN_ID, RunHistory  # noqa: E402
+from tracker.core.reducer import Reducer  # noqa: E402
+from tracker.runtime import service  # noqa: E402
+from tracker.runtime.ops import Health, Metrics  # noqa: E402
+from tracker.runtime.settings import Settings, load_settings  # noqa: E402
+from tracker.runtime.sinks import OffsetKey, index_sink_runner  # noqa: E402
+from tracker.samples import builders as b  # noqa: E402
+from tracker.shell import kafka  # noqa: E402
+from tracker.shell.capture import Record  # noqa: E402
+from tracker.shell.index import ExperimentIndex  # noqa: E402
+
+Event = dict[str, Any]
+QUEUE = "gpu-a"
+CLUSTER_QUEUE = "gpu-cq"
+IMAGE = "registry.local/train:1"
+
+
+# ------------------------------------------------------------------------------------------ input
+
+
+def run_id_of(i: int, seed: int) -> str:
+    return f"run-{seed:x}-{i:05d}"
+
+
+def synthetic_run(i: int, seed: int, rng: random.Random, *, progress: int = 3, outcome: str | None = None
+                  ) -> list[tuple[int, Event]]:
+    """One run's records as (time in ms, record). ``outcome``: pending, running, succeeded or failed."""
+    run_id = run_id_of(i, seed)
+    ns = f"team-{i % 3}"
+    name = f"train-{seed:x}-{i:05d}"
+    job_uid = b.uid("job", run_id)
+    wl_uid = b.uid("workload", run_id)
+    pod_name = f"{name}-{b.rand_suffix(run_id)}"
+    pod_uid = b.uid("pod", run_id)
+    if outcome is None:
+        outcome = rng.choices(["pending", "running", "succeeded", "failed"], [1, 2, 5, 2])[0]
+    t0 = b.DAY + 9 * 3_600_000 + i * 1_500 + rng.randrange(1_000)
+    out: list[tuple[int, Event]] = []
+
+    def watch(when: int, etype: str, obj: Event) -> None:
+        out.append((when, {"type": etype, "object": obj}))
+
+    out.append((t0, b.resolution_event(event_id=f"{run_id}-res", run_id=run_id, when=t0, status="succeeded",
+                                       project="llm", workspace=ns, target="h100")))
+    out.append((t0 + 500, b.rendering_event(event_id=f"{run_id}-ren", run_id=run_id, when=t0 + 500,
+                                            status="succeeded", workload_kind="Job", namespace=ns, name=name,
+                                            queue=QUEUE)))
+    created = t0 + 1_000
+    labels = {LABEL_RUN_ID: run_id, LABEL_QUEUE: QUEUE}
+    template = b.pod_template({"app": "train"}, b.template_spec(
+        containers=[b.container(name="train", image=IMAGE, command=["python", "train.py"], cpu_millis=4000,
+                                memory_mi=16384, gpus=1)], restart_policy="Never"))
+    job_meta = b.object_meta(name=name, namespace=ns, uid=job_uid, created=created, generation=1, labels=labels)
+
+    def job(suspend: bool, status: Event) -> Event:
+        spec = b.job_spec(uid=job_uid, template=template, parallelism=1, completions=1, backoff_limit=0,
+                          suspend=suspend)
+        return b.job(meta=job_meta, spec=spec, status=status)
+
+    watch(created, "ADDED", job(True, b.job_status()))
+    wl_meta = b.object_meta(name=b.workload_name("Job", "batch", name, job_uid), namespace=ns, uid=wl_uid,
+                            created=created + 100, generation=1,
+                            owners=[b.owner_reference("batch/v1", "Job", name, job_uid)])
+    wl_spec = b.workload_spec(api="v1beta1", queue=QUEUE, pod_sets=[b.pod_set("main", 1, template)], priority=0,
+                              priority_class=None, active=True)
+    pending = b.condition("QuotaReserved", False, "Pending", "couldn't assign flavors to pod set main: "
+                          "insufficient unused quota for nvidia.com/gpu", created + 200, generation=1)
+    watch(created + 100, "ADDED", b.workload(api="v1beta1", meta=wl_meta, spec=wl_spec, status=None))
+    watch(created + 200, "MODIFIED", b.workload(api="v1beta1", meta=wl_meta, spec=wl_spec,
+                                                status=b.workload_status(api="v1beta1", conditions=[pending])))
+    if outcome == "pending":
+        return out
+    admitted = created + rng.randrange(2_000, 90_000)
+    conds = [b.condition("QuotaReserved", True, "QuotaReserved", f"Quota reserved in ClusterQueue {CLUSTER_QUEUE}",
+                         admitted, generation=1),
+             b.condition("Admitted", True, "Admitted", "The workload is admitted", admitted, generation=1)]
+    adm = b.admission(CLUSTER_QUEUE, [b.pod_set_assignment("main", 1, {"nvidia.com/gpu": "h100"},
+                                                           {"nvidia.com/gpu": "1"})])
+    watch(admitted, "MODIFIED", b.workload(api="v1beta1", meta=wl_meta, spec=wl_spec,
+                                           status=b.workload_status(api="v1beta1", conditions=conds, admission=adm)))
+    watch(admitted + 50, "MODIFIED", job(False, b.job_status(start=admitted + 50, active=1)))
+    pod_meta = b.object_meta(name=pod_name, namespace=ns, uid=pod_uid, created=admitted + 100,
+                             labels={"batch.kubernetes.io/controller-uid": job_uid, "job-name": name},
+                             owners=[b.owner_reference("batch/v1", "Job", name, job_uid)])
+    node = f"node-{b.small_int(8, run_id)}"
+    spec_unbound, spec_bound = b.pod_spec(template["spec"], None), b.pod_spec(template["spec"], node)
+    sched = admitted + 600
+    sched_cond = b.pod_condition("PodScheduled", True, sched)
+    watch(admitted + 100, "ADDED", b.pod(meta=pod_meta, spec=spec_unbound, status=b.pod_status(phase="Pending")))
+    watch(sched, "MODIFIED", b.pod(meta=pod_meta, spec=spec_bound,
+                                   status=b.pod_status(phase="Pending", conditions=[sched_cond])))
+    ev_meta = b.object_meta(name=b.event_name(pod_name, sched), namespace=ns, uid=b.uid("event", run_id),
+                            created=sched)
+    regarding = b.object_reference("v1", "Pod", ns, pod_name, pod_uid)
+    watch(sched, "ADDED", b.core_event(meta=ev_meta, regarding=regarding, reason="Scheduled",
+                                       message=f"Successfully assigned {ns}/{pod_name} to {node}", warning=False,
+                                       component="default-scheduler", instance="", first=sched, last=sched, count=1,
+                                       series=True, action="Binding"))
+    started = sched + rng.randrange(3_000, 30_000)
+    running = b.container_status(name="train", image=IMAGE, state=b.running_state(started), ready=True,
+                                 started=True)
+    watch(started, "MODIFIED", b.pod(meta=pod_meta, spec=spec_bound, status=b.pod_status(
+        phase="Running", conditions=[sched_cond], containers=[running], started=started)))
+    step_at = started
+    for step in range(1, progress + 1):
+        step_at += rng.randrange(5_000, 60_000)
+        out.append((step_at, b.progress_event(event_id=f"{run_id}-p{step}", run_id=run_id, when=step_at,
+                                              step=step * 100, metrics={"loss": 3.0 / step, "lr": 1e-4})))
+    if outcome == "running":
+        return out
+    ended = step_at + rng.randrange(1_000, 20_000)
+    ok = outcome == "succeeded"
+    term = b.terminated_state(exit_code=0 if ok else 137, reason="Completed" if ok else "OOMKilled", started=started,
+                              finished=ended, container_id="containerd://" + b.hex_id(64, run_id))
+    watch(ended, "MODIFIED", b.pod(meta=pod_meta, spec=spec_bound, status=b.pod_status(
+        phase="Succeeded" if ok else "Failed", conditions=[sched_cond],
+        containers=[b.container_status(name="train", image=IMAGE, state=term)], started=started)))
+    done = ended + 1_000
+    final = ([b.job_condition("SuccessCriteriaMet", True, "CompletionsReached", "Reached expected number of "
+                              "succeeded pods", done), b.job_condition("Complete", True, "CompletionsReached",
+                                                                        "Reached expected number of succeeded pods",
+                                                                        done)]
+             if ok else
+             [b.job_condition("FailureTarget", True, "BackoffLimitExceeded", "Job has reached the specified backoff "
+                              "limit", done), b.job_condition("Failed", True, "BackoffLimitExceeded",
+                                                              "Job has reached the specified backoff limit", done)])
+    watch(done, "MODIFIED", job(False, b.job_status(conditions=final, start=admitted + 50,
+                                                    completion=done if ok else None, succeeded=int(ok),
+                                                    failed=int(not ok))))
+    finished = [*conds, b.condition("Finished", True, "Succeeded" if ok else "Failed",
+                                    "Job finished successfully" if ok else "Job failed", done + 100, generation=1)]
+    watch(done + 100, "MODIFIED", b.workload(api="v1beta1", meta=wl_meta, spec=wl_spec, status=b.workload_status(
+        api="v1beta1", conditions=finished, admission=adm)))
+    return out
+
+
+def synthetic_stream(runs: int, seed: int = 0, *, progress: int = 3, start: int = 0,
+                     outcomes: Sequence[str] | None = None) -> list[Event]:
+    """``runs`` runs' records interleaved in time order (each object's own order is kept)."""
+    rng = random.Random(seed)
+    timed: list[tuple[int, int, Event]] = []
+    for i in range(start, start + runs):
+        outcome = outcomes[i % len(outcomes)] if outcomes else None
+        for when, ev in synthetic_run(i, seed, rng, progress=progress, outcome=outcome):
+            timed.append((when, len(timed), ev))
+    timed.sort(key=lambda t: (t[0], t[1]))
+    return [ev for _, _, ev in timed]
+
+
+
+# ------------------------------------------------------------------------------------------ benchmark
+
+PARTITIONS = 4
+LATENCY_RUNS = 200  # running runs that receive the progress changes of the latency phase
+
+
+def keyed(records: Sequence[Event], label: str) -> list[service.SourceItem]:
+    keyer = service.RunKeyer(100_000)
+    return [item for i, rec in enumerate(records) for item in keyer.key(Record(f"{label}:{i}", rec))]
+
+
+async def as_source(items: Sequence[service.SourceItem]) -> AsyncIterator[service.SourceItem]:
+    for item in items:
+        yield item
+
+
+def environment(bootstrap: str, prefix: str, metrics_port: int) -> dict[str, str]:
+    """Settings of this run (as environment: the reducer subprocess inherits them)."""
+    topics = {"CHANGES": "changes", "TRANSITIONS": "transitions", "RUN_STATE": "run-state",
+              "DEAD_LETTERS": "dead-letters", "ALERTS": "alerts"}
+    return {
+        "TRACKER_KAFKA__BOOTSTRAP_SERVERS": bootstrap,
+        **{f"TRACKER_KAFKA__TOPICS__{k}": f"{prefix}.{v}" for k, v in topics.items()},
+        "TRACKER_KAFKA__TOPICS__PARTITIONS": str(PARTITIONS),
+        "TRACKER_KAFKA__TOPICS__SIDE_PARTITIONS": "1",
+        "TRACKER_KAFKA__TOPICS__REPLICATION_FACTOR": "1",
+        "TRACKER_REDUCE__GROUP_ID": f"{prefix}-reduce",
+        "TRACKER_REDUCE__TRANSACTIONAL_ID_PREFIX": prefix,
+        "TRACKER_SINK__INDEX_GROUP": f"{prefix}-index",
+        "TRACKER_OPS__METRICS_PORT": str(metrics_port),
+        "TRACKER_OPS__LOG_LEVEL": "WARNING",
+    }
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered)) - 1))]
+
+
+async def raw_consume(settings: Settings, expected: int) -> float:
+    """Records/s of a bare read_committed consumer reading the changes topic."""
+    consumer = kafka.make_consumer(settings.kafka, group_id=None, max_poll_records=10_000)
+    await kafka.start(consumer, settings.kafka, "raw consumer")
+    try:
+        tps = [TopicPartition(settings.kafka.topics.changes, p) for p in range(PARTITIONS)]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        seen = 0
+        started = time.perf_counter()
+        while seen < expected:
+            for records in (await consumer.getmany(timeout_ms=500, max_records=10_000)).values():
+                seen += len(records)
+        return seen / (time.perf_counter() - started)
+    finally:
+        await kafka.stop(consumer, settings.kafka, "raw consumer")
+
+
+async def committed_total(admin: AIOKafkaAdminClient, group: str) -> int:
+    try:
+        offsets = await admin.list_consumer_group_offsets(group)
+    except KafkaError:
+        return 0
+    return sum(int(o.offset) for o in offsets.values())
+
+
+def http_get(port: int, path: str) -> str | None:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as resp:
+            return str(resp.read().decode())
+    except (urllib.error.URLError, OSError):
+        return None
+
+
+def histogram_means(metrics: str) -> dict[str, float]:
+    """Mean of each histogram in a Prometheus exposition, in seconds."""
+    sums: dict[str, float] = {}
+    counts: dict[str, float] = {}
+    for line in metrics.splitlines():
+        name, _, value = line.rpartition(" ")
+        if line.startswith("#") or not name:
+            continue
+        if name.endswith("_sum"):
+            sums[name[:-4]] = float(value)
+        elif name.endswith("_count"):
+            counts[name[:-6]] = float(value)
+    return {name: total / counts[name] for name, total in sums.items() if counts.get(name)}
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def memory_per_active_run(runs: int, seed: int) -> float:
+    """Bytes a Reducer holds per running run, fed as the Kafka reducer feeds it (records keyed by run)."""
+    items = keyed(synthetic_stream(runs, seed, outcomes=["running"]), "memory")
+    tracemalloc.start()
+    before = tracemalloc.take_snapshot()
+    reducer = Reducer()
+    for item, key in items:
+        assert isinstance(item, Record)
+        reducer.apply(item.value, item.source, run_hint=key)
+    reducer.flush()
+    after = tracemalloc.take_snapshot()
+    tracemalloc.stop()
+    assert len(reducer.runs) == runs
+    return sum(stat.size_diff for stat in after.compare_to(before, "filename")) / runs
+
+
+class TimedIndex(ExperimentIndex):
+    """The experiment index, noting when the metric summary of each awaited progress change is committed."""
+
+    def __init__(self, path: Path, sent: dict[str, list[tuple[int, float]]], latencies: list[float]) -> None:
+        super().__init__(path)
+        self.sent = sent  # run -> [(step, perf_counter when produced)], shared with the producing loop
+        self.latencies = latencies
+
+    def write(self, histories: Sequence[RunHistory], offsets: Mapping[OffsetKey, int] | None = None) -> int:
+        changed = super().write(histories, offsets)
+        now = time.perf_counter()
+        for h in histories:
+            latest = next((m.latest_step for m in h.metrics if m.metric == "loss"), None)
+            waiting = self.sent.get(h.run.run_id)
+            if waiting and latest is not None:
+                self.latencies.extend(now - at for step, at in waiting if step <= latest)
+                self.sent[h.run.run_id] = [(step, at) for step, at in waiting if step > latest]
+        return changed
+
+
+async def end_to_end(settings: Settings, producer: Any, tmp: Path, rates: Sequence[float], seconds: float,
+                     seed: int, runs_before: int) -> dict[float, list[float]]:
+    """Per offered load (changes/s, one phase each): seconds from a progress change produced to the index row
+    showing it committed."""
+    warm = keyed(synthetic_stream(LATENCY_RUNS, seed + 1, start=100_000, outcomes=["running"]), "warm")
+    await service.publish(as_source(warm), settings)
+    run_ids = sorted({key for _, key in warm if key})
+    sent: dict[str, list[tuple[int, float]]] = {}
+    latencies: list[float] = []
+    path = tmp / "index.sqlite"
+    runner = index_sink_runner(settings, Metrics(), Health(), path)
+    runner.open_sink = lambda: TimedIndex(path, sent, latencies)
+    task = asyncio.create_task(runner.run())
+    while True:  # the sink first catches up with everything written so far
+        with ExperimentIndex(path) as idx:
+            if len(idx.runs()) >= runs_before + LATENCY_RUNS:
+                break
+        await asyncio.sleep(0.2)
+    results: dict[float, list[float]] = {}
+    k = 0
+    for rate in rates:
+        latencies.clear()
+        started = time.perf_counter()
+        for n in range(int(rate * seconds)):
+            delay = started + n / rate - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            run_id, step = run_ids[k % LATENCY_RUNS], 10_000 + k
+            k += 1
+            event = {"schema": "taugrid.io/intake/v1", "event_id": f"{run_id}-bench-{step}", "run_id": run_id,
+                     "at": "2026-08-20T12:00:00Z", "kind": "Progress", "step": step, "metrics": {"loss": 1 / step}}
+            sent.setdefault(run_id, []).append((step, time.perf_counter()))
+            await producer.send(settings.kafka.topics.changes, json.dumps(event).encode(), key=run_id.encode())
+        while time.perf_counter() - started < seconds + 60:  # the last changes reach the index
+            if not any(sent.values()):
+                break
+            await asyncio.sleep(0.1)
+        results[rate] = list(latencies)
+    runner.request_stop()
+    await task
+    return results
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def default_bootstrap() -> str | None:
+    from tests.infra.env import Environment
+
+    entry = Environment().read().get("kafka")
+    return str(entry["bootstrap"]) if entry else None
+
+
+async def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--bootstrap", help="Kafka bootstrap servers (default: the test environment's broker)")
+    parser.add_argument("--runs", type=int, default=2_000, help="runs in the throughput input")
+    parser.add_argument("--rates", type=float, nargs="+", default=[50.0, 200.0, 500.0],
+                        help="offered loads of the latency phases, changes/s")
+    parser.add_argument("--seconds", type=float, default=10.0, help="length of each latency phase")
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args(argv)
+    bootstrap = args.bootstrap or default_bootstrap()
+    if not bootstrap:
+        print("no broker: pass --bootstrap or run `python -m tests.infra up --components kafka`", file=sys.stderr)
+        return 2
+    port = free_port()
+    os.environ.update(environment(bootstrap, f"bench-{uuid.uuid4().hex[:8]}", port))
+    settings = load_settings()
+    await service.create_topics(settings)
+    tmp = Path(tempfile.mkdtemp(prefix="tracker-bench-"))
+
+    producer = kafka.make_producer(settings.kafka)
+    await kafka.start(producer, settings.kafka, "bench producer")
+    admin = AIOKafkaAdminClient(**kafka.client_options(settings.kafka))
+    await admin.start()
+    log = (tmp / "reduce.log").open("wb")
+    reducer: asyncio.subprocess.Process | None = None
+    try:
+        items = keyed(synthetic_stream(args.runs, args.seed), "bench")
+        started = time.perf_counter()
+        produced = await service.publish(as_source(items), settings)
+        produce_rate = produced / (time.perf_counter() - started)
+
+        raw_rate = await raw_consume(settings, produced)
+
+        reducer = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "tracker.runtime.commands", "reduce", cwd=REPO, env=dict(os.environ),
+            stdout=asyncio.subprocess.DEVNULL, stderr=log)
+        while http_get(port, "/readyz") != "ready\n":
+            if reducer.returncode is not None:
+                raise RuntimeError(f"the reducer exited, see {tmp / 'reduce.log'}")
+            await asyncio.sleep(0.02)
+        started = time.perf_counter()
+        while True:
+            if await committed_total(admin, settings.reduce.group_id) >= produced:
+                break
+            await asyncio.sleep(0.02)
+        reduce_rate = produced / (time.perf_counter() - started)
+
+        latencies = await end_to_end(settings, producer, tmp, args.rates, args.seconds, args.seed, args.runs)
+        stages = histogram_means(http_get(port, "/metrics") or "")
+        rss = rss_mib(reducer.pid)
+    finally:
+        if reducer is not None:
+            reducer.send_signal(signal.SIGTERM)
+            await asyncio.wait_for(reducer.wait(), 60)
+        log.close()
+        await admin.close()
+        await kafka.stop(producer, settings.kafka, "bench producer")
+    per_run = memory_per_active_run(1_000, args.seed)
+
+    print(f"broker {bootstrap}, {PARTITIONS} partitions, {args.runs} runs = {produced} changes "
+          "(Job, Workload, Pod, Event watch events and intake events)")
+    print(f"  produce (idempotent, acks=all):          {produce_rate:9,.0f} changes/s")
+    print(f"  raw consume (read_committed):            {raw_rate:9,.0f} records/s  (baseline)")
+    print(f"  tracker reduce (1 process, transactions): {reduce_rate:8,.0f} changes/s  "
+          f"= {reduce_rate / raw_rate:.1%} of raw consume")
+    print(f"      per poll batch and partition: fold+flush {stages.get('tracker_fold_seconds', 0) * 1e3:.1f} ms, "
+          f"transaction {stages.get('tracker_transaction_seconds', 0) * 1e3:.1f} ms (means)")
+    print(f"  end to end, progress changes to {LATENCY_RUNS} running runs, produced -> index row committed "
+          f"({args.seconds:g} s per load):")
+    for rate, values in latencies.items():
+        print(f"      {rate:6,.0f} changes/s offered: p50 {percentile(values, 50) * 1e3:5.0f} ms   "
+              f"p95 {percentile(values, 95) * 1e3:5.0f} ms   p99 {percentile(values, 99) * 1e3:5.0f} ms   "
+              f"max {max(values) * 1e3:5.0f} ms   ({len(values)} changes)")
+    print(f"  memory per active run (Reducer facts and bindings, tracemalloc): {per_run / 1024:.1f} KiB")
+    print(f"  reducer process RSS at the end: {rss:.0f} MiB (finished runs retired); logs in {tmp}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))

@@ -1,0 +1,271 @@
+"""Operability: structured logs, Prometheus metrics, health endpoints and signal-driven shutdown.
+
+Logs are JSON lines on stderr (structlog), with whatever the code bound through ``structlog.contextvars``
+(``partition``, ``offset``, ``run_id``...) merged into each line; library logs (aiokafka) go through the same
+renderer. Metrics live in one registry per process and are served with ``/healthz`` (the process runs) and
+``/readyz`` (every component reports ready: partitions assigned and restored) on a small asyncio HTTP server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import structlog
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from tracker.runtime.settings import OpsSettings
+
+T = TypeVar("T")
+log = structlog.get_logger("tracker.ops")
+
+_MAX_REQUEST_BYTES = 8_192
+
+
+# ------------------------------------------------------------------------------------------ logging
+
+
+def configure_logging(level: str = "INFO", fmt: str = "json") -> None:
+    """structlog (and stdlib logging) to stderr: JSON lines, or a console format for people."""
+    shared: list[Any] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.stdlib.add_log_level,
+        structlog.stdlib.add_logger_name,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
+    renderer: Any = (structlog.processors.JSONRenderer() if fmt == "json"
+                     else structlog.dev.ConsoleRenderer(colors=False))
+    structlog.configure(
+        processors=[*shared, structlog.processors.format_exc_info,
+                    structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level)),
+        cache_logger_on_first_use=True,
+    )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(structlog.stdlib.ProcessorFormatter(
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, structlog.processors.format_exc_info,
+                    renderer],
+        foreign_pre_chain=shared))
+    handler.addFilter(_Repeats("aiokafka", window_s=10.0))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+
+
+class _Repeats(logging.Filter):
+    """Drops a message of the ``library`` loggers already logged within ``window_s`` (aiokafka logs a failed
+    connection attempt thousands of times a second while a broker is down)."""
+
+    _MAX_KEPT = 1_000
+
+    def __init__(self, library: str, window_s: float) -> None:
+        super().__init__()
+        self.library = library
+        self.window_s = window_s
+        self._last: dict[str, float] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not record.name.startswith(self.library):
+            return True
+        now = time.monotonic()
+        key = f"{record.name}:{record.levelno}:{record.getMessage()}"
+        if now - self._last.get(key, -self.window_s) < self.window_s:
+            return False
+        if len(self._last) >= self._MAX_KEPT:
+            self._last.clear()
+        self._last[key] = now
+        return True
+
+
+# ------------------------------------------------------------------------------------------ metrics
+
+
+class Metrics:
+    """Every metric the service exports, in its own registry (so tests and benchmarks can hold several)."""
+
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry()
+        self.changes_consumed = Counter("tracker_changes_consumed_total", "Change records folded by the reducer.",
+                                        ["partition"], registry=r)
+        self.records_produced = Counter("tracker_records_produced_total",
+                                        "Records committed to Kafka, by topic.", ["topic"], registry=r)
+        self.fold_seconds = Histogram("tracker_fold_seconds", "Time to fold and flush one batch of changes.",
+                                      buckets=(.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5),
+                                      registry=r)
+        self.transaction_seconds = Histogram("tracker_transaction_seconds",
+                                             "One consume-transform-produce transaction, begin to commit.",
+                                             buckets=(.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30),
+                                             registry=r)
+        self.transactions = Counter("tracker_transactions_total", "Transactions by outcome.", ["outcome"],
+                                    registry=r)
+        self.consumer_lag = Gauge("tracker_consumer_lag", "Records not yet processed, per partition.",
+                                  ["group", "topic", "partition"], registry=r)
+        self.dead_letters = Counter("tracker_dead_letters_total", "Inputs that could not be used.", ["reason"],
+                                    registry=r)
+        self.transitions = Counter("tracker_transitions_total", "Phase entries added to run histories.",
+                                   ["phase"], registry=r)
+        self.oldest_pending = Gauge("tracker_oldest_pending_admission_seconds",
+                                    "Age of the oldest run waiting for admission, per LocalQueue (namespace/name).",
+                                    ["queue"], registry=r)
+        self.alerts = Counter("tracker_stalled_admission_alerts_total", "Stalled-admission alerts emitted.",
+                              ["queue"], registry=r)
+        self.runs = Gauge("tracker_runs", "Runs held in memory by the reducer, by status.", ["status"], registry=r)
+        self.runs_finished = Counter("tracker_runs_finished_total", "Runs retired after a final status.",
+                                     ["status"], registry=r)
+        self.partitions = Gauge("tracker_partitions_assigned", "Partitions assigned and restored.", ["group"],
+                                registry=r)
+        self.restore_seconds = Histogram("tracker_restore_seconds", "Restoring one partition's runs.",
+                                         buckets=(.05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300), registry=r)
+        self.sink_rows = Counter("tracker_sink_rows_changed_total", "Rows changed by a sink.", ["sink"], registry=r)
+        self.sink_histories = Counter("tracker_sink_histories_total", "Run histories written by a sink.",
+                                      ["sink"], registry=r)
+        self.sink_bad_records = Counter("tracker_sink_bad_records_total",
+                                        "Transitions records a sink could not decode (skipped).", ["sink"],
+                                        registry=r)
+        self.sink_write_seconds = Histogram("tracker_sink_write_seconds", "One sink write, offsets included.",
+                                            ["sink"], registry=r)
+        self.errors = Counter("tracker_errors_total", "Recovered errors, by component and kind.",
+                              ["component", "kind"], registry=r)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+# ------------------------------------------------------------------------------------------ health
+
+
+class Health:
+    """Readiness of the process's components; ``/readyz`` answers 200 only when all are ready."""
+
+    def __init__(self) -> None:
+        self._checks: dict[str, Callable[[], bool]] = {}
+
+    def register(self, name: str, ready: Callable[[], bool]) -> None:
+        self._checks[name] = ready
+
+    def not_ready(self) -> list[str]:
+        return sorted(name for name, ready in self._checks.items() if not ready())
+
+
+class OpsServer:
+    """GET /metrics, /healthz and /readyz on ``host:port`` (loopback by default); nothing else."""
+
+    def __init__(self, settings: OpsSettings, metrics: Metrics, health: Health) -> None:
+        self.settings = settings
+        self.metrics = metrics
+        self.health = health
+        self._server: asyncio.Server | None = None
+
+    @property
+    def port(self) -> int | None:
+        if self._server is None or not self._server.sockets:
+            return None
+        port: int = self._server.sockets[0].getsockname()[1]
+        return port
+
+    async def start(self) -> None:
+        if self.settings.metrics_port is None:
+            return
+        self._server = await asyncio.start_server(self._handle, self.settings.metrics_host, self.settings.metrics_port,
+                                                  limit=_MAX_REQUEST_BYTES)
+        log.info("ops endpoint listening", host=self.settings.metrics_host, port=self.port)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.settings.http_timeout_s):
+                    await self._server.wait_closed()
+            self._server = None
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            async with asyncio.timeout(self.settings.http_timeout_s):
+                head = await reader.readuntil(b"\r\n\r\n")
+            parts = head.split(b"\r\n", 1)[0].split()
+            method, path = (parts[0], parts[1].split(b"?", 1)[0]) if len(parts) >= 2 else (b"", b"")
+            status, ctype, body = self._respond(method, path)
+            writer.write(b"HTTP/1.1 %s\r\nContent-Type: %s\r\nContent-Length: %d\r\nConnection: close\r\n\r\n"
+                         % (status, ctype.encode(), len(body)) + body)
+            async with asyncio.timeout(self.settings.http_timeout_s):
+                await writer.drain()
+        except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    def _respond(self, method: bytes, path: bytes) -> tuple[bytes, str, bytes]:
+        text = "text/plain; charset=utf-8"
+        if method != b"GET":
+            return b"405 Method Not Allowed", text, b"GET only\n"
+        if path == b"/metrics":
+            return b"200 OK", CONTENT_TYPE_LATEST, self.metrics.exposition()
+        if path == b"/healthz":
+            return b"200 OK", text, b"ok\n"
+        if path == b"/readyz":
+            waiting = self.health.not_ready()
+            if waiting:
+                return b"503 Service Unavailable", text, ("not ready: " + ", ".join(waiting) + "\n").encode()
+            return b"200 OK", text, b"ready\n"
+        return b"404 Not Found", text, b"try /metrics, /healthz or /readyz\n"
+
+
+# ------------------------------------------------------------------------------------------ shutdown
+
+
+class Shutdown:
+    """The first SIGTERM or SIGINT asks for a graceful stop; a second one, or the timeout, exits at once.
+
+    A signal within ``REPEAT_S`` of the first counts as the same one: ``uv run`` forwards the terminal's Ctrl-C
+    to a process that the terminal signals too, and ``timeout`` signals the whole process group."""
+
+    REPEAT_S = 1.0
+
+    def __init__(self, timeout_s: float) -> None:
+        self.timeout_s = timeout_s
+        self.requested = asyncio.Event()
+        self._first = 0.0
+
+    def install(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._on_signal, sig)
+
+    def _on_signal(self, sig: signal.Signals) -> None:
+        if self.requested.is_set():
+            if time.monotonic() - self._first < self.REPEAT_S:
+                return
+            log.warning("second signal, exiting now", signal=sig.name)
+            _force_exit(128 + sig.value)
+        log.info("shutting down gracefully", signal=sig.name, timeout_s=self.timeout_s)
+        self._first = time.monotonic()
+        self.requested.set()
+
+    async def run(self, main: Awaitable[T]) -> T:
+        """Await ``main``; once a stop is requested, give it ``timeout_s`` to finish, then exit the process."""
+        task = asyncio.ensure_future(main)
+        stop = asyncio.ensure_future(self.requested.wait())
+        try:
+            await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
+            if not task.done():
+                done, _ = await asyncio.wait({task}, timeout=self.timeout_s)
+                if not done:
+                    log.error("graceful shutdown timed out, exiting", timeout_s=self.timeout_s)
+                    _force_exit(1)
+            return task.result()
+        finally:
+            stop.cancel()
+
+
+def _force_exit(code: int) -> None:
+    logging.shutdown()
+    os._exit(code)

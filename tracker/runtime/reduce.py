@@ -1,0 +1,636 @@
+"""`tracker reduce`: the reducer as a Kafka consumer group, exactly once.
+
+One process (or several, in one consumer group) reads ``changes`` read_committed. Each assigned partition gets
+its own ``Reducer`` and its own transactional producer (transactional id ``<prefix>.<changes topic>.<partition>``,
+so whoever takes a partition over fences the previous owner and aborts its open transaction). A poll's records of
+one partition are folded, and then ONE transaction carries everything they caused and the consumed offset:
+
+- ``transitions``: the complete current RunHistory of each run whose content changed (header ``content-hash``,
+  the sha256 of the value); a run folded without any change of content produces nothing;
+- ``run-state``: ``Reducer.snapshot_run`` of every run the records touched, plus the shell's own per-run state
+  (``shell``: last content hash, alerts already sent, the partition's event-time watermark);
+- ``dead-letters`` and ``alerts``;
+- the offsets, through ``send_offsets_to_transaction``.
+
+A crash at any point leaves either all of it or none of it; the next owner restores the partition's runs from
+``run-state`` (read to its end) and resumes at the committed offset, so each history is published exactly once.
+changes, transitions and run-state have one partition count and the outputs go to the partition number of the
+input, so a run's state lives in the partition of its changes.
+
+Runs that reach a final status are retired (``Reducer.retire``) in the transaction that publishes their final
+history; their run-state record becomes the reducer's retired marker. When the reducer forgets a retired run
+(``max_retired``), its run-state key gets a Kafka tombstone, so compaction removes it.
+
+Stalled admission: for each run waiting for admission (pending, phase Admission) the age is ``clock - queued_at``,
+per LocalQueue (``namespace/name``) in ``tracker_oldest_pending_admission_seconds``. With ``clock=event`` (the
+default) the clock is the partition's watermark: the latest transition time of any history the partition produced,
+persisted in run-state so a restart does not move it back. It depends on the input only, not on when or how fast
+the reducer runs (a replay of last week alerts as the live run did), but it does not advance while the partition is
+quiet. ``clock=wall`` uses this host's clock instead, checked every ``check_interval_s`` too, so a quiet cluster
+still alerts. Each (run, attempt) is alerted once: the alert and the run-state record that remembers it share a
+transaction.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime
+from itertools import islice
+from typing import Any, Literal
+
+import structlog
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
+from aiokafka.abc import ConsumerRebalanceListener
+from aiokafka.errors import KafkaError, ProducerFenced
+from pydantic import BaseModel, ConfigDict, Field
+
+from tracker.core.model import FINAL_STATUSES, DeadLetter, Phase, RunHistory, Status, utc
+from tracker.core.reducer import Flushed, Reducer, ReducerLimits
+from tracker.core.timefmt import ts
+from tracker.runtime.ops import Health, Metrics
+from tracker.runtime.settings import Settings
+from tracker.shell import kafka
+
+log = structlog.get_logger("tracker.reduce")
+
+CONTENT_HASH_HEADER = "content-hash"
+SOURCE_HEADER = "source"
+ALERT_SCHEMA: Literal["taugrid.io/stalled-admission-alert/v1"] = "taugrid.io/stalled-admission-alert/v1"
+_OUTPUT_MARGIN = 1_024  # bytes kept free under max.message.bytes for the record's key, headers and framing
+
+
+class ReduceFatal(RuntimeError):
+    """The reducer cannot go on (a partition failed more often than ``max_retries``)."""
+
+
+class StalledAdmissionAlert(BaseModel):
+    """A run has waited for admission longer than the threshold (one per run and attempt)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    schema_: Literal["taugrid.io/stalled-admission-alert/v1"] = Field(default=ALERT_SCHEMA, alias="schema")
+    run_id: str
+    attempt: int
+    queue: str = Field(description="The LocalQueue, as namespace/name.")
+    cluster_queue: str | None
+    queued_at: datetime
+    observed_at: datetime = Field(description="The clock reading at which the age passed the threshold.")
+    clock: Literal["event", "wall"]
+    age_s: float
+    threshold_s: float
+    pending_reason: str | None
+    pending_message: str
+
+
+def content_hash(value: bytes) -> str:
+    return hashlib.sha256(value).hexdigest()
+
+
+@dataclass(slots=True)
+class _RunShell:
+    """What the shell keeps per live run besides the reducer's facts (persisted in run-state)."""
+
+    content_hash: str | None = None
+    transitions: int = 0  # phase entries already counted in the metrics
+    alerted: list[int] = field(default_factory=list)  # attempts already alerted
+    status: Status = Status.PENDING
+
+
+@dataclass(frozen=True, slots=True)
+class _Waiting:
+    """A run waiting for admission."""
+
+    queue: str
+    queued_at_us: int
+    attempt: int
+    cluster_queue: str | None
+    reason: str | None
+    message: str
+
+
+@dataclass(slots=True)
+class _Partition:
+    tp: TopicPartition
+    producer: AIOKafkaProducer
+    reducer: Reducer
+    position: int = 0  # next offset to fold
+    runs: dict[str, _RunShell] = field(default_factory=dict)
+    waiting: dict[str, _Waiting] = field(default_factory=dict)
+    watermark_us: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class _Out:
+    topic: str
+    partition: int | None
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes], ...] = ()
+
+
+@dataclass(slots=True)
+class _Plan:
+    """Everything one transaction of a partition writes, and the metrics to count once it is committed."""
+
+    records: list[_Out] = field(default_factory=list)
+    phases: Counter[str] = field(default_factory=Counter)
+    dead: Counter[str] = field(default_factory=Counter)
+    alerts: Counter[str] = field(default_factory=Counter)
+    finished: Counter[str] = field(default_factory=Counter)
+
+
+class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka is untyped
+    def __init__(self, service: ReduceService) -> None:
+        self.service = service
+
+    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        await self.service.on_revoked(set(revoked))
+
+    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        await self.service.on_assigned(set(assigned))
+
+
+class ReduceService:
+    def __init__(self, settings: Settings, metrics: Metrics, health: Health) -> None:
+        self.s = settings
+        self.ks = settings.kafka
+        self.topics = settings.kafka.topics
+        self.metrics = metrics
+        self.limits: ReducerLimits = settings.reduce.reducer_limits()
+        self._parts: dict[TopicPartition, _Partition] = {}
+        self._pending: set[TopicPartition] = set()  # assigned, not (yet) set up and verified
+        self._fenced: set[TopicPartition] = set()  # taken over by another process; wait for the rebalance
+        self._failures: dict[TopicPartition, tuple[int, float]] = {}  # tp -> (failures in a row, retry at)
+        self._joined = False
+        self._lock = asyncio.Lock()  # one batch, restore or rebalance step at a time
+        self._stop: Literal["now", "drain"] | None = None
+        self._drain_to: dict[TopicPartition, int] | None = None
+        self._consumer: AIOKafkaConsumer | None = None
+        self._restorer: AIOKafkaConsumer | None = None
+        self._last_tick = 0.0
+        self._last_wall_check = 0.0
+        self._queues: set[str] = set()
+        health.register("reduce", self.ready)
+
+    # ------------------------------------------------------------------------------------ lifecycle
+    def ready(self) -> bool:
+        return self._joined and not self._pending
+
+    def request_stop(self, drain: bool = False) -> None:
+        """Stop after the batch in hand (``drain``: once every assigned partition is caught up)."""
+        self._stop = "drain" if drain else "now"
+
+    async def run(self) -> None:
+        rs = self.s.reduce
+        consumer, restorer = await kafka.retrying("connecting to Kafka", self._connect, rs.max_retries,
+                                                  rs.retry_backoff_max_s)
+        try:
+            consumer.subscribe([self.topics.changes], listener=_Rebalance(self))
+            log.info("reducer started", group=rs.group_id, topic=self.topics.changes)
+            await self._loop(consumer)
+        finally:
+            async with self._lock:
+                for tp in list(self._parts):
+                    await self._drop(tp)
+            await kafka.stop(consumer, self.ks, "changes consumer")
+            await kafka.stop(restorer, self.ks, "run-state reader")
+        log.info("reducer stopped")
+
+    async def _connect(self) -> tuple[AIOKafkaConsumer, AIOKafkaConsumer]:
+        """Check the topic layout; start the group consumer of changes and the run-state reader."""
+        await kafka.verify_topics(self.ks, ("changes", "transitions", "run_state", "dead_letters", "alerts"))
+        rs = self.s.reduce
+        restorer = self._restorer = kafka.make_consumer(self.ks, group_id=None, max_poll_records=10_000)
+        await kafka.start(restorer, self.ks, "run-state reader")
+        consumer = self._consumer = kafka.make_consumer(self.ks, group_id=rs.group_id,
+                                                        group_instance_id=rs.group_instance_id,
+                                                        max_poll_records=rs.max_batch_records)
+        try:
+            await kafka.start(consumer, self.ks, "changes consumer")
+        except BaseException:
+            await kafka.stop(restorer, self.ks, "run-state reader")
+            raise
+        return consumer, restorer
+
+    async def _loop(self, consumer: AIOKafkaConsumer) -> None:
+        rs = self.s.reduce
+        poll_errors = 0
+        while not await self._should_stop(consumer):
+            await self._set_up_pending(consumer)
+            try:
+                batches = await kafka.bounded(
+                    consumer.getmany(timeout_ms=rs.poll_timeout_ms, max_records=rs.max_batch_records),
+                    self.ks.call_timeout_s, "polling changes")
+            except (KafkaError, TimeoutError) as exc:
+                poll_errors += 1
+                self.metrics.errors.labels("reduce", "poll").inc()
+                if poll_errors > rs.max_retries:
+                    raise ReduceFatal(f"polling changes failed {poll_errors} times in a row: {exc}") from exc
+                log.warning("polling changes failed", error=str(exc), attempt=poll_errors)
+                await asyncio.sleep(self._backoff(poll_errors))
+                continue
+            poll_errors = 0
+            async with self._lock:
+                work = [(self._parts[tp], recs) for tp, recs in batches.items()
+                        if tp in self._parts and tp not in self._pending]
+                await asyncio.gather(*(self._process(part, recs) for part, recs in work))
+            await self._tick(consumer)
+
+    async def _should_stop(self, consumer: AIOKafkaConsumer) -> bool:
+        if self._stop is None:
+            return False
+        if self._stop == "now":
+            return True
+        if not self._joined:
+            return False  # draining starts once the partitions to drain are known
+        if self._drain_to is None:
+            assigned = sorted(consumer.assignment())
+            ends: dict[TopicPartition, int] = (await kafka.bounded(
+                consumer.end_offsets(assigned), self.ks.call_timeout_s, "end offsets of changes")) if assigned else {}
+            self._drain_to = ends
+        return not self._pending and all(tp in self._parts for tp in self._drain_to) and await kafka.caught_up(
+            consumer, self._drain_to, self.ks.call_timeout_s)
+
+    # ------------------------------------------------------------------------------------ rebalance
+    async def on_revoked(self, revoked: set[TopicPartition]) -> None:
+        async with self._lock:  # waits for the transaction in flight
+            self._pending |= revoked
+        log.info("partitions revoked", partitions=sorted(tp.partition for tp in revoked))
+
+    async def on_assigned(self, assigned: set[TopicPartition]) -> None:
+        async with self._lock:
+            for tp in [tp for tp in self._parts if tp not in assigned]:
+                await self._drop(tp)
+            self._pending = set(assigned)
+            self._fenced.clear()
+            self._failures = {tp: f for tp, f in self._failures.items() if tp in assigned}
+            if self._consumer is not None and assigned:
+                self._consumer.pause(*assigned)
+            self._joined = True
+        log.info("partitions assigned", partitions=sorted(tp.partition for tp in assigned))
+
+    async def _set_up_pending(self, consumer: AIOKafkaConsumer) -> None:
+        now = time.monotonic()
+        for tp in sorted(self._pending - self._fenced):
+            if self._failures.get(tp, (0, 0.0))[1] > now:
+                continue
+            async with self._lock:
+                if tp not in self._pending:
+                    continue
+                try:
+                    await self._set_up(consumer, tp)
+                except (KafkaError, TimeoutError, OSError, ValueError, KeyError) as exc:
+                    self._fail(tp, "restore", exc)
+                    continue
+                self._pending.discard(tp)
+                self._failures.pop(tp, None)
+                consumer.resume(tp)
+
+    async def _set_up(self, consumer: AIOKafkaConsumer, tp: TopicPartition) -> None:
+        """Make ``tp`` processable: keep its state if nobody committed past it since, else restore it."""
+        existing = self._parts.get(tp)
+        if existing is not None:
+            committed = await kafka.bounded(consumer.committed(tp), self.ks.call_timeout_s, f"committed offset {tp}")
+            if committed == existing.position:
+                consumer.seek(tp, committed)  # records fetched but skipped while it was revoked come again
+                return
+            await self._drop(tp)
+        started = time.monotonic()
+        txn_id = f"{self.s.reduce.transactional_id_prefix}.{tp.topic}.{tp.partition}"
+        producer = kafka.make_producer(self.ks, transactional_id=txn_id)
+        await kafka.start(producer, self.ks, f"producer {txn_id}")  # fences the previous owner, aborts its txn
+        try:
+            committed = await kafka.bounded(consumer.committed(tp), self.ks.call_timeout_s, f"committed offset {tp}")
+            if committed is None:
+                begin = await kafka.bounded(consumer.beginning_offsets([tp]), self.ks.call_timeout_s,
+                                            f"beginning of {tp}")
+                committed = begin[tp]
+            part = await self._restore(tp, producer)
+        except BaseException:
+            await kafka.stop(producer, self.ks, f"producer {txn_id}")
+            raise
+        part.position = committed
+        consumer.seek(tp, committed)
+        self._parts[tp] = part
+        self.metrics.restore_seconds.observe(time.monotonic() - started)
+        log.info("partition restored", partition=tp.partition, offset=committed, runs=len(part.runs),
+                 retired=len(part.reducer.retired), seconds=round(time.monotonic() - started, 3))
+
+    async def _restore(self, tp: TopicPartition, producer: AIOKafkaProducer) -> _Partition:
+        assert self._restorer is not None
+        latest = await kafka.read_to_end(self._restorer, TopicPartition(self.topics.run_state, tp.partition),
+                                         self.ks, self.s.reduce.restore_timeout_s)
+        part = _Partition(tp, producer, Reducer(self.limits))
+        for value in latest.values():
+            if value is None:
+                continue
+            doc = json.loads(value)
+            shell = doc.pop("shell", {})
+            part.reducer.restore_run(doc)
+            part.watermark_us = max(part.watermark_us, shell.get("watermark_us", 0))
+            if not doc.get("retired"):
+                part.runs[doc["run_id"]] = _RunShell(shell.get("hash"), shell.get("transitions", 0),
+                                                     list(shell.get("alerted", ())))
+        for run_id, shell in part.runs.items():
+            history = part.reducer.history(run_id)
+            if history is not None:
+                shell.status = history.run.status
+                self._track_waiting(part, history)
+        return part
+
+    async def _drop(self, tp: TopicPartition) -> None:
+        part = self._parts.pop(tp, None)
+        if part is not None:
+            await kafka.stop(part.producer, self.ks, f"producer of {tp}")
+
+    def _fail(self, tp: TopicPartition, stage: str, exc: BaseException) -> None:
+        count = self._failures.get(tp, (0, 0.0))[0] + 1
+        self.metrics.errors.labels("reduce", stage).inc()
+        if count > self.s.reduce.max_retries:
+            raise ReduceFatal(f"partition {tp.partition} of {tp.topic}: {stage} failed {count} times in a row; "
+                              f"last error: {exc!r}") from exc
+        self._failures[tp] = (count, time.monotonic() + self._backoff(count))
+        log.warning(f"{stage} failed, partition will be restored", partition=tp.partition, attempt=count,
+                    error=repr(exc))
+
+    def _backoff(self, attempt: int) -> float:
+        return float(min(self.s.reduce.retry_backoff_max_s, 0.2 * 2 ** (attempt - 1)))
+
+    # ------------------------------------------------------------------------------------ processing
+    async def _process(self, part: _Partition, records: list[ConsumerRecord]) -> None:
+        fresh = [r for r in records if r.offset >= part.position]
+        if not fresh:
+            return
+        with structlog.contextvars.bound_contextvars(partition=part.tp.partition, offset=fresh[0].offset):
+            started = time.perf_counter()
+            extra: list[DeadLetter] = []
+            for rec in fresh:
+                self._fold(part, rec, extra)
+            flushed = part.reducer.flush()
+            flushed.dead_letters.extend(extra)
+            plan = self._plan(part, flushed, self._wall_clock())
+            self.metrics.fold_seconds.observe(time.perf_counter() - started)
+            next_offset = fresh[-1].offset + 1
+            if await self._commit(part, plan, {part.tp: next_offset}):
+                part.position = next_offset
+                self.metrics.changes_consumed.labels(str(part.tp.partition)).inc(len(fresh))
+
+    def _fold(self, part: _Partition, rec: ConsumerRecord, extra: list[DeadLetter]) -> None:
+        origin = f"{rec.topic}/{rec.partition}@{rec.offset}"
+        header = next((v for k, v in rec.headers or () if k == SOURCE_HEADER), None)
+        source = f"{origin} {header.decode(errors='replace')}" if header else origin
+        value: bytes | None = rec.value
+        if value is None:
+            part.reducer.reject(source, "empty value", "")
+            return
+        if len(value) > self.s.reduce.max_change_bytes:
+            part.reducer.reject(source, "value too large",
+                                f"{len(value)} bytes > {self.s.reduce.max_change_bytes}: "
+                                + value[:256].decode(errors="replace"))
+            return
+        try:
+            record = json.loads(value)
+        except ValueError as exc:
+            part.reducer.reject(source, "invalid JSON", f"{exc}: " + value[:1024].decode(errors="replace"))
+            return
+        key = rec.key.decode(errors="replace") if rec.key else None
+        try:
+            if key is None:
+                extra.extend(_keyless(record, source))
+            else:
+                part.reducer.apply(record, source, run_hint=key)
+        except Exception as exc:  # a reducer bug must not stall the partition on this record forever
+            log.exception("the reducer failed on a record; it is dead-lettered", offset=rec.offset)
+            part.reducer.reject(source, "reducer error", f"{type(exc).__name__}: {exc}: "
+                                + value[:1024].decode(errors="replace"))
+
+    def _plan(self, part: _Partition, flushed: Flushed, now_us: int | None) -> _Plan:
+        plan = _Plan()
+        topics = self.topics
+        limit = topics.max_message_bytes - _OUTPUT_MARGIN
+        touched: list[str] = []
+        finals: list[str] = []
+        for h in flushed.histories:
+            run_id = h.run.run_id
+            touched.append(run_id)
+            if h.transitions:
+                part.watermark_us = max(part.watermark_us, _us(max(t.at for t in h.transitions)))
+            shell = part.runs.setdefault(run_id, _RunShell())
+            shell.status = h.run.status
+            value = h.model_dump_json().encode()
+            digest = content_hash(value)
+            if digest != shell.content_hash:
+                if len(value) > limit:
+                    with structlog.contextvars.bound_contextvars(run_id=run_id):
+                        log.error("history too large to publish", bytes=len(value), limit=limit)
+                    flushed.dead_letters.append(DeadLetter(
+                        source=f"{topics.transitions}:{run_id}", reason="history too large to publish",
+                        detail=f"{len(value)} bytes > {limit}", excerpt=value[:2048].decode(errors="replace")))
+                else:
+                    plan.records.append(_Out(topics.transitions, part.tp.partition, run_id.encode(), value,
+                                             ((CONTENT_HASH_HEADER, digest.encode()),)))
+                plan.phases.update(t.phase.value for t in h.transitions[shell.transitions:])
+                shell.content_hash, shell.transitions = digest, len(h.transitions)
+            self._track_waiting(part, h)
+            if h.run.status in FINAL_STATUSES:
+                finals.append(run_id)
+        if now_us is None:
+            now_us = part.watermark_us
+        touched.extend(self._alerts(part, now_us, plan))
+        for run_id in finals:
+            plan.finished[part.runs[run_id].status.value] += 1
+            plan.records.extend(self._retire(part, run_id))
+        for run_id in dict.fromkeys(touched):
+            plan.records.extend(self._state_record(part, run_id, flushed.dead_letters))
+        for dl in flushed.dead_letters:
+            plan.dead[dl.reason] += 1
+            plan.records.append(_Out(topics.dead_letters, None, None, dl.model_dump_json().encode()))
+        return plan
+
+    def _retire(self, part: _Partition, run_id: str) -> list[_Out]:
+        """Retire a finished run; a Kafka tombstone for any retired run the reducer forgets to make room."""
+        red = part.reducer
+        over = 0 if run_id in red.retired else len(red.retired) + 1 - red.limits.max_retired
+        forgotten = list(islice(red.retired, over)) if over > 0 else []
+        red.retire(run_id)
+        part.runs.pop(run_id, None)
+        part.waiting.pop(run_id, None)
+        return [_Out(self.topics.run_state, part.tp.partition, rid.encode(), None) for rid in forgotten]
+
+    def _state_record(self, part: _Partition, run_id: str, dead: list[DeadLetter]) -> list[_Out]:
+        snap = part.reducer.snapshot_run(run_id)
+        if snap is None:
+            return []
+        shell = part.runs.get(run_id)
+        snap["shell"] = {"watermark_us": part.watermark_us} if shell is None else {
+            "watermark_us": part.watermark_us, "hash": shell.content_hash, "transitions": shell.transitions,
+            "alerted": shell.alerted}
+        value = json.dumps(snap, separators=(",", ":")).encode()
+        limit = self.topics.max_message_bytes - _OUTPUT_MARGIN
+        if len(value) > limit:
+            with structlog.contextvars.bound_contextvars(run_id=run_id):
+                log.error("run state too large to persist; a restart would lose this run", bytes=len(value),
+                          limit=limit)
+            dead.append(DeadLetter(source=f"{self.topics.run_state}:{run_id}", reason="run state too large to persist",
+                                   detail=f"{len(value)} bytes > {limit}"))
+            return []
+        return [_Out(self.topics.run_state, part.tp.partition, run_id.encode(), value)]
+
+    # ------------------------------------------------------------------------------------ stalled admission
+    def _wall_clock(self) -> int | None:
+        """The wall clock in microseconds; None for the event clock (the watermark, known after the fold)."""
+        return int(time.time() * 1_000_000) if self.s.alerts.clock == "wall" else None
+
+    @staticmethod
+    def _track_waiting(part: _Partition, h: RunHistory) -> None:
+        r = h.run
+        if r.status == Status.PENDING and r.phase == Phase.ADMISSION and r.queued_at is not None:
+            part.waiting[r.run_id] = _Waiting(f"{r.namespace or '-'}/{r.queue or '-'}", _us(r.queued_at),
+                                              r.attempts, r.cluster_queue, r.pending_reason, r.pending_message)
+        else:
+            part.waiting.pop(r.run_id, None)
+
+    def _alerts(self, part: _Partition, now_us: int, plan: _Plan) -> list[str]:
+        cfg = self.s.alerts
+        threshold_us = int(cfg.stalled_admission_s * 1_000_000)
+        alerted = []
+        for run_id, w in part.waiting.items():
+            shell = part.runs[run_id]
+            age_us = now_us - w.queued_at_us
+            if age_us < threshold_us or w.attempt in shell.alerted:
+                continue
+            shell.alerted.append(w.attempt)
+            alert = StalledAdmissionAlert(
+                run_id=run_id, attempt=w.attempt, queue=w.queue, cluster_queue=w.cluster_queue,
+                queued_at=_dt(w.queued_at_us), observed_at=_dt(now_us), clock=cfg.clock, age_s=age_us / 1e6,
+                threshold_s=cfg.stalled_admission_s, pending_reason=w.reason, pending_message=w.message)
+            plan.records.append(_Out(self.topics.alerts, None, run_id.encode(),
+                                     alert.model_dump_json(by_alias=True).encode()))
+            plan.alerts[w.queue] += 1
+            alerted.append(run_id)
+            with structlog.contextvars.bound_contextvars(run_id=run_id):
+                log.warning("stalled admission", attempt=w.attempt, queue=w.queue, age_s=round(age_us / 1e6, 1))
+        return alerted
+
+    async def _wall_alerts(self) -> None:
+        now_us = int(time.time() * 1_000_000)
+        async with self._lock:
+            for tp, part in list(self._parts.items()):
+                if tp in self._pending or not part.waiting:
+                    continue
+                plan = _Plan()
+                for run_id in self._alerts(part, now_us, plan):
+                    plan.records.extend(self._state_record(part, run_id, []))
+                if plan.records:
+                    await self._commit(part, plan, None)
+
+    # ------------------------------------------------------------------------------------ transactions
+    async def _commit(self, part: _Partition, plan: _Plan, offsets: dict[TopicPartition, int] | None) -> bool:
+        """Write ``plan`` and ``offsets`` in one transaction. On failure the partition is reset (restored from
+        Kafka before it is processed again) and False is returned."""
+        producer = part.producer
+        started = time.perf_counter()
+        try:
+            async with asyncio.timeout(self.ks.call_timeout_s):
+                await producer.begin_transaction()
+                sent = [await producer.send(o.topic, value=o.value, key=o.key, partition=o.partition,
+                                            headers=list(o.headers)) for o in plan.records]
+                await asyncio.gather(*sent)
+                if offsets:
+                    await producer.send_offsets_to_transaction(offsets, self.s.reduce.group_id)
+                await producer.commit_transaction()
+        except ProducerFenced:
+            self.metrics.transactions.labels("fenced").inc()
+            log.warning("producer fenced: another process owns the partition now", partition=part.tp.partition)
+            self._fenced.add(part.tp)
+            self._pending.add(part.tp)
+            await self._drop(part.tp)
+            return False
+        except (KafkaError, TimeoutError, OSError) as exc:
+            self.metrics.transactions.labels("failed").inc()
+            self._pending.add(part.tp)
+            await self._drop(part.tp)
+            self._fail(part.tp, "transaction", exc)
+            return False
+        self.metrics.transaction_seconds.observe(time.perf_counter() - started)
+        self.metrics.transactions.labels("committed").inc()
+        self._count(plan)
+        return True
+
+    def _count(self, plan: _Plan) -> None:
+        m = self.metrics
+        for topic, n in Counter(o.topic for o in plan.records).items():
+            m.records_produced.labels(topic).inc(n)
+        for phase, n in plan.phases.items():
+            m.transitions.labels(phase).inc(n)
+        for reason, n in plan.dead.items():
+            m.dead_letters.labels(reason).inc(n)
+        for queue, n in plan.alerts.items():
+            m.alerts.labels(queue).inc(n)
+        for status, n in plan.finished.items():
+            m.runs_finished.labels(status).inc(n)
+
+    # ------------------------------------------------------------------------------------ gauges
+    async def _tick(self, consumer: AIOKafkaConsumer) -> None:
+        now = time.monotonic()
+        if self.s.alerts.clock == "wall" and now - self._last_wall_check >= self.s.alerts.check_interval_s:
+            self._last_wall_check = now
+            await self._wall_alerts()
+        if now - self._last_tick < self.s.ops.metrics_interval_s:
+            return
+        self._last_tick = now
+        m = self.metrics
+        group = self.s.reduce.group_id
+        statuses: Counter[str] = Counter()
+        oldest: dict[str, float] = {}
+        wall_us = int(time.time() * 1_000_000)
+        for tp, part in self._parts.items():
+            high = consumer.last_stable_offset(tp)
+            if high is not None and tp not in self._pending:
+                position = await kafka.bounded(consumer.position(tp), self.ks.call_timeout_s, f"position of {tp}")
+                m.consumer_lag.labels(group, tp.topic, str(tp.partition)).set(max(0, high - position))
+            statuses.update(s.status.value for s in part.runs.values())
+            clock = wall_us if self.s.alerts.clock == "wall" else part.watermark_us
+            for w in part.waiting.values():
+                oldest[w.queue] = max(oldest.get(w.queue, 0.0), (clock - w.queued_at_us) / 1e6)
+        for status in Status:
+            m.runs.labels(status.value).set(statuses.get(status.value, 0))
+        for queue in self._queues - oldest.keys():
+            m.oldest_pending.remove(queue)
+        for queue, age in oldest.items():
+            m.oldest_pending.labels(queue).set(age)
+        self._queues = set(oldest)
+        m.partitions.labels(group).set(sum(1 for tp in self._parts if tp not in self._pending))
+
+
+def _keyless(record: Any, source: str) -> list[DeadLetter]:
+    """A change without a run key: the reason a reducer would give, else 'record without a run key'.
+
+    Records are keyed by run id so that none waits in the reducer's memory for its owner: such a wait would not
+    survive a restart. A scratch reducer tells what the record is without touching the partition's state."""
+    scratch = Reducer(ReducerLimits(max_held=1, max_dead_letters=1, max_retired=1))
+    scratch.apply(record, source)
+    if scratch.stats.dead_letters:
+        return scratch.flush().dead_letters
+    if scratch.stats.held or scratch.runs:
+        return [DeadLetter(source=source, reason="record without a run key",
+                           detail="changes records must be keyed by run id",
+                           excerpt=json.dumps(record, sort_keys=True, default=str)[:2048])]
+    return []  # bookmarks, watch errors, objects of no run: nothing to fold
+
+
+def _us(at: datetime) -> int:
+    value = ts(at)
+    assert value is not None
+    return value
+
+
+def _dt(us: int) -> datetime:
+    value = utc(us)
+    assert value is not None
+    return value

@@ -1,0 +1,358 @@
+"""The service processes: `tracker reduce`, `tracker sink index`, `tracker serve`, `tracker topics create`.
+
+``serve`` runs intake, reducer and sinks in one process. Its intake is any async iterator of ``(record, run key)``
+(the watcher's, or ``capture_source`` replaying capture files). With Kafka configured the records are published to
+``changes`` (keyed by run id) and the Kafka reducer and sinks run as tasks of this process, exactly as they would
+as separate processes; without Kafka the embedded bounded pipeline (``tracker.runtime.pipeline``) is used.
+
+Every process logs JSON, serves metrics and health when ``ops.metrics_port`` is set, and shuts down in data-flow
+order on SIGTERM: intake stops, the reducer drains and commits, the sinks drain and store their offsets, then the
+clients close. A second signal, or ``ops.shutdown_timeout_s`` running out, exits at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import queue
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import structlog
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaError
+
+from tracker.core import extract as x
+from tracker.core.correlate import KINDS, Correlator, link
+from tracker.core.model import DeadLetter
+from tracker.core.reducer import Reducer
+from tracker.runtime.ops import Health, Metrics, OpsServer, Shutdown, configure_logging
+from tracker.runtime.pipeline import JsonlDeadLetters, PipelineReport, run_pipeline
+from tracker.runtime.reduce import SOURCE_HEADER, ReduceFatal, ReduceService
+from tracker.runtime.settings import KafkaSettings, Settings, redacted
+from tracker.runtime.sinks import SinkFatal, SinkRunner, index_sink_runner
+from tracker.shell import kafka
+from tracker.shell.capture import BadRecord, Record, capture_files, interleave
+
+log = structlog.get_logger("tracker.service")
+
+SourceItem = tuple[Record | BadRecord, str | None]  # a record and its run key (None: not keyed)
+Source = AsyncIterator[SourceItem]
+
+
+# ------------------------------------------------------------------------------------------ intake
+
+
+class RunKeyer:
+    """Keys records by run, as the watcher does: a record whose owner has not been seen yet is held (bounded) and
+    released, keyed, right after the record that binds its owner. Records that belong to no run are dropped;
+    records that cannot be keyed (malformed, held too long) come out with no key, to be dead-lettered."""
+
+    def __init__(self, max_held: int) -> None:
+        self.corr = Correlator(max_held)
+
+    def key(self, item: Record | BadRecord) -> list[SourceItem]:
+        if isinstance(item, BadRecord) or not isinstance(item.value, dict):
+            return [(item, None)]
+        value = item.value
+        if "schema" in value:
+            run_id = value.get("run_id")
+            return [(item, run_id if isinstance(run_id, str) and run_id else None)]
+        etype, obj = value.get("type"), value.get("object")
+        if etype in ("BOOKMARK", "ERROR"):
+            return []
+        if etype not in ("ADDED", "MODIFIED", "DELETED") or not isinstance(obj, dict) or obj.get("kind") not in KINDS:
+            return [(item, None)]
+        try:
+            ln = link(obj)
+        except x.Malformed:
+            return [(item, None)]
+        if ln is None:
+            return []
+        run_id = self.corr.run_of(ln)
+        if run_id is None:
+            assert ln.owner is not None
+            dropped = self.corr.hold(ln.owner, (str(etype), obj, item.source))
+            return [(Record(src, {"type": e, "object": o}), None) for _owner, (e, o, src) in dropped]
+        out: list[SourceItem] = [(item, run_id)]
+        if ln.uid:
+            for e, o, src in self.corr.bind(ln.uid, run_id):
+                out.extend(self.key(Record(src, {"type": e, "object": o})))
+        return out
+
+    def unkeyed(self) -> list[SourceItem]:
+        """The records still held (their owner never came): with no key."""
+        held: list[SourceItem] = [(Record(src, {"type": e, "object": o}), None)
+                                  for e, o, src in self.corr.held.values()]
+        self.corr.held.clear()
+        self.corr.held_by_owner.clear()
+        return held
+
+
+async def capture_source(paths: list[Path], max_held: int) -> Source:
+    """Replay capture files (interleaved as ``tracker replay`` does), keyed by run."""
+    files = capture_files(paths)
+    if not files:
+        raise ValueError("no capture files given (expected .json or .jsonl files or directories of them)")
+    keyer = RunKeyer(max_held)
+    for n, item in enumerate(interleave(files), start=1):
+        for out in keyer.key(item):
+            yield out
+        if n % 1024 == 0:
+            await asyncio.sleep(0)  # let the other tasks of the process run
+    for out in keyer.unkeyed():
+        yield out
+
+
+async def publish(source: Source, settings: Settings) -> int:
+    """Send the source's records to ``changes`` (undecodable ones to ``dead-letters``); returns how many.
+
+    At most ``source.max_in_flight`` records are unacknowledged at any time; each send is bounded in time. When a
+    delivery fails (a broker restart outlasting the request timeout), the producer is replaced (an idempotent
+    producer cannot go on after a failed batch) and everything from the first record that failed is sent again,
+    in order, so that each object's last state is also the last one sent; the reducer ignores the duplicates this
+    makes. At most ``source.max_retries`` times in a row, then the error is raised."""
+    producer = await kafka.retrying("starting the changes producer", lambda: _producer(settings.kafka),
+                                    settings.source.max_retries, settings.source.retry_backoff_max_s)
+    try:
+        window: list[tuple[SourceItem, asyncio.Future[object]]] = []
+        sent = 0
+        async for item in source:
+            window.append((item, await _send(producer, item, settings)))
+            sent += 1
+            if len(window) >= settings.source.max_in_flight:
+                producer = await _delivered(producer, window, settings)
+                window = []
+        producer = await _delivered(producer, window, settings)
+        return sent
+    finally:
+        await kafka.stop(producer, settings.kafka, "changes producer")  # flushes what is sent
+
+
+async def _producer(ks: KafkaSettings) -> AIOKafkaProducer:
+    producer = kafka.make_producer(ks)
+    await kafka.start(producer, ks, "changes producer")
+    return producer
+
+
+async def _send(producer: AIOKafkaProducer, item: SourceItem, settings: Settings) -> asyncio.Future[object]:
+    ks, topics = settings.kafka, settings.kafka.topics
+    record, key = item
+    if isinstance(record, BadRecord):
+        letter = DeadLetter(source=record.source, reason=record.reason, excerpt=record.excerpt)
+        fut: asyncio.Future[object] = await kafka.bounded(
+            producer.send(topics.dead_letters, value=letter.model_dump_json().encode()), ks.call_timeout_s,
+            "sending a dead letter")
+        return fut
+    value = json.dumps(record.value, separators=(",", ":"), ensure_ascii=False).encode()
+    fut = await kafka.bounded(producer.send(topics.changes, value=value, key=key.encode() if key else None,
+                                            headers=[(SOURCE_HEADER, record.source.encode())]),
+                              ks.call_timeout_s, "sending a change")
+    return fut
+
+
+async def _delivered(producer: AIOKafkaProducer, window: list[tuple[SourceItem, asyncio.Future[object]]],
+                     settings: Settings) -> AIOKafkaProducer:
+    """Wait until ``window`` is acknowledged, sending it again from its first failure; the producer to go on with."""
+    ks, attempt = settings.kafka, 0
+    while window:
+        await asyncio.wait([fut for _, fut in window], timeout=ks.call_timeout_s)
+        failed = next((i for i, (_, fut) in enumerate(window) if not fut.done() or fut.exception()), None)
+        if failed is None:
+            break
+        fut = window[failed][1]
+        error: BaseException = (fut.exception() or KafkaError("delivery failed")) if fut.done() else \
+            kafka.KafkaCallTimeout(f"delivering changes did not finish within {ks.call_timeout_s:g}s")
+        again = [item for item, _ in window[failed:]]
+        while True:
+            attempt += 1
+            if attempt > settings.source.max_retries:
+                raise error
+            delay = min(settings.source.retry_backoff_max_s, 0.2 * 2 ** (attempt - 1))
+            log.warning("delivering changes failed; a new producer sends again from the first failed record",
+                        attempt=attempt, records=len(again), retry_in_s=delay, error=repr(error))
+            await asyncio.sleep(delay)
+            await kafka.stop(producer, ks, "changes producer")
+            try:
+                producer = await _producer(ks)
+                window = [(item, await _send(producer, item, settings)) for item in again]
+                break
+            except (KafkaError, TimeoutError, OSError) as exc:
+                error = exc
+    return producer
+
+
+# ------------------------------------------------------------------------------------------ processes
+
+
+Body = Callable[[Metrics, Health, Shutdown], Awaitable[None]]
+FATAL = (ReduceFatal, SinkFatal, kafka.TopicLayoutError, KafkaError, TimeoutError, OSError, ValueError)
+
+
+async def run_process(settings: Settings, name: str, body: Body) -> int:
+    """Logging, metrics and health endpoint, signal handling around ``body``; the process's exit code."""
+    configure_logging(settings.ops.log_level, settings.ops.log_format)
+    metrics, health = Metrics(), Health()
+    server = OpsServer(settings.ops, metrics, health)
+    shutdown = Shutdown(settings.ops.shutdown_timeout_s)
+    shutdown.install()
+    log.info("starting", process=name, settings=redacted(settings))
+    try:
+        await server.start()
+        await shutdown.run(body(metrics, health, shutdown))
+    except FATAL as exc:
+        log.error("stopped by an error", process=name, error=str(exc), error_type=type(exc).__name__)
+        return 1
+    finally:
+        await server.stop()
+    log.info("stopped", process=name)
+    return 0
+
+
+async def _until_stopped(task: asyncio.Task[None], shutdown: Shutdown, on_stop: Callable[[], None]) -> None:
+    """Await ``task``; when a stop is requested first, call ``on_stop`` and await the task still."""
+    stop = asyncio.ensure_future(shutdown.requested.wait())
+    try:
+        await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stop.cancel()
+    if not task.done():
+        on_stop()
+    await task
+
+
+def reduce_body(settings: Settings) -> Body:
+    async def body(metrics: Metrics, health: Health, shutdown: Shutdown) -> None:
+        service = ReduceService(settings, metrics, health)
+        await _until_stopped(asyncio.create_task(service.run()), shutdown, service.request_stop)
+    return body
+
+
+def sink_body(settings: Settings, index_path: Path | None) -> Body:
+    async def body(metrics: Metrics, health: Health, shutdown: Shutdown) -> None:
+        runner = index_sink_runner(settings, metrics, health, index_path)
+        await _until_stopped(asyncio.create_task(runner.run()), shutdown, runner.request_stop)
+    return body
+
+
+@dataclass(frozen=True, slots=True)
+class ServeOptions:
+    captures: tuple[Path, ...] = ()
+    index_path: Path | None = None
+    create_topics: bool = False
+    exit_when_done: bool = False  # stop (gracefully) once the intake source is exhausted
+
+
+def serve_body(settings: Settings, opts: ServeOptions, source: Source | None = None) -> Body:
+    """``tracker serve``: ``source`` (default: the captures of ``opts``) -> reducer -> sinks."""
+    async def body(metrics: Metrics, health: Health, shutdown: Shutdown) -> None:
+        intake = source if source is not None else (
+            capture_source(list(opts.captures), settings.source.max_held) if opts.captures else None)
+        if settings.kafka.enabled:
+            await _serve_kafka(settings, opts, intake, metrics, health, shutdown)
+        else:
+            if intake is None:
+                raise ValueError("serve without Kafka needs an intake source (--from-capture PATH)")
+            await _serve_embedded(settings, opts, intake, health, shutdown)
+    return body
+
+
+async def _serve_kafka(settings: Settings, opts: ServeOptions, intake: Source | None, metrics: Metrics,
+                       health: Health, shutdown: Shutdown) -> None:
+    ks = settings.kafka
+    if opts.create_topics:
+        log.info("topics", result=await kafka.create_topics(ks, kafka.topic_specs(ks.topics)))
+    reducer = ReduceService(settings, metrics, health)
+    runners: list[SinkRunner] = []
+    if opts.index_path or settings.sink.index_path:
+        runners.append(index_sink_runner(settings, metrics, health, opts.index_path))
+    reduce_task = asyncio.create_task(reducer.run())
+    sink_tasks = [asyncio.create_task(r.run()) for r in runners]
+    intake_task = asyncio.create_task(_intake(settings, intake)) if intake is not None else None
+    stop = asyncio.ensure_future(shutdown.requested.wait())
+    watched: set[asyncio.Future[Any]] = {stop, reduce_task, *sink_tasks}
+    if intake_task is not None:
+        watched.add(intake_task)
+    try:
+        while True:
+            done, _ = await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
+            if intake_task is not None and done == {intake_task} and intake_task.exception() is None \
+                    and not opts.exit_when_done:
+                watched.discard(intake_task)  # the source ended; keep reducing and sinking until stopped
+                continue
+            break
+    finally:
+        stop.cancel()
+    failed = [t for t in (reduce_task, *sink_tasks, intake_task) if t is not None and t.done() and t.exception()]
+    # data-flow order: intake, reducer (drained, committed), sinks (drained, offsets stored)
+    if intake_task is not None and not intake_task.done():
+        intake_task.cancel()
+    if intake_task is not None:
+        await asyncio.gather(intake_task, return_exceptions=True)
+    reducer.request_stop(drain=not failed)
+    await asyncio.gather(reduce_task, return_exceptions=True)
+    for runner in runners:
+        runner.request_stop(drain=not failed)
+    await asyncio.gather(*sink_tasks, return_exceptions=True)
+    for task in (intake_task, reduce_task, *sink_tasks):
+        error = task.exception() if task is not None and not task.cancelled() else None
+        if error is not None:
+            raise error
+
+
+async def _intake(settings: Settings, source: Source) -> None:
+    sent = await publish(source, settings)
+    log.info("intake source exhausted", records=sent)
+
+
+async def _serve_embedded(settings: Settings, opts: ServeOptions, intake: Source, health: Health,
+                          shutdown: Shutdown) -> PipelineReport:
+    """The embedded pipeline on its own thread (its sinks are synchronous), fed through a bounded queue."""
+    from tracker.shell.index import ExperimentIndex
+
+    index_path = opts.index_path or settings.sink.index_path
+    if index_path is None:
+        raise ValueError("serve without Kafka needs an experiment index (--index PATH)")
+    changes: queue.Queue[Record | BadRecord | None] = queue.Queue(maxsize=settings.embedded.change_queue)
+
+    def records() -> Iterator[Record | BadRecord]:
+        while (item := changes.get()) is not None:
+            yield item
+
+    def pipeline() -> PipelineReport:
+        dead = JsonlDeadLetters(index_path.with_name(index_path.stem + ".dead-letters.jsonl"))
+        with ExperimentIndex(index_path) as index:
+            return asyncio.run(run_pipeline(records(), Reducer(settings.reduce.reducer_limits()), [index], dead,
+                                            limits=settings.embedded.limits()))
+
+    running = asyncio.ensure_future(asyncio.to_thread(pipeline))
+    health.register("embedded", lambda: not running.done())
+
+    async def put(item: Record | BadRecord | None) -> None:
+        while True:
+            try:
+                changes.put_nowait(item)
+                return
+            except queue.Full:
+                if running.done():
+                    running.result()
+                    raise RuntimeError("the embedded pipeline stopped") from None
+                await asyncio.sleep(0.005)
+
+    try:
+        async for item, _key in intake:
+            if shutdown.requested.is_set() or running.done():
+                break
+            await put(item)
+    finally:
+        await put(None)  # stop intake; the pipeline drains what is queued, flushes and closes the index
+    report = await running
+    log.info("embedded pipeline done", records=report.records, runs_written=report.runs_written,
+             dead_letters=report.dead_letters)
+    return report
+
+
+async def create_topics(settings: Settings) -> dict[str, str]:
+    return await kafka.create_topics(settings.kafka, kafka.topic_specs(settings.kafka.topics))

@@ -1,0 +1,287 @@
+"""Service settings: environment (``TRACKER_`` prefix, ``__`` between levels), an optional YAML/JSON file, flags.
+
+Precedence, highest first: command-line flags, environment variables, the settings file (``--config PATH`` or
+``TRACKER_CONFIG_FILE``), the defaults below. Examples::
+
+    TRACKER_KAFKA__BOOTSTRAP_SERVERS=broker-0:9093,broker-1:9093
+    TRACKER_KAFKA__SECURITY_PROTOCOL=SASL_SSL
+    TRACKER_KAFKA__SASL_MECHANISM=PLAIN
+    TRACKER_KAFKA__SASL_USERNAME='$ConnectionString'        # Azure Event Hubs' Kafka endpoint
+    TRACKER_KAFKA__SASL_PASSWORD='Endpoint=sb://...'         # a SecretStr: never logged or printed
+    TRACKER_ALERTS__STALLED_ADMISSION_S=1800
+
+Everything is validated when the process starts; ``load_settings`` raises ``SettingsError`` listing every bad
+value by its dotted name. Every queue, timeout and retry the service uses is a setting here, with a default.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from tracker.core.reducer import ReducerLimits
+from tracker.runtime.pipeline import PipelineLimits
+
+CONFIG_FILE_ENV = "TRACKER_CONFIG_FILE"
+MIB = 1024 * 1024
+
+
+class SettingsError(ValueError):
+    """The settings are invalid; the message lists every problem."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TopicSettings(_Section):
+    """Names and layout of the tracker's topics (see deploy/kafka/topics.md)."""
+
+    changes: str = Field(default="taugrid.tracker.changes", min_length=1, max_length=249)
+    transitions: str = Field(default="taugrid.tracker.transitions", min_length=1, max_length=249)
+    run_state: str = Field(default="taugrid.tracker.run-state", min_length=1, max_length=249)
+    dead_letters: str = Field(default="taugrid.tracker.dead-letters", min_length=1, max_length=249)
+    alerts: str = Field(default="taugrid.tracker.alerts", min_length=1, max_length=249)
+    partitions: int = Field(default=12, ge=1, le=1024,
+                            description="Partitions of changes, transitions and run-state (always equal).")
+    side_partitions: int = Field(default=3, ge=1, le=1024, description="Partitions of dead-letters and alerts.")
+    replication_factor: int = Field(default=3, ge=1, le=16)
+    changes_retention_ms: int = Field(default=7 * 24 * 3_600_000, ge=3_600_000)
+    side_retention_ms: int = Field(default=30 * 24 * 3_600_000, ge=3_600_000,
+                                   description="Retention of dead-letters and alerts.")
+    transitions_min_compaction_lag_ms: int = Field(
+        default=24 * 3_600_000, ge=0, description="How long every intermediate history stays before compaction.")
+    max_message_bytes: int = Field(default=4 * MIB, ge=MIB, le=64 * MIB,
+                                   description="Topic max.message.bytes, and the producers' max request size.")
+
+    @model_validator(mode="after")
+    def _distinct(self) -> TopicSettings:
+        names = [self.changes, self.transitions, self.run_state, self.dead_letters, self.alerts]
+        if len(set(names)) != len(names):
+            raise ValueError(f"topic names must be distinct, got {names}")
+        return self
+
+
+class KafkaSettings(_Section):
+    """Connection, security and client limits. No bootstrap servers means: no Kafka (embedded bus)."""
+
+    bootstrap_servers: str | None = Field(default=None, description="host:port[,host:port...]")
+    client_id: str = "tracker"
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"] | None = None
+    sasl_username: str | None = None
+    sasl_password: SecretStr | None = None
+    oauth_scope: str | None = Field(
+        default=None, description="OAUTHBEARER: token scope requested through azure-identity, "
+                                  "e.g. https://<namespace>.servicebus.windows.net/.default")
+    ssl_cafile: Path | None = None
+    ssl_certfile: Path | None = None
+    ssl_keyfile: Path | None = None
+    ssl_key_password: SecretStr | None = None
+    ssl_check_hostname: bool = True
+    request_timeout_ms: int = Field(default=30_000, ge=1_000, le=600_000)
+    call_timeout_s: float = Field(default=60.0, gt=0, le=3_600,
+                                  description="Upper bound on any one client call (start, commit, admin...).")
+    retry_backoff_ms: int = Field(default=200, ge=10, le=60_000)
+    metadata_max_age_ms: int = Field(default=180_000, ge=1_000)
+    connections_max_idle_ms: int = Field(default=180_000, ge=1_000,
+                                         description="Below Azure Event Hubs' 240 s idle disconnect.")
+    session_timeout_ms: int = Field(default=10_000, ge=1_000, le=1_800_000)
+    heartbeat_interval_ms: int = Field(default=3_000, ge=100)
+    max_poll_interval_ms: int = Field(default=300_000, ge=1_000)
+    transaction_timeout_ms: int = Field(default=60_000, ge=1_000, le=900_000)
+    linger_ms: int = Field(default=5, ge=0, le=10_000)
+    batch_bytes: int = Field(default=MIB, ge=16_384, le=64 * MIB,
+                             description="Producer batch size per partition: a transaction's records to one "
+                                         "partition travel in one request instead of one by one.")
+    fetch_max_wait_ms: int = Field(default=100, ge=0, le=10_000)
+    topics: TopicSettings = TopicSettings()
+
+    @model_validator(mode="after")
+    def _security(self) -> KafkaSettings:
+        sasl = self.security_protocol.startswith("SASL_")
+        if sasl and self.sasl_mechanism is None:
+            raise ValueError(f"security_protocol {self.security_protocol} needs sasl_mechanism")
+        if not sasl and self.sasl_mechanism is not None:
+            raise ValueError(f"sasl_mechanism is set but security_protocol is {self.security_protocol}")
+        if self.sasl_mechanism in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512") and (
+                not self.sasl_username or self.sasl_password is None):
+            raise ValueError(f"SASL {self.sasl_mechanism} needs sasl_username and sasl_password")
+        if self.sasl_mechanism == "OAUTHBEARER" and not self.oauth_scope:
+            raise ValueError("SASL OAUTHBEARER needs oauth_scope (the token is obtained with azure-identity)")
+        for name in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
+            path = getattr(self, name)
+            if path is not None and not path.is_file():
+                raise ValueError(f"{name}: no such file: {path}")
+        if (self.ssl_certfile is None) != (self.ssl_keyfile is None):
+            raise ValueError("ssl_certfile and ssl_keyfile go together (client certificate authentication)")
+        if self.heartbeat_interval_ms * 3 > self.session_timeout_ms:
+            raise ValueError("heartbeat_interval_ms must be at most a third of session_timeout_ms")
+        if self.batch_bytes > self.topics.max_message_bytes:
+            raise ValueError("batch_bytes must not exceed topics.max_message_bytes (a batch is one broker message)")
+        if self.request_timeout_ms > self.call_timeout_s * 1000:
+            raise ValueError("request_timeout_ms must not exceed call_timeout_s")
+        return self
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.bootstrap_servers)
+
+
+class ReduceSettings(_Section):
+    group_id: str = Field(default="tracker-reduce", min_length=1)
+    transactional_id_prefix: str = Field(
+        default="tracker-reduce", min_length=1,
+        description="One transactional producer per changes partition: <prefix>.<changes topic>.<partition>.")
+    group_instance_id: str | None = Field(
+        default=None, description="Static group membership: a restarted process gets its partitions back at once.")
+    max_batch_records: int = Field(default=2_000, ge=1, le=100_000,
+                                   description="Records fetched (and folded in one transaction) per poll, at most.")
+    poll_timeout_ms: int = Field(default=200, ge=1, le=60_000)
+    max_change_bytes: int = Field(default=int(1.5 * MIB), ge=1_024,
+                                  description="A changes value larger than this is a dead letter (etcd's object "
+                                              "limit is ~1.5 MiB).")
+    max_held: int = Field(default=100_000, ge=1)
+    max_dead_letters: int = Field(default=10_000, ge=1, description="Dead letters kept between two commits.")
+    max_retired: int = Field(default=1_000_000, ge=1, description="Finished runs remembered per partition.")
+    restore_timeout_s: float = Field(default=300.0, gt=0)
+    max_retries: int = Field(default=8, ge=0, le=1_000,
+                             description="Consecutive failed transactions or restores of one partition before exit.")
+    retry_backoff_max_s: float = Field(default=10.0, gt=0, le=600)
+
+    def reducer_limits(self) -> ReducerLimits:
+        return ReducerLimits(max_held=self.max_held, max_dead_letters=self.max_dead_letters,
+                             max_retired=self.max_retired)
+
+
+class AlertSettings(_Section):
+    stalled_admission_s: float = Field(default=1_800.0, gt=0,
+                                       description="Alert when a run has waited this long for admission.")
+    clock: Literal["event", "wall"] = Field(
+        default="event", description="event: the partition's latest transition time (deterministic; advances only "
+                                     "with traffic); wall: this host's clock (also fires on a quiet partition).")
+    check_interval_s: float = Field(default=15.0, gt=0, description="How often the wall clock is checked.")
+
+
+class SinkSettings(_Section):
+    index_path: Path | None = None
+    index_group: str = Field(default="tracker-sink-index", min_length=1)
+    group_instance_id: str | None = None
+    max_batch_records: int = Field(default=2_000, ge=1, le=100_000)
+    poll_timeout_ms: int = Field(default=200, ge=1, le=60_000)
+    max_retries: int = Field(default=8, ge=0, le=1_000, description="Consecutive failed writes before exit.")
+    retry_backoff_max_s: float = Field(default=10.0, gt=0, le=600)
+
+
+class SourceSettings(_Section):
+    max_held: int = Field(default=100_000, ge=1,
+                          description="Records held by the run keyer until their owner is seen.")
+    max_in_flight: int = Field(default=10_000, ge=1, description="Changes sent but not yet acknowledged.")
+    max_retries: int = Field(default=8, ge=0, le=1_000, description="Failed deliveries in a row before giving up.")
+    retry_backoff_max_s: float = Field(default=10.0, gt=0, le=600)
+
+
+class EmbeddedSettings(_Section):
+    change_queue: int = Field(default=10_000, ge=1)
+    history_queue: int = Field(default=64, ge=1)
+    flush_every: int = Field(default=5_000, ge=1)
+
+    def limits(self) -> PipelineLimits:
+        return PipelineLimits(change_queue=self.change_queue, history_queue=self.history_queue,
+                              flush_every=self.flush_every)
+
+
+class OpsSettings(_Section):
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    log_format: Literal["json", "console"] = "json"
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int | None = Field(default=None, ge=0, le=65_535,
+                                     description="/metrics, /healthz, /readyz; none when unset.")
+    http_timeout_s: float = Field(default=5.0, gt=0, description="Reading one HTTP request, at most.")
+    metrics_interval_s: float = Field(default=5.0, gt=0, description="Refresh of lag and gauge metrics.")
+    shutdown_timeout_s: float = Field(default=30.0, gt=0,
+                                      description="Graceful shutdown budget; the process exits when it runs out.")
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="TRACKER_", env_nested_delimiter="__", extra="forbid",
+                                      frozen=True, nested_model_default_partial_update=True)
+
+    kafka: KafkaSettings = KafkaSettings()
+    reduce: ReduceSettings = ReduceSettings()
+    alerts: AlertSettings = AlertSettings()
+    sink: SinkSettings = SinkSettings()
+    source: SourceSettings = SourceSettings()
+    embedded: EmbeddedSettings = EmbeddedSettings()
+    ops: OpsSettings = OpsSettings()
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return init_settings, env_settings, _FileSource(settings_cls)
+
+
+_FILE_DATA: ContextVar[Mapping[str, Any] | None] = ContextVar("tracker_settings_file", default=None)
+
+
+class _FileSource(PydanticBaseSettingsSource):
+    """The settings file read by ``load_settings`` (lowest precedence above the defaults)."""
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return (_FILE_DATA.get() or {}).get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return dict(_FILE_DATA.get() or {})
+
+
+def load_settings(config_file: Path | None = None, overrides: Mapping[str, Any] | None = None) -> Settings:
+    """Settings from flags (``overrides``, nested dicts), the environment and the settings file."""
+    path = config_file or (Path(os.environ[CONFIG_FILE_ENV]) if os.environ.get(CONFIG_FILE_ENV) else None)
+    token = _FILE_DATA.set(_read_file(path) if path is not None else None)
+    try:
+        return Settings(**dict(overrides or {}))
+    except ValidationError as exc:
+        where = f" (settings file {path})" if path is not None else ""
+        lines = [f"  {'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg']}" for e in exc.errors()]
+        raise SettingsError(f"invalid settings{where}; environment variables are TRACKER_<SECTION>__<NAME>:\n"
+                            + "\n".join(lines)) from None
+    finally:
+        _FILE_DATA.reset(token)
+
+
+def _read_file(path: Path) -> Mapping[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SettingsError(f"cannot read settings file {path}: {exc.strerror}") from None
+    try:
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError) as exc:
+        raise SettingsError(f"settings file {path} is not valid {'JSON' if path.suffix == '.json' else 'YAML'}: "
+                            f"{exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise SettingsError(f"settings file {path} must hold a mapping of sections, got {type(data).__name__}")
+    return data
+
+
+def redacted(settings: Settings) -> dict[str, Any]:
+    """The settings as JSON-ready data for a start-up log line; secrets show as '**********'."""
+    data: dict[str, Any] = json.loads(settings.model_dump_json())
+    return data

@@ -1,0 +1,331 @@
+"""History sinks fed from the ``transitions`` topic: ``tracker sink index`` and a runner for any other sink.
+
+Each sink is its own consumer group, so a slow or failed sink never stalls the reducer or another sink: it only
+falls behind (``tracker_consumer_lag``) and catches up from where it stopped. Transitions records carry a run's
+complete history, so a batch is reduced to the last history per run before it is written, and writing one again
+is harmless.
+
+Where a sink stores its consumer offsets decides the guarantee:
+
+- a sink that can keep offsets with its data (``OffsetStoringSink``, e.g. the SQLite experiment index) gets them
+  in the same transaction as the rows, and on start the runner seeks to the offsets the sink holds, never to the
+  Kafka-committed ones: the sink reflects every transaction of the reducer exactly once;
+- any other ``HistorySink`` (e.g. Azure Data Explorer) is written first and the offsets are committed to Kafka
+  after: at least once, which full-history records make idempotent.
+
+The sink object is opened, used and closed on one dedicated thread (SQLite connections belong to their thread),
+so a slow write never blocks the event loop's heartbeats. A failing write is retried (capped, with backoff); a
+ValueError is the sink refusing data, not a transient failure: the batch is then written run by run and only the
+refused histories are skipped (``tracker_sink_bad_records_total``), so one bad history cannot stall a sink.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager, ExitStack
+from pathlib import Path
+from typing import Literal, Protocol, TypeVar, runtime_checkable
+
+import structlog
+from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
+from aiokafka.abc import ConsumerRebalanceListener
+from aiokafka.errors import KafkaError
+from pydantic import ValidationError
+
+from tracker.core.model import RunHistory
+from tracker.runtime.ops import Health, Metrics
+from tracker.runtime.pipeline import HistorySink
+from tracker.runtime.settings import Settings
+from tracker.shell import kafka
+
+T = TypeVar("T")
+log = structlog.get_logger("tracker.sinks")
+
+OffsetKey = tuple[str, str, int]  # (consumer group, topic, partition)
+
+
+@runtime_checkable
+class OffsetStoringSink(Protocol):
+    """A sink that stores consumer offsets atomically with the histories (``ExperimentIndex`` is one)."""
+
+    def write(self, histories: Sequence[RunHistory], offsets: Mapping[OffsetKey, int] | None = None) -> int: ...
+
+    def offsets(self, group: str) -> dict[tuple[str, int], int]: ...
+
+
+SinkOpener = Callable[[], AbstractContextManager[HistorySink | OffsetStoringSink]]
+
+
+class SinkFatal(RuntimeError):
+    """A sink failed more often in a row than ``sink.max_retries``."""
+
+
+class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka is untyped
+    def __init__(self, runner: SinkRunner) -> None:
+        self.runner = runner
+
+    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        await self.runner.on_revoked(set(revoked))
+
+    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        await self.runner.on_assigned(set(assigned))
+
+
+class SinkRunner:
+    """Consumes ``transitions`` in consumer group ``group`` and writes the histories to one sink."""
+
+    def __init__(self, name: str, open_sink: SinkOpener, group: str, settings: Settings, metrics: Metrics,
+                 health: Health, group_instance_id: str | None = None) -> None:
+        self.name = name
+        self.open_sink = open_sink
+        self.group = group
+        self.group_instance_id = group_instance_id
+        self.s = settings
+        self.ks = settings.kafka
+        self.metrics = metrics
+        self._sink: HistorySink | OffsetStoringSink | None = None
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"sink-{name}")
+        self._positions: dict[TopicPartition, int] = {}
+        self._pending: set[TopicPartition] = set()
+        self._joined = False
+        self._lock = asyncio.Lock()
+        self._stop: Literal["now", "drain"] | None = None
+        self._drain_to: dict[TopicPartition, int] | None = None
+        self._consumer: AIOKafkaConsumer | None = None
+        self._setup_failures = 0
+        self._retry_at = 0.0
+        self._last_tick = 0.0
+        health.register(f"sink-{name}", self.ready)
+
+    def ready(self) -> bool:
+        return self._joined and not self._pending
+
+    def request_stop(self, drain: bool = False) -> None:
+        """Stop after the batch in hand (``drain``: once caught up with the transitions written so far)."""
+        self._stop = "drain" if drain else "now"
+
+    async def _call(self, fn: Callable[[], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._thread, fn)
+
+    # ------------------------------------------------------------------------------------ lifecycle
+    async def run(self) -> None:
+        stack = ExitStack()
+        self._sink = await self._call(lambda: stack.enter_context(self.open_sink()))
+        try:
+            consumer = await kafka.retrying("connecting to Kafka", self._connect, self.s.sink.max_retries,
+                                            self.s.sink.retry_backoff_max_s)
+            try:
+                consumer.subscribe([self.ks.topics.transitions], listener=_Rebalance(self))
+                log.info("sink started", sink=self.name, group=self.group,
+                         offsets="stored with the data" if self._stores_offsets else "committed to Kafka")
+                await self._loop(consumer)
+            finally:
+                await kafka.stop(consumer, self.ks, f"{self.name} sink consumer")
+        finally:
+            await self._call(stack.close)
+            self._thread.shutdown(wait=True)
+        log.info("sink stopped", sink=self.name)
+
+    async def _connect(self) -> AIOKafkaConsumer:
+        await kafka.verify_topics(self.ks, ("transitions",))
+        consumer = self._consumer = kafka.make_consumer(
+            self.ks, group_id=self.group, group_instance_id=self.group_instance_id,
+            max_poll_records=self.s.sink.max_batch_records)
+        await kafka.start(consumer, self.ks, f"{self.name} sink consumer")
+        return consumer
+
+    @property
+    def _stores_offsets(self) -> bool:
+        return isinstance(self._sink, OffsetStoringSink)
+
+    async def _loop(self, consumer: AIOKafkaConsumer) -> None:
+        cfg = self.s.sink
+        poll_errors = 0
+        while not await self._should_stop(consumer):
+            await self._set_up_pending(consumer)
+            try:
+                batches = await kafka.bounded(
+                    consumer.getmany(timeout_ms=cfg.poll_timeout_ms, max_records=cfg.max_batch_records),
+                    self.ks.call_timeout_s, "polling transitions")
+            except (KafkaError, TimeoutError) as exc:
+                poll_errors += 1
+                self.metrics.errors.labels(f"sink-{self.name}", "poll").inc()
+                if poll_errors > cfg.max_retries:
+                    raise SinkFatal(f"polling transitions failed {poll_errors} times in a row: {exc}") from exc
+                log.warning("polling transitions failed", sink=self.name, error=str(exc), attempt=poll_errors)
+                await asyncio.sleep(self._backoff(poll_errors))
+                continue
+            poll_errors = 0
+            if batches:
+                async with self._lock:
+                    await self._write(consumer, batches)
+            await self._tick(consumer)
+
+    async def _should_stop(self, consumer: AIOKafkaConsumer) -> bool:
+        if self._stop is None:
+            return False
+        if self._stop == "now":
+            return True
+        if not self._joined:
+            return False  # draining starts once the partitions to drain are known
+        if self._drain_to is None:
+            assigned = sorted(consumer.assignment())
+            ends: dict[TopicPartition, int] = (await kafka.bounded(
+                consumer.end_offsets(assigned), self.ks.call_timeout_s, "end offsets of transitions")
+            ) if assigned else {}
+            self._drain_to = ends
+        return not self._pending and await kafka.caught_up(consumer, self._drain_to, self.ks.call_timeout_s)
+
+    def _backoff(self, attempt: int) -> float:
+        return float(min(self.s.sink.retry_backoff_max_s, 0.2 * 2 ** (attempt - 1)))
+
+    # ------------------------------------------------------------------------------------ rebalance
+    async def on_revoked(self, revoked: set[TopicPartition]) -> None:
+        async with self._lock:  # waits for the write in flight
+            self._pending |= revoked
+
+    async def on_assigned(self, assigned: set[TopicPartition]) -> None:
+        async with self._lock:
+            self._positions = {tp: p for tp, p in self._positions.items() if tp in assigned}
+            self._pending = set(assigned)
+            if self._consumer is not None and assigned:
+                self._consumer.pause(*assigned)
+            self._joined = True
+        log.info("partitions assigned", sink=self.name, partitions=sorted(tp.partition for tp in assigned))
+
+    async def _set_up_pending(self, consumer: AIOKafkaConsumer) -> None:
+        if not self._pending or time.monotonic() < self._retry_at:
+            return
+        async with self._lock:
+            pending = sorted(self._pending)
+            if not pending:
+                return
+            try:
+                starts = await self._start_offsets(consumer, pending)
+            except (KafkaError, TimeoutError, OSError) as exc:
+                self._setup_failures += 1
+                self.metrics.errors.labels(f"sink-{self.name}", "offsets").inc()
+                if self._setup_failures > self.s.sink.max_retries:
+                    raise SinkFatal(f"{self.name} sink: reading start offsets failed {self._setup_failures} times "
+                                    f"in a row: {exc!r}") from exc
+                self._retry_at = time.monotonic() + self._backoff(self._setup_failures)
+                log.warning("reading start offsets failed", sink=self.name, error=str(exc))
+                return
+            self._setup_failures = 0
+            for tp in pending:
+                consumer.seek(tp, starts[tp])
+                self._positions[tp] = starts[tp]
+            self._pending.clear()
+            consumer.resume(*pending)
+        log.info("positioned", sink=self.name, offsets={tp.partition: starts[tp] for tp in pending})
+
+    async def _start_offsets(self, consumer: AIOKafkaConsumer, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+        sink = self._sink
+        if isinstance(sink, OffsetStoringSink):
+            stored = await self._call(lambda: sink.offsets(self.group))
+            found = {tp: stored.get((tp.topic, tp.partition)) for tp in tps}
+        else:
+            found = {tp: await kafka.bounded(consumer.committed(tp), self.ks.call_timeout_s, f"committed {tp}")
+                     for tp in tps}
+        missing = [tp for tp, off in found.items() if off is None]
+        begin: dict[TopicPartition, int] = (await kafka.bounded(
+            consumer.beginning_offsets(missing), self.ks.call_timeout_s, "beginning offsets")) if missing else {}
+        return {tp: off if off is not None else begin[tp] for tp, off in found.items()}
+
+    # ------------------------------------------------------------------------------------ writing
+    async def _write(self, consumer: AIOKafkaConsumer, batches: dict[TopicPartition, list[ConsumerRecord]]) -> None:
+        histories: dict[str, RunHistory] = {}
+        offsets: dict[TopicPartition, int] = {}
+        for tp, records in batches.items():
+            if tp in self._pending or tp not in self._positions:
+                continue
+            fresh = [r for r in records if r.offset >= self._positions[tp]]
+            for rec in fresh:
+                try:
+                    history = RunHistory.model_validate_json(rec.value)
+                except (ValidationError, ValueError, TypeError) as exc:
+                    self.metrics.sink_bad_records.labels(self.name).inc()
+                    log.error("undecodable transitions record skipped", sink=self.name, partition=tp.partition,
+                              offset=rec.offset, error=str(exc)[:500])
+                    continue
+                histories[history.run.run_id] = history
+            if fresh:
+                offsets[tp] = fresh[-1].offset + 1
+        if not offsets:
+            return
+        stored = {(self.group, tp.topic, tp.partition): off for tp, off in offsets.items()}
+        changed = await self._write_with_retries(list(histories.values()), stored if self._stores_offsets else {})
+        if not self._stores_offsets:
+            try:
+                await kafka.bounded(consumer.commit(offsets), self.ks.call_timeout_s, "committing sink offsets")
+            except (KafkaError, TimeoutError) as exc:  # written already; the next owner rewrites (idempotent)
+                self.metrics.errors.labels(f"sink-{self.name}", "commit").inc()
+                log.warning("committing offsets failed; some histories will be written again", sink=self.name,
+                            error=str(exc))
+        self._positions.update(offsets)
+        self.metrics.sink_rows.labels(self.name).inc(changed)
+        self.metrics.sink_histories.labels(self.name).inc(len(histories))
+
+    async def _write_with_retries(self, histories: list[RunHistory], stored: dict[OffsetKey, int]) -> int:
+        """Write with capped retries. A ValueError is the sink refusing the data (not a transient failure): the
+        batch is written run by run and only the refused histories are skipped, so one bad history cannot stall
+        the sink."""
+        attempt = 0
+        while True:
+            attempt += 1
+            started = time.perf_counter()
+            try:
+                changed = await self._write_once(histories, stored)
+            except ValueError as exc:
+                if len(histories) > 1:
+                    return await self._isolate(histories, stored)
+                self.metrics.sink_bad_records.labels(self.name).inc()
+                log.error("history refused by the sink, skipped", sink=self.name,
+                          run_id=histories[0].run.run_id if histories else None, error=str(exc)[:500])
+                return await self._write_with_retries([], stored) if histories else 0
+            except Exception as exc:  # any sink's failure (SQLite, network, service): retried, then fatal
+                self.metrics.errors.labels(f"sink-{self.name}", "write").inc()
+                if attempt > self.s.sink.max_retries:
+                    raise SinkFatal(f"{self.name} sink: write failed {attempt} times in a row: {exc!r}") from exc
+                log.warning("sink write failed, retrying", sink=self.name, attempt=attempt, error=repr(exc))
+                await asyncio.sleep(self._backoff(attempt))
+                continue
+            self.metrics.sink_write_seconds.labels(self.name).observe(time.perf_counter() - started)
+            return changed
+
+    async def _isolate(self, histories: list[RunHistory], stored: dict[OffsetKey, int]) -> int:
+        changed = sum([await self._write_with_retries([h], {}) for h in histories])
+        return changed + await self._write_with_retries([], stored)
+
+    async def _write_once(self, histories: list[RunHistory], stored: dict[OffsetKey, int]) -> int:
+        sink = self._sink
+        if isinstance(sink, OffsetStoringSink):
+            return await self._call(lambda: sink.write(histories, stored))
+        assert sink is not None
+        return await self._call(lambda: sink.write(histories)) if histories else 0
+
+    async def _tick(self, consumer: AIOKafkaConsumer) -> None:
+        now = time.monotonic()
+        if now - self._last_tick < self.s.ops.metrics_interval_s:
+            return
+        self._last_tick = now
+        for tp in self._positions:
+            end = consumer.last_stable_offset(tp)
+            if end is not None and tp not in self._pending:
+                position = await kafka.bounded(consumer.position(tp), self.ks.call_timeout_s, f"position of {tp}")
+                self.metrics.consumer_lag.labels(self.group, tp.topic, str(tp.partition)).set(max(0, end - position))
+
+
+def index_sink_runner(settings: Settings, metrics: Metrics, health: Health,
+                      index_path: Path | None = None) -> SinkRunner:
+    """The experiment-index sink of ``tracker sink index``."""
+    from tracker.shell.index import ExperimentIndex
+
+    path = index_path or settings.sink.index_path
+    if path is None:
+        raise ValueError("no experiment index path (--index, or TRACKER_SINK__INDEX_PATH)")
+    return SinkRunner("index", lambda: ExperimentIndex(path), settings.sink.index_group, settings, metrics, health,
+                      group_instance_id=settings.sink.group_instance_id)

@@ -1,0 +1,326 @@
+"""Kafka clients for the tracker (aiokafka): security options, producers, consumers and topic administration.
+
+Every producer is idempotent with ``acks=all``; the reducer's are transactional. Every call the service makes
+through these helpers is bounded by ``KafkaSettings.call_timeout_s`` (``bounded``), because several aiokafka
+calls otherwise retry without end (a producer's ``start`` waits for a producer id forever, for one).
+
+Security: ``PLAINTEXT``, ``SSL`` (CA file, optional client certificate), ``SASL_PLAINTEXT`` / ``SASL_SSL`` with
+PLAIN or SCRAM, and ``OAUTHBEARER`` with a token from azure-identity. Azure Event Hubs' Kafka endpoint takes
+``SASL_SSL`` + ``PLAIN`` with the user name ``$ConnectionString`` and the namespace connection string as the
+password (see deploy/kafka/topics.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import structlog
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.abc import AbstractTokenProvider
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import KafkaError, for_code
+from aiokafka.helpers import create_ssl_context
+
+from tracker.runtime.settings import KafkaSettings, TopicSettings
+
+T = TypeVar("T")
+log = structlog.get_logger("tracker.kafka")
+
+
+class KafkaCallTimeout(TimeoutError):
+    """A Kafka call did not finish within ``call_timeout_s``."""
+
+
+class TopicLayoutError(RuntimeError):
+    """The topics are missing or laid out differently from what the tracker needs."""
+
+
+async def bounded(call: Awaitable[T], seconds: float, what: str) -> T:
+    """Await ``call`` for at most ``seconds``; raise KafkaCallTimeout naming ``what`` otherwise."""
+    try:
+        async with asyncio.timeout(seconds):
+            return await call
+    except TimeoutError as exc:
+        raise KafkaCallTimeout(f"{what} did not finish within {seconds:g}s") from exc
+
+
+async def retrying(what: str, attempt: Callable[[], Awaitable[T]], retries: int, backoff_max_s: float) -> T:
+    """``attempt()``, tried again after Kafka errors and timeouts with exponential backoff, ``retries`` times at
+    most (errors of the tracker's own, such as a wrong topic layout, are not retried)."""
+    tries = 0
+    while True:
+        tries += 1
+        try:
+            return await attempt()
+        except (KafkaError, TimeoutError, OSError) as exc:
+            if tries > retries:
+                raise
+            delay = min(backoff_max_s, 0.2 * 2 ** (tries - 1))
+            log.warning(f"{what} failed, retrying", attempt=tries, retry_in_s=delay, error=repr(exc))
+            await asyncio.sleep(delay)
+
+
+# ------------------------------------------------------------------------------------------ clients
+
+
+class AzureTokenProvider(AbstractTokenProvider):  # type: ignore[misc]  # aiokafka is untyped
+    """SASL OAUTHBEARER tokens from azure-identity's DefaultAzureCredential, reused until shortly before expiry."""
+
+    _REFRESH_MARGIN_S = 300
+
+    def __init__(self, scope: str, timeout_s: float) -> None:
+        self.scope = scope
+        self.timeout_s = timeout_s
+        self._token: tuple[str, float] | None = None
+
+    async def token(self) -> str:
+        if self._token is None or self._token[1] - self._REFRESH_MARGIN_S < time.time():
+            from azure.identity.aio import DefaultAzureCredential
+
+            async with DefaultAzureCredential() as credential:
+                access = await bounded(credential.get_token(self.scope), self.timeout_s, "azure-identity get_token")
+            self._token = (access.token, float(access.expires_on))
+        return self._token[0]
+
+
+def client_options(ks: KafkaSettings) -> dict[str, Any]:
+    """Options every aiokafka client (producer, consumer, admin) of the tracker takes."""
+    if not ks.bootstrap_servers:
+        raise ValueError("no Kafka bootstrap servers configured (TRACKER_KAFKA__BOOTSTRAP_SERVERS)")
+    opts: dict[str, Any] = {
+        "bootstrap_servers": [s.strip() for s in ks.bootstrap_servers.split(",") if s.strip()],
+        "client_id": ks.client_id,
+        "request_timeout_ms": ks.request_timeout_ms,
+        "retry_backoff_ms": ks.retry_backoff_ms,
+        "metadata_max_age_ms": ks.metadata_max_age_ms,
+        "connections_max_idle_ms": ks.connections_max_idle_ms,
+        "security_protocol": ks.security_protocol,
+    }
+    if ks.security_protocol in ("SSL", "SASL_SSL"):
+        password = ks.ssl_key_password.get_secret_value() if ks.ssl_key_password else None
+        ctx = create_ssl_context(cafile=ks.ssl_cafile, certfile=ks.ssl_certfile, keyfile=ks.ssl_keyfile,
+                                 password=password)
+        ctx.check_hostname = ks.ssl_check_hostname
+        opts["ssl_context"] = ctx
+    if ks.sasl_mechanism is not None:
+        opts["sasl_mechanism"] = ks.sasl_mechanism
+        if ks.sasl_mechanism == "OAUTHBEARER":
+            assert ks.oauth_scope is not None  # validated by KafkaSettings
+            opts["sasl_oauth_token_provider"] = AzureTokenProvider(ks.oauth_scope, ks.call_timeout_s)
+        else:
+            assert ks.sasl_password is not None  # validated by KafkaSettings
+            opts["sasl_plain_username"] = ks.sasl_username
+            opts["sasl_plain_password"] = ks.sasl_password.get_secret_value()
+    return opts
+
+
+def make_producer(ks: KafkaSettings, transactional_id: str | None = None) -> AIOKafkaProducer:
+    """An idempotent producer with acks=all (transactional when ``transactional_id`` is given)."""
+    return AIOKafkaProducer(
+        **client_options(ks),
+        acks="all",
+        enable_idempotence=True,
+        transactional_id=transactional_id,
+        transaction_timeout_ms=ks.transaction_timeout_ms,
+        max_request_size=ks.topics.max_message_bytes,
+        max_batch_size=ks.batch_bytes,
+        linger_ms=ks.linger_ms,
+        compression_type=None,
+    )
+
+
+def make_consumer(ks: KafkaSettings, *, group_id: str | None, group_instance_id: str | None = None,
+                  max_poll_records: int = 1_000) -> AIOKafkaConsumer:
+    """A read_committed consumer without auto-commit; offsets are the caller's business."""
+    group: dict[str, Any] = {}
+    if group_id is not None:
+        group = {"group_id": group_id, "group_instance_id": group_instance_id,
+                 "session_timeout_ms": ks.session_timeout_ms, "heartbeat_interval_ms": ks.heartbeat_interval_ms,
+                 "max_poll_interval_ms": ks.max_poll_interval_ms}
+    return AIOKafkaConsumer(
+        **client_options(ks),
+        **group,
+        isolation_level="read_committed",
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        max_poll_records=max_poll_records,
+        fetch_max_wait_ms=ks.fetch_max_wait_ms,
+        max_partition_fetch_bytes=ks.topics.max_message_bytes,
+        fetch_max_bytes=max(ks.topics.max_message_bytes * 4, 50 * 1024 * 1024),
+    )
+
+
+async def start(client: AIOKafkaProducer | AIOKafkaConsumer | AIOKafkaAdminClient, ks: KafkaSettings,
+                what: str) -> None:
+    """Start a client within the call timeout; on failure it is closed again and the error raised."""
+    try:
+        await bounded(client.start(), ks.call_timeout_s, f"starting the {what}")
+    except BaseException:
+        await stop(client, ks, what)
+        raise
+
+
+async def stop(client: AIOKafkaProducer | AIOKafkaConsumer | AIOKafkaAdminClient, ks: KafkaSettings,
+               what: str) -> None:
+    """Stop a client within the call timeout; errors are logged, not raised (the client is being dropped)."""
+    try:
+        close = client.close() if isinstance(client, AIOKafkaAdminClient) else client.stop()
+        await bounded(close, ks.call_timeout_s, f"stopping the {what}")
+    except (KafkaError, OSError, TimeoutError) as exc:
+        log.warning("client did not stop cleanly", client=what, error=str(exc))
+
+
+# ------------------------------------------------------------------------------------------ reading
+
+
+async def read_to_end(consumer: AIOKafkaConsumer, tp: TopicPartition, ks: KafkaSettings,
+                      timeout_s: float) -> dict[bytes, bytes | None]:
+    """The latest value per key of one partition, read from the beginning to its end (read_committed: the last
+    stable offset), in the order of those latest writes. ``consumer`` must have no group; it is left assigned to
+    ``tp``."""
+    consumer.assign([tp])
+    end = (await bounded(consumer.end_offsets([tp]), ks.call_timeout_s, f"end offset of {tp}"))[tp]
+    await bounded(consumer.seek_to_beginning(tp), ks.call_timeout_s, f"beginning of {tp}")
+    latest: dict[bytes, bytes | None] = {}
+    async with asyncio.timeout(timeout_s):
+        while await consumer.position(tp) < end:
+            batch = await consumer.getmany(tp, timeout_ms=500, max_records=10_000)
+            for rec in batch.get(tp, ()):
+                if rec.offset >= end:
+                    break
+                if rec.key is not None:
+                    latest.pop(rec.key, None)  # keep the order of the latest writes
+                    latest[rec.key] = rec.value
+    return latest
+
+
+async def caught_up(consumer: AIOKafkaConsumer, ends: dict[TopicPartition, int], timeout_s: float) -> bool:
+    """Whether the consumer's position reached ``ends`` on every partition. (A position steps over transaction
+    markers; the offset of the last record processed does not, so it can stay below a read_committed end.)"""
+    for tp, end in ends.items():
+        if await bounded(consumer.position(tp), timeout_s, f"position of {tp}") < end:
+            return False
+    return True
+
+
+# ------------------------------------------------------------------------------------------ topics
+
+
+@dataclass(frozen=True, slots=True)
+class TopicSpec:
+    role: str  # the TopicSettings field naming it
+    name: str
+    partitions: int
+    replication_factor: int
+    configs: dict[str, str]
+    purpose: str
+
+
+def topic_specs(ts: TopicSettings) -> list[TopicSpec]:
+    """The tracker's five topics. changes, transitions and run-state have one partition count, so that a run's
+    state (and its histories) live in the partition number of its changes."""
+    rf = ts.replication_factor
+    base = {"min.insync.replicas": str(min(2, rf)), "max.message.bytes": str(ts.max_message_bytes)}
+    compacted = {**base, "cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.1"}
+    kept = {**base, "cleanup.policy": "delete", "retention.ms": str(ts.side_retention_ms)}
+    return [
+        TopicSpec("changes", ts.changes, ts.partitions, rf,
+                  {**base, "cleanup.policy": "delete", "retention.ms": str(ts.changes_retention_ms)},
+                  "Watch events and TauGrid intake events; key: run id; header source."),
+        TopicSpec("transitions", ts.transitions, ts.partitions, rf,
+                  {**compacted, "min.compaction.lag.ms": str(ts.transitions_min_compaction_lag_ms)},
+                  "A run's complete current RunHistory JSON, each time it changes; key: run id; "
+                  "header content-hash."),
+        TopicSpec("run_state", ts.run_state, ts.partitions, rf, compacted,
+                  "The reducer's per-run changelog (Reducer.snapshot_run JSON plus shell state); key: run id."),
+        TopicSpec("dead_letters", ts.dead_letters, ts.side_partitions, rf, kept,
+                  "Inputs that could not be used: DeadLetter JSON (source, reason, detail, excerpt)."),
+        TopicSpec("alerts", ts.alerts, ts.side_partitions, rf, kept,
+                  "Stalled-admission alerts, one per (run, attempt); key: run id."),
+    ]
+
+
+def topics_document(ts: TopicSettings) -> dict[str, Any]:
+    """The machine-readable topic layout (what deploy/kafka/topics.yaml holds for the default settings)."""
+    return {"topics": [{"role": s.role, "name": s.name, "partitions": s.partitions,
+                        "replication_factor": s.replication_factor, "configs": dict(sorted(s.configs.items())),
+                        "purpose": s.purpose} for s in topic_specs(ts)],
+            "same_partition_count": [ts.changes, ts.transitions, ts.run_state]}
+
+
+async def create_topics(ks: KafkaSettings, specs: Iterable[TopicSpec]) -> dict[str, str]:
+    """Create the topics that do not exist yet; check the partition count of those that do.
+
+    Returns topic -> "created" | "exists". Raises TopicLayoutError for an existing topic with another partition
+    count, KafkaError for anything the broker refused.
+    """
+    specs = list(specs)
+    admin = AIOKafkaAdminClient(**client_options(ks))
+    await start(admin, ks, "admin client")
+    try:
+        existing = set(await bounded(admin.list_topics(), ks.call_timeout_s, "listing topics"))
+        missing = [s for s in specs if s.name not in existing]
+        result = {s.name: "exists" for s in specs if s.name in existing}
+        if missing:
+            resp = await bounded(admin.create_topics(
+                [NewTopic(s.name, s.partitions, s.replication_factor, topic_configs=s.configs) for s in missing],
+                timeout_ms=ks.request_timeout_ms), ks.call_timeout_s, "creating topics")
+            for topic, code, *rest in resp.topic_errors:
+                error = for_code(code)
+                if code == 0:
+                    result[topic] = "created"
+                elif error.__name__ == "TopicAlreadyExistsError":
+                    result[topic] = "exists"
+                else:
+                    raise error(f"creating topic {topic}: {rest[0] if rest and rest[0] else error.__name__}")
+        await _check_partitions(admin, ks, {s.name: s.partitions for s in specs if result[s.name] == "exists"})
+        return result
+    finally:
+        await stop(admin, ks, "admin client")
+
+
+async def verify_topics(ks: KafkaSettings, roles: Iterable[str]) -> dict[str, int]:
+    """Partition count per topic of the given roles; TopicLayoutError if one is missing, or if changes,
+    transitions and run-state (those among ``roles``) differ in partition count."""
+    ts = ks.topics
+    names = [getattr(ts, role) for role in roles]
+    admin = AIOKafkaAdminClient(**client_options(ks))
+    await start(admin, ks, "admin client")
+    try:
+        existing = set(await bounded(admin.list_topics(), ks.call_timeout_s, "listing topics"))
+        missing = [n for n in names if n not in existing]
+        if missing:
+            raise TopicLayoutError(f"missing topic(s) {', '.join(missing)}: create them with `tracker topics create` "
+                                   "(see deploy/kafka/topics.md)")
+        counts = await _partition_counts(admin, ks, names)
+    finally:
+        await stop(admin, ks, "admin client")
+    aligned = {n: counts[n] for n in (ts.changes, ts.transitions, ts.run_state) if n in counts}
+    if len(set(aligned.values())) > 1:
+        raise TopicLayoutError(f"changes, transitions and run-state must have the same partition count, got {aligned}")
+    return counts
+
+
+async def _partition_counts(admin: AIOKafkaAdminClient, ks: KafkaSettings, names: list[str]) -> dict[str, int]:
+    described = await bounded(admin.describe_topics(names), ks.call_timeout_s, "describing topics")
+    counts: dict[str, int] = {}
+    for t in described:
+        if t["error_code"]:
+            raise for_code(t["error_code"])(f"describing topic {t['topic']}")
+        counts[t["topic"]] = len(t["partitions"])
+    return counts
+
+
+async def _check_partitions(admin: AIOKafkaAdminClient, ks: KafkaSettings, wanted: dict[str, int]) -> None:
+    if not wanted:
+        return
+    counts = await _partition_counts(admin, ks, list(wanted))
+    wrong = {n: (counts[n], p) for n, p in wanted.items() if counts[n] != p}
+    if wrong:
+        raise TopicLayoutError("existing topic(s) have another partition count than configured: " + ", ".join(
+            f"{n} has {have}, configured {want}" for n, (have, want) in sorted(wrong.items())))
+
