@@ -38,6 +38,11 @@ def add_service_commands(subparsers: Any) -> None:
     si.add_argument("--group", help="consumer group (default: sink.index_group)")
     si.add_argument("--instance-id", help="static group membership id, unique per process")
     si.set_defaults(func=cmd_sink_index)
+    sa = sinks.add_parser("adx", help="write histories to Azure Data Explorer (settings: TRACKER_ADX_* variables)")
+    _common(sa)
+    sa.add_argument("--group", help="consumer group (default: tracker-sink-adx)")
+    sa.add_argument("--instance-id", help="static group membership id, unique per process")
+    sa.set_defaults(func=cmd_sink_adx)
 
     s = subparsers.add_parser("serve", help="intake, reducer and sinks in one process (Kafka or embedded bus)")
     _common(s)
@@ -106,6 +111,15 @@ def cmd_sink_index(args: argparse.Namespace, console: Console) -> int:
     except SettingsError as exc:
         return _usage(exc)
     return _run(settings, "sink-index", service.sink_body(settings, None))
+
+
+def cmd_sink_adx(args: argparse.Namespace, console: Console) -> int:
+    try:
+        settings = _settings(args, sink={"group_instance_id": args.instance_id})
+        _needs_kafka(settings, "sink adx")
+    except SettingsError as exc:
+        return _usage(exc)
+    return _run(settings, "sink-adx", service.sink_body(settings, None, kind="adx", group=args.group))
 
 
 def cmd_serve(args: argparse.Namespace, console: Console) -> int:

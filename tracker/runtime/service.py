@@ -32,7 +32,7 @@ from tracker.runtime.ops import Health, Metrics, OpsServer, Shutdown, configure_
 from tracker.runtime.pipeline import JsonlDeadLetters, PipelineReport, run_pipeline
 from tracker.runtime.reduce import SOURCE_HEADER, ReduceFatal, ReduceService
 from tracker.runtime.settings import KafkaSettings, Settings, redacted
-from tracker.runtime.sinks import SinkFatal, SinkRunner, index_sink_runner
+from tracker.runtime.sinks import SinkFatal, SinkRunner, adx_sink_runner, index_sink_runner
 from tracker.shell import kafka
 from tracker.shell.capture import BadRecord, Record, capture_files, interleave
 
@@ -230,9 +230,10 @@ def reduce_body(settings: Settings) -> Body:
     return body
 
 
-def sink_body(settings: Settings, index_path: Path | None) -> Body:
+def sink_body(settings: Settings, index_path: Path | None, kind: str = "index", group: str | None = None) -> Body:
     async def body(metrics: Metrics, health: Health, shutdown: Shutdown) -> None:
-        runner = index_sink_runner(settings, metrics, health, index_path)
+        runner = (adx_sink_runner(settings, metrics, health, group) if kind == "adx"
+                  else index_sink_runner(settings, metrics, health, index_path))
         await _until_stopped(asyncio.create_task(runner.run()), shutdown, runner.request_stop)
     return body
 

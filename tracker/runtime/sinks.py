@@ -329,3 +329,16 @@ def index_sink_runner(settings: Settings, metrics: Metrics, health: Health,
         raise ValueError("no experiment index path (--index, or TRACKER_SINK__INDEX_PATH)")
     return SinkRunner("index", lambda: ExperimentIndex(path), settings.sink.index_group, settings, metrics, health,
                       group_instance_id=settings.sink.group_instance_id)
+
+
+ADX_SINK_GROUP = "tracker-sink-adx"
+
+
+def adx_sink_runner(settings: Settings, metrics: Metrics, health: Health, group: str | None = None) -> SinkRunner:
+    """The Azure Data Explorer sink of ``tracker sink adx`` (settings: ``TRACKER_ADX_*``); Kafka commits its
+    offsets after each write, and the Dedup views absorb the repeats of an at-least-once delivery."""
+    from tracker.shell.adx import AdxSettings, AdxSink
+
+    adx = AdxSettings()
+    return SinkRunner("adx", lambda: AdxSink(adx), group or ADX_SINK_GROUP, settings, metrics, health,
+                      group_instance_id=settings.sink.group_instance_id)
