@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from tracker.runtime import service
+from tracker.runtime.ops import Health, Metrics, Shutdown
 from tracker.runtime.settings import Settings, SettingsError, load_settings
 from tracker.shell import kafka
 
@@ -52,6 +53,12 @@ def add_service_commands(subparsers: Any) -> None:
     s.add_argument("--create-topics", action="store_true", help="create missing topics first (Kafka only)")
     s.add_argument("--exit-when-done", action="store_true",
                    help="shut down gracefully once the intake source is exhausted")
+    s.add_argument("--watch", action="store_true",
+                   help="watch the cluster as the intake source (the watcher, reducer and sinks in one process)")
+    s.add_argument("--kubeconfig", type=Path, help="with --watch: default in-cluster, else ~/.kube/config")
+    s.add_argument("--context", help="with --watch: kubeconfig context")
+    s.add_argument("-n", "--namespace", dest="namespaces", action="append", default=[], metavar="NS",
+                   help="with --watch: only this namespace (repeatable; default: every namespace)")
     s.set_defaults(func=cmd_serve)
 
     t = subparsers.add_parser("topics", help="manage the tracker's Kafka topics")
@@ -127,12 +134,47 @@ def cmd_serve(args: argparse.Namespace, console: Console) -> int:
         settings = _settings(args)
         opts = service.ServeOptions(captures=tuple(args.captures), index_path=args.index,
                                     create_topics=args.create_topics, exit_when_done=args.exit_when_done)
-        if not settings.kafka.enabled and not (opts.captures and (opts.index_path or settings.sink.index_path)):
-            raise SettingsError("`tracker serve` without Kafka runs the embedded pipeline: it needs --from-capture "
-                                "PATH and --index PATH")
+        if args.watch and opts.captures:
+            raise SettingsError("`tracker serve` takes one intake source: --watch or --from-capture")
+        has_source = bool(opts.captures) or args.watch
+        if not settings.kafka.enabled and not (has_source and (opts.index_path or settings.sink.index_path)):
+            raise SettingsError("`tracker serve` without Kafka runs the embedded pipeline: it needs an intake "
+                                "(--watch or --from-capture PATH) and --index PATH")
     except SettingsError as exc:
         return _usage(exc)
+    if args.watch:
+        return _run(settings, "serve", _serve_watching(settings, opts, args))
     return _run(settings, "serve", service.serve_body(settings, opts))
+
+
+def _serve_watching(settings: Settings, opts: service.ServeOptions, args: argparse.Namespace) -> service.Body:
+    """The watcher publishing onto a bounded in-process bus that is the intake of the serve pipeline.
+
+    The embedded watcher keeps no checkpoint: the bus cannot confirm what the reducer committed, so it lists
+    again at start, and the reducer's facts absorb the repeats."""
+    from tracker.runtime.watch_cmd import WatchOptions, watch_body
+    from tracker.shell.bus import InProcessBus
+    from tracker.shell.capture import Record
+    from tracker.shell.watch import BusPublisher, WatchConfig
+
+    wopts = WatchOptions(config=WatchConfig(namespaces=tuple(args.namespaces)), kubeconfig=args.kubeconfig,
+                         context=args.context)
+
+    async def body(metrics: Metrics, health: Health, shutdown: Shutdown) -> None:
+        bus: InProcessBus[tuple[Record, str]] = InProcessBus(settings.source.max_in_flight)
+
+        async def intake() -> service.Source:
+            async for record, key in bus:
+                yield record, key
+
+        async def watch() -> None:
+            try:
+                await watch_body(settings, wopts, into=BusPublisher(bus))(metrics, health, shutdown)
+            finally:
+                await bus.close()
+
+        await asyncio.gather(watch(), service.serve_body(settings, opts, intake())(metrics, health, shutdown))
+    return body
 
 
 def cmd_topics_create(args: argparse.Namespace, console: Console) -> int:

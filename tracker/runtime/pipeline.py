@@ -8,7 +8,7 @@ and whenever its input runs dry, so a live run's history reaches the index witho
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import AsyncIterable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -59,7 +59,7 @@ class JsonlDeadLetters:
 
 
 async def run_pipeline(
-    records: Iterable[Record | BadRecord],
+    records: Iterable[Record | BadRecord] | AsyncIterable[Record | BadRecord],
     reducer: Reducer,
     sinks: Sequence[HistorySink],
     dead_letters: DeadLetterSink | None = None,
@@ -73,10 +73,14 @@ async def run_pipeline(
 
     async def source() -> None:
         try:
-            for n, rec in enumerate(records, start=1):
-                await changes.put(rec)
-                if n % 1024 == 0:
-                    await asyncio.sleep(0)  # let the reducer run while the source is fast
+            if isinstance(records, AsyncIterable):
+                async for rec in records:
+                    await changes.put(rec)
+            else:
+                for n, rec in enumerate(records, start=1):
+                    await changes.put(rec)
+                    if n % 1024 == 0:
+                        await asyncio.sleep(0)  # let the reducer run while the source is fast
         finally:
             await changes.close()
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import queue
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -308,6 +308,9 @@ async def _intake(settings: Settings, source: Source) -> None:
     log.info("intake source exhausted", records=sent)
 
 
+EMBEDDED_POLL_S = 0.005  # how often the embedded pipeline looks for new changes when its input is empty
+
+
 async def _serve_embedded(settings: Settings, opts: ServeOptions, intake: Source, health: Health,
                           shutdown: Shutdown) -> PipelineReport:
     """The embedded pipeline on its own thread (its sinks are synchronous), fed through a bounded queue."""
@@ -318,8 +321,17 @@ async def _serve_embedded(settings: Settings, opts: ServeOptions, intake: Source
         raise ValueError("serve without Kafka needs an experiment index (--index PATH)")
     changes: queue.Queue[Record | BadRecord | None] = queue.Queue(maxsize=settings.embedded.change_queue)
 
-    def records() -> Iterator[Record | BadRecord]:
-        while (item := changes.get()) is not None:
+    async def records() -> AsyncIterator[Record | BadRecord]:
+        # a live source is slow and bursty: never block the pipeline's loop waiting for the next change,
+        # so the reducer flushes (and the index is written) as soon as the input runs dry
+        while True:
+            try:
+                item = changes.get_nowait()
+            except queue.Empty:
+                await asyncio.sleep(EMBEDDED_POLL_S)
+                continue
+            if item is None:
+                return
             yield item
 
     def pipeline() -> PipelineReport:

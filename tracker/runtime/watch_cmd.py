@@ -122,11 +122,12 @@ def cmd_watch(args: argparse.Namespace, console: Console) -> int:
     return asyncio.run(service.run_process(settings, "watch", watch_body(settings, opts)))
 
 
-def watch_body(settings: Settings, opts: WatchOptions) -> service.Body:
+def watch_body(settings: Settings, opts: WatchOptions, into: Publisher | None = None) -> service.Body:
+    """The watcher as a process body; ``into`` replaces the configured output (``tracker serve --watch``)."""
     async def body(metrics: Metrics, health: Health, shutdown: Shutdown) -> None:
         streams = len(resources(opts.config.events_api)) * max(1, len(opts.config.namespaces))
         async with await kube_client(opts.kubeconfig, opts.context, connections=streams + 8) as client, \
-                _publisher(settings, opts.capture) as publisher:
+                _publisher(settings, opts.capture, into) as publisher:
             api = KubeApi(client, connect_timeout_s=opts.config.connect_timeout_s,
                           request_timeout_s=opts.config.request_timeout_s)
             collector = WatchCollector(standby=opts.lease is not None)
@@ -188,7 +189,11 @@ class KafkaPublisher:
 
 
 @asynccontextmanager
-async def _publisher(settings: Settings, capture: Path | None) -> AsyncIterator[Publisher]:
+async def _publisher(settings: Settings, capture: Path | None, into: Publisher | None = None
+                     ) -> AsyncIterator[Publisher]:
+    if into is not None:
+        yield into
+        return
     if capture is not None:
         sink = JsonlCapture(capture)
         try:
