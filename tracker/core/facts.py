@@ -19,6 +19,7 @@ CondFacts = dict[tuple[str, str, str, int], str]
 
 MAX_EVENTS_PER_RUN = 64
 MAX_PROGRESS_BUCKETS = 20_000
+MAX_PROGRESS_SEEN = 10_000
 PROGRESS_BUCKET_US = 60_000_000
 
 
@@ -156,7 +157,8 @@ class RunFacts:
     events: dict[str, EventFacts] = field(default_factory=dict)
     # intake
     intake: dict[str, tuple[str, str, int, dict[str, Any]]] = field(default_factory=dict)
-    progress_seen: set[str] = field(default_factory=set)
+    # intake event ids of the most recent progress reports (bounded: see seen_progress)
+    progress_seen: dict[str, int] = field(default_factory=dict)
     progress_buckets: dict[int, int] = field(default_factory=dict)
     metrics: dict[str, MetricFacts] = field(default_factory=dict)
     checkpoint: tuple[int, int, str] | None = None
@@ -192,6 +194,22 @@ class RunFacts:
         old.last = max(old.last, ev.last)
         old.count = max(old.count, ev.count)
 
+    def seen_progress(self, event_id: str, at: int) -> bool:
+        """Whether this progress report was already counted; remembers it if not.
+
+        Only the latest ``MAX_PROGRESS_SEEN`` reports (by time, then id) are remembered, so a long run's state
+        stays small enough to snapshot; a report older than all of them is taken as a late repeat and ignored.
+        """
+        if event_id in self.progress_seen:
+            return True
+        if len(self.progress_seen) >= MAX_PROGRESS_SEEN:
+            oldest = min(self.progress_seen.items(), key=lambda kv: (kv[1], kv[0]))
+            if (at, event_id) < (oldest[1], oldest[0]):
+                return True
+            del self.progress_seen[oldest[0]]
+        self.progress_seen[event_id] = at
+        return False
+
     def progress_time(self, at: int) -> None:
         b = at // PROGRESS_BUCKET_US
         cur = self.progress_buckets.get(b)
@@ -216,7 +234,7 @@ class RunFacts:
             "ray": [[k, v.to_json()] for k, v in self.ray.items()],
             "ray_clusters": self.ray_clusters,
             "events": {k: v.to_json() for k, v in self.events.items()},
-            "intake": self.intake, "progress_seen": sorted(self.progress_seen),
+            "intake": self.intake, "progress_seen": sorted(self.progress_seen.items()),
             "progress_buckets": [[k, v] for k, v in self.progress_buckets.items()],
             "metrics": {k: [list(m.first), list(m.latest), m.lo, m.hi, m.points]
                         for k, m in self.metrics.items()},
@@ -239,7 +257,7 @@ class RunFacts:
         r.ray_clusters = {k: (v[0], v[1], v[2]) for k, v in d["ray_clusters"].items()}
         r.events = {k: EventFacts.from_json(v) for k, v in d["events"].items()}
         r.intake = {k: (v[0], v[1], v[2], v[3]) for k, v in d["intake"].items()}
-        r.progress_seen = set(d["progress_seen"])
+        r.progress_seen = {k: v for k, v in d["progress_seen"]}
         r.progress_buckets = {k: v for k, v in d["progress_buckets"]}
         r.metrics = {k: MetricFacts((m[0][0], m[0][1]), (m[1][0], m[1][1]), m[2], m[3], m[4])
                      for k, m in d["metrics"].items()}

@@ -185,9 +185,8 @@ class Reducer:
             return
         r = self._run(ev.run_id)
         if isinstance(ev, ProgressEvent):
-            if ev.event_id in r.progress_seen:
+            if r.seen_progress(ev.event_id, at):
                 return
-            r.progress_seen.add(ev.event_id)
             r.progress_time(at)
             for name, value in ev.metrics.items():
                 m = r.metrics.get(name)
