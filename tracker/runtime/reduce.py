@@ -17,9 +17,10 @@ A crash at any point leaves either all of it or none of it; the next owner resto
 changes, transitions and run-state have one partition count and the outputs go to the partition number of the
 input, so a run's state lives in the partition of its changes.
 
-Runs that reach a final status are retired (``Reducer.retire``) in the transaction that publishes their final
-history; their run-state record becomes the reducer's retired marker. When the reducer forgets a retired run
-(``max_retired``), its run-state key gets a Kafka tombstone, so compaction removes it.
+Runs that reached a final status are retired (``Reducer.retire``) once the partition's event time is
+``reduce.retire_after_s`` past their end, in the transaction of that batch; their run-state record becomes
+the reducer's retired marker. When the reducer forgets a retired run (``max_retired``), its run-state key gets a
+Kafka tombstone, so compaction removes it.
 
 Stalled admission: for each run waiting for admission (pending, phase Admission) the age is ``clock - queued_at``,
 per LocalQueue (``namespace/name``) in ``tracker_oldest_pending_admission_seconds``. With ``clock=event`` (the
@@ -45,7 +46,6 @@ from typing import Any, Literal
 
 import structlog
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
-from aiokafka.abc import ConsumerRebalanceListener
 from aiokafka.errors import KafkaError, ProducerFenced
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -122,6 +122,7 @@ class _Partition:
     runs: dict[str, _RunShell] = field(default_factory=dict)
     waiting: dict[str, _Waiting] = field(default_factory=dict)
     watermark_us: int = 0
+    finished: dict[str, int] = field(default_factory=dict)  # finished run -> when (µs), until it is retired
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,17 +143,6 @@ class _Plan:
     dead: Counter[str] = field(default_factory=Counter)
     alerts: Counter[str] = field(default_factory=Counter)
     finished: Counter[str] = field(default_factory=Counter)
-
-
-class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka is untyped
-    def __init__(self, service: ReduceService) -> None:
-        self.service = service
-
-    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
-        await self.service.on_revoked(set(revoked))
-
-    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
-        await self.service.on_assigned(set(assigned))
 
 
 class ReduceService:
@@ -190,7 +180,7 @@ class ReduceService:
         consumer, restorer = await kafka.retrying("connecting to Kafka", self._connect, rs.max_retries,
                                                   rs.retry_backoff_max_s)
         try:
-            consumer.subscribe([self.topics.changes], listener=_Rebalance(self))
+            consumer.subscribe([self.topics.changes], listener=kafka.Rebalance(self))
             log.info("reducer started", group=rs.group_id, topic=self.topics.changes)
             await self._loop(consumer)
         finally:
@@ -248,7 +238,9 @@ class ReduceService:
             return True
         if not self._joined:
             return False  # draining starts once the partitions to drain are known
-        if self._drain_to is None:
+        if self._drain_to is None or set(self._drain_to) != consumer.assignment():
+            # (re)computed whenever the assignment moved since: a rebalance while draining (topics created at
+            # start make one likely) must not leave a partition undrained
             assigned = sorted(consumer.assignment())
             ends: dict[TopicPartition, int] = (await kafka.bounded(
                 consumer.end_offsets(assigned), self.ks.call_timeout_s, "end offsets of changes")) if assigned else {}
@@ -414,7 +406,6 @@ class ReduceService:
         topics = self.topics
         limit = topics.max_message_bytes - _OUTPUT_MARGIN
         touched: list[str] = []
-        finals: list[str] = []
         for h in flushed.histories:
             run_id = h.run.run_id
             touched.append(run_id)
@@ -438,11 +429,18 @@ class ReduceService:
                 shell.content_hash, shell.transitions = digest, len(h.transitions)
             self._track_waiting(part, h)
             if h.run.status in FINAL_STATUSES:
-                finals.append(run_id)
+                part.finished[run_id] = _us(h.run.finished_at) if h.run.finished_at else part.watermark_us
+            else:
+                part.finished.pop(run_id, None)
         if now_us is None:
             now_us = part.watermark_us
         touched.extend(self._alerts(part, now_us, plan))
+        # retire a finished run only once the partition's event time is well past its end: records of its
+        # other objects that arrive later (each watch stream has its own pace) must still reach its history
+        grace_us = int(self.s.reduce.retire_after_s * 1_000_000)
+        finals = [r for r, at in part.finished.items() if at + grace_us <= part.watermark_us]
         for run_id in finals:
+            del part.finished[run_id]
             plan.finished[part.runs[run_id].status.value] += 1
             plan.records.extend(self._retire(part, run_id))
         for run_id in dict.fromkeys(touched):

@@ -153,6 +153,10 @@ class ReduceSettings(_Section):
     max_held: int = Field(default=100_000, ge=1)
     max_dead_letters: int = Field(default=10_000, ge=1, description="Dead letters kept between two commits.")
     max_retired: int = Field(default=1_000_000, ge=1, description="Finished runs remembered per partition.")
+    retire_after_s: float = Field(
+        default=3_600.0, ge=0,
+        description="Event time a finished run stays in memory before it is retired, so that late records of "
+                    "its other objects (pods, Events: their TTL is one hour) still fold into its history.")
     restore_timeout_s: float = Field(default=300.0, gt=0)
     max_retries: int = Field(default=8, ge=0, le=1_000,
                              description="Consecutive failed transactions or restores of one partition before exit.")

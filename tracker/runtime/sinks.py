@@ -31,7 +31,6 @@ from typing import Literal, Protocol, TypeVar, runtime_checkable
 
 import structlog
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
-from aiokafka.abc import ConsumerRebalanceListener
 from aiokafka.errors import KafkaError
 from pydantic import ValidationError
 
@@ -61,17 +60,6 @@ SinkOpener = Callable[[], AbstractContextManager[HistorySink | OffsetStoringSink
 
 class SinkFatal(RuntimeError):
     """A sink failed more often in a row than ``sink.max_retries``."""
-
-
-class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka is untyped
-    def __init__(self, runner: SinkRunner) -> None:
-        self.runner = runner
-
-    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
-        await self.runner.on_revoked(set(revoked))
-
-    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
-        await self.runner.on_assigned(set(assigned))
 
 
 class SinkRunner:
@@ -118,7 +106,7 @@ class SinkRunner:
             consumer = await kafka.retrying("connecting to Kafka", self._connect, self.s.sink.max_retries,
                                             self.s.sink.retry_backoff_max_s)
             try:
-                consumer.subscribe([self.ks.topics.transitions], listener=_Rebalance(self))
+                consumer.subscribe([self.ks.topics.transitions], listener=kafka.Rebalance(self))
                 log.info("sink started", sink=self.name, group=self.group,
                          offsets="stored with the data" if self._stores_offsets else "committed to Kafka")
                 await self._loop(consumer)
@@ -171,7 +159,9 @@ class SinkRunner:
             return True
         if not self._joined:
             return False  # draining starts once the partitions to drain are known
-        if self._drain_to is None:
+        if self._drain_to is None or set(self._drain_to) != consumer.assignment():
+            # (re)computed whenever the assignment moved since: a rebalance while draining (topics created at
+            # start make one likely) must not leave a partition undrained
             assigned = sorted(consumer.assignment())
             ends: dict[TopicPartition, int] = (await kafka.bounded(
                 consumer.end_offsets(assigned), self.ks.call_timeout_s, "end offsets of transitions")

@@ -16,11 +16,11 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import structlog
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.abc import AbstractTokenProvider
+from aiokafka.abc import AbstractTokenProvider, ConsumerRebalanceListener
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, for_code
 from aiokafka.helpers import create_ssl_context
@@ -323,4 +323,25 @@ async def _check_partitions(admin: AIOKafkaAdminClient, ks: KafkaSettings, wante
     if wrong:
         raise TopicLayoutError("existing topic(s) have another partition count than configured: " + ", ".join(
             f"{n} has {have}, configured {want}" for n, (have, want) in sorted(wrong.items())))
+
+
+class PartitionOwner(Protocol):
+    """What a consumer-group member does when the group moves partitions to or from it."""
+
+    async def on_revoked(self, revoked: set[TopicPartition]) -> None: ...
+
+    async def on_assigned(self, assigned: set[TopicPartition]) -> None: ...
+
+
+class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka is untyped
+    """Forwards aiokafka's rebalance callbacks to a ``PartitionOwner`` (the reducer, a sink runner)."""
+
+    def __init__(self, owner: PartitionOwner) -> None:
+        self.owner = owner
+
+    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        await self.owner.on_revoked(set(revoked))
+
+    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        await self.owner.on_assigned(set(assigned))
 
