@@ -284,7 +284,8 @@ def index_rows(path: Path) -> dict[str, list[tuple[Any, ...]]]:
                                            "AND name NOT IN ('meta', 'consumer_offsets') ORDER BY name")]
         for table in tables:
             cols = [r[1] for r in db.execute(f"PRAGMA table_info({table})") if r[1] != "updated_seq"]
-            rows = db.execute(f"SELECT {', '.join(repr(c) for c in cols)} FROM {table}").fetchall()
+            columns = ", ".join(f'"{c}"' for c in cols)  # identifiers: double quotes (single ones are literals)
+            rows = db.execute(f"SELECT {columns} FROM {table}").fetchall()
             out[table] = sorted(rows, key=repr)
     return out
 
