@@ -241,10 +241,7 @@ class ReduceService:
         if self._drain_to is None or set(self._drain_to) != consumer.assignment():
             # (re)computed whenever the assignment moved since: a rebalance while draining (topics created at
             # start make one likely) must not leave a partition undrained
-            assigned = sorted(consumer.assignment())
-            ends: dict[TopicPartition, int] = (await kafka.bounded(
-                consumer.end_offsets(assigned), self.ks.call_timeout_s, "end offsets of changes")) if assigned else {}
-            self._drain_to = ends
+            self._drain_to = await kafka.drain_targets(self.ks, consumer.assignment())
         return not self._pending and all(tp in self._parts for tp in self._drain_to) and await kafka.caught_up(
             consumer, self._drain_to, self.ks.call_timeout_s)
 
