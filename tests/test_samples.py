@@ -73,6 +73,22 @@ PARAMS = [RunParams(), RunParams(kind="RayJob", pods=3, ray_retries=2, evictions
           RunParams(pods=8, evictions=3, outcome="running")]
 
 
+def test_object_names_are_unique_as_the_api_server_enforces() -> None:
+    """One name per live object in a namespace: two Events about one object in the same millisecond get names that
+    differ in the sub-millisecond digits (a POST of the second would be refused with 409 otherwise)."""
+    streams = cluster_streams()
+    for stream, records in streams.items():
+        if stream == "intake":
+            continue
+        live: dict[tuple[str, str, str], str] = {}  # a name is free again once its object is deleted
+        for r in records:
+            meta = r["object"]["metadata"]
+            key = (r["object"]["kind"], meta.get("namespace", ""), meta["name"])
+            assert live.setdefault(key, meta["uid"]) == meta["uid"], f"two live {key} objects share a name"
+            if r["type"] == "DELETED":
+                del live[key]
+
+
 @pytest.mark.parametrize("params", PARAMS)
 def test_generate_run_is_deterministic_and_well_formed(params: RunParams) -> None:
     first = generate_run(5, params)

@@ -562,9 +562,10 @@ def raycluster(*, meta: Obj, spec: Obj, status: Obj | None) -> Obj:
 # eventTime/series/action). Either kind can be read through either API, core/v1 or events.k8s.io/v1.
 
 
-def event_name(regarding_name: str, first: Ms) -> str:
-    """``<object name>.<UnixNano in hex>``, as both recorders name Events."""
-    return f"{regarding_name}.{first * 1_000_000:x}"
+def event_name(regarding_name: str, first: Ms, nanos: int = 0) -> str:
+    """``<object name>.<UnixNano in hex>``, as both recorders name Events (``nanos``: the sub-millisecond part,
+    which tells apart two Events about one object recorded in the same millisecond)."""
+    return f"{regarding_name}.{first * 1_000_000 + nanos:x}"
 
 
 def core_event(

@@ -84,6 +84,7 @@ class Rec:
         self.notes: list[tuple[Ms, str]] = []
         self._last: dict[str, Ms] = {}
         self._events: dict[tuple[str, ...], _EventState] = {}
+        self._event_names: set[str] = set()
 
     def note(self, when: Ms, text: str) -> None:
         self.notes.append((when, text))
@@ -105,7 +106,11 @@ class Rec:
         key = (meta["uid"], reason, message, component, field_path or "")
         state = self._events.get(key)
         if state is None:
-            name = b.event_name(meta["name"], when)
+            name, nanos = b.event_name(meta["name"], when), 0
+            while name in self._event_names:  # names are unique in a namespace, as the API server enforces
+                nanos += 1
+                name = b.event_name(meta["name"], when, nanos)
+            self._event_names.add(name)
             state = self._events[key] = _EventState(name, b.uid("event", name, reason), when, 0)
         state.count += 1
         ev_meta = b.object_meta(name=state.name, namespace=meta["namespace"], uid=state.uid, created=state.first)
