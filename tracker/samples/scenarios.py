@@ -57,6 +57,7 @@ SCHEDULER = "default-scheduler"  # tools/events (eventTime, series)
 RAYJOB_CONTROLLER = "rayjob-controller"
 RAYCLUSTER_CONTROLLER = "raycluster-controller"
 NEW_RECORDERS = frozenset({SCHEDULER})
+CONTROL_PLANE_HOST = "aks-system-14725836-vmss000000"
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +118,8 @@ class Rec:
         regarding = b.object_reference(about["apiVersion"], about["kind"], meta["namespace"], meta["name"],
                                        meta["uid"], field_path)
         build = b.core_event if self.events_api == "v1" else b.events_v1_event
+        if not instance and component in self.new_recorders:
+            instance = f"{component.replace('/', '-')}-{CONTROL_PLANE_HOST}"  # tools/events always names it
         obj = build(meta=ev_meta, regarding=regarding, reason=reason, message=message, warning=warning,
                     component=component, instance=instance, first=state.first, last=when, count=state.count,
                     series=component in self.new_recorders, action=action or reason)
