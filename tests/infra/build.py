@@ -277,6 +277,16 @@ def _fetch_kueue_crds(out: Path, build_log: Path) -> None:
     _copy_files([bases / f"kueue.x-k8s.io_{name}.yaml" for name in _KUEUE_CRDS], out / "crds")
 
 
+#: A later Kueue than KUEUE_VERSION, for its Workload CRD alone: it serves (and stores) v1beta2, and the watcher
+#: prefers v1beta2 when served (tests/test_watch_v1beta2.py). Only the CRD is used, never its controller.
+KUEUE_V1BETA2_VERSION = "0.17.0"
+
+
+def _fetch_kueue_v1beta2_workload_crd(out: Path, build_log: Path) -> None:
+    source, _ = _go_module_dir("sigs.k8s.io/kueue", f"v{KUEUE_V1BETA2_VERSION}", build_log=build_log, cwd=out)
+    _copy_files([source / "config" / "components" / "crd" / "bases" / "kueue.x-k8s.io_workloads.yaml"], out / "crds")
+
+
 def _fetch_kuberay_crds(out: Path, build_log: Path) -> None:
     source, _ = _go_module_dir(
         "github.com/ray-project/kuberay/ray-operator", f"v{KUBERAY_VERSION}", build_log=build_log, cwd=out
@@ -339,6 +349,14 @@ KUEUE = Artifact(
     _build_kueue,
 )
 KUEUE_CRDS = Artifact("kueue-crds", KUEUE_VERSION, f"Kueue {KUEUE_VERSION} CRDs", "seconds", _fetch_kueue_crds)
+#: Fetched with the kube component, so that set-up does every download (the test only reads the cache).
+KUEUE_V1BETA2_WORKLOAD_CRD = Artifact(
+    "kueue-workload-crd",
+    KUEUE_V1BETA2_VERSION,
+    f"Kueue {KUEUE_V1BETA2_VERSION} Workload CRD (v1beta1 and v1beta2)",
+    "seconds",
+    _fetch_kueue_v1beta2_workload_crd,
+)
 KUBERAY_CRDS = Artifact(
     "kuberay-crds", KUBERAY_VERSION, f"KubeRay {KUBERAY_VERSION} CRDs", "seconds", _fetch_kuberay_crds
 )
@@ -347,6 +365,6 @@ KUBERAY_CRDS = Artifact(
 def artifacts_for(component: Component) -> tuple[Artifact, ...]:
     return {
         Component.KAFKA: (KAFKA,),
-        Component.KUBE: (KUBERNETES, ETCD, KUEUE_CRDS, KUBERAY_CRDS),
+        Component.KUBE: (KUBERNETES, ETCD, KUEUE_CRDS, KUBERAY_CRDS, KUEUE_V1BETA2_WORKLOAD_CRD),
         Component.CLUSTER: (KUBERNETES, KWOK, KUEUE),
     }[component]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import ssl
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,12 +26,18 @@ class KubeInstance:
     processes: tuple[Process, ...]
 
 
-def start(state: Path) -> KubeInstance:
-    """Start etcd and kube-apiserver on free ports under `state`, then install and await the CRDs."""
+def start(state: Path, *, crd_overrides: Sequence[Path] = ()) -> KubeInstance:
+    """Start etcd and kube-apiserver on free ports under `state`, then install and await the CRDs.
+
+    A file of `crd_overrides` is installed instead of the bundled CRD file of the same name (upstream names
+    them `<group>_<plural>.yaml`), or in addition if there is none.
+    """
     bin_dir = build.KUBERNETES.ensure() / "bin"
     etcd_binary = build.ETCD.ensure() / "bin" / "etcd"
     crds = sorted((build.KUEUE_CRDS.ensure() / "crds").glob("*.yaml"))
     crds += sorted((build.KUBERAY_CRDS.ensure() / "crds").glob("*.yaml"))
+    overridden = {override.name for override in crd_overrides}
+    crds = [crd for crd in crds if crd.name not in overridden] + list(crd_overrides)
 
     shutil.rmtree(state, ignore_errors=True)
     state.mkdir(parents=True)
