@@ -23,7 +23,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -98,20 +98,25 @@ def _etcd(url: str, path: str, body: Obj) -> Obj:
         return result
 
 
-@pytest.fixture(scope="module")
-def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+def start_control_plane(state: Path, crd_overrides: Sequence[Path] = ()) -> ControlPlane:
+    """A private etcd + kube-apiserver with the Kueue and KubeRay CRDs (see ``tests.infra.kube.start``)."""
     unbuilt = [a.path.name for a in build.artifacts_for(Component.KUBE) if not a.is_built()]
     if unbuilt:
         unavailable(f"kube environment is not built ({', '.join(unbuilt)}); run `python -m tests.infra up "
                     "--components kube` once")
-    instance = kube.start(tmp_path_factory.mktemp("control-plane"))
+    instance = kube.start(state, crd_overrides=crd_overrides)
     etcd, apiserver = instance.processes
     argv = [a.decode() for a in Path(f"/proc/{apiserver.pid}/cmdline").read_bytes().split(b"\0")[:-1]]
     etcd_url = next(a.split("=", 1)[1] for a in argv if a.startswith("--etcd-servers="))
     config = yaml.safe_load(instance.kubeconfig.read_text())
-    plane = ControlPlane(instance.kubeconfig, instance.server,
-                         Path(config["clusters"][0]["cluster"]["certificate-authority"]), etcd_url, etcd, apiserver,
-                         argv, Kubectl(build.KUBERNETES.path / "bin" / "kubectl", instance.kubeconfig))
+    return ControlPlane(instance.kubeconfig, instance.server,
+                        Path(config["clusters"][0]["cluster"]["certificate-authority"]), etcd_url, etcd, apiserver,
+                        argv, Kubectl(build.KUBERNETES.path / "bin" / "kubectl", instance.kubeconfig))
+
+
+@pytest.fixture(scope="module")
+def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    plane = start_control_plane(tmp_path_factory.mktemp("control-plane"))
     try:
         yield plane
     finally:

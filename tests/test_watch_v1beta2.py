@@ -28,10 +28,8 @@ import pytest
 import yaml
 from kubernetes_asyncio.client import ApiClient
 
-from tests.infra import build, kube
-from tests.infra.config import Component
+from tests.infra import build
 from tests.infra.fixtures import unavailable
-from tests.infra.kubectl import Kubectl
 from tests.infra.proc import InfraError
 from tests.laws import fold, histories
 from tests.test_watch_kube import (  # noqa: F401  (admin, identity, namespace: fixtures, run on this module's plane)
@@ -47,6 +45,7 @@ from tests.test_watch_kube import (  # noqa: F401  (admin, identity, namespace: 
     missing,
     namespace,
     running,
+    start_control_plane,
     wait_captured,
     watcher_api,
 )
@@ -86,18 +85,7 @@ def workload_crd(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def control_plane(tmp_path_factory: pytest.TempPathFactory, workload_crd: Path) -> Iterator[ControlPlane]:
     """A private etcd + kube-apiserver with the usual CRDs, except the Workload CRD: the v1beta2-only one."""
-    unbuilt = [a.path.name for a in build.artifacts_for(Component.KUBE) if not a.is_built()]
-    if unbuilt:
-        unavailable(f"kube environment is not built ({', '.join(unbuilt)}); run `python -m tests.infra up "
-                    "--components kube` once")
-    instance = kube.start(tmp_path_factory.mktemp("control-plane-v1beta2"), crd_overrides=[workload_crd])
-    etcd, apiserver = instance.processes
-    argv = [a.decode() for a in Path(f"/proc/{apiserver.pid}/cmdline").read_bytes().split(b"\0")[:-1]]
-    etcd_url = next(a.split("=", 1)[1] for a in argv if a.startswith("--etcd-servers="))
-    config = yaml.safe_load(instance.kubeconfig.read_text())
-    plane = ControlPlane(instance.kubeconfig, instance.server,
-                         Path(config["clusters"][0]["cluster"]["certificate-authority"]), etcd_url, etcd, apiserver,
-                         argv, Kubectl(build.KUBERNETES.path / "bin" / "kubectl", instance.kubeconfig))
+    plane = start_control_plane(tmp_path_factory.mktemp("control-plane-v1beta2"), crd_overrides=[workload_crd])
     try:
         yield plane
     finally:
