@@ -345,7 +345,7 @@ def layout(monkeypatch: pytest.MonkeyPatch, kafka_bootstrap: str) -> Iterator[Ka
     ks = KafkaSettings(bootstrap_servers=kafka_bootstrap, topics=TopicSettings.model_validate(
         {**names, "partitions": 2, "side_partitions": 1, "replication_factor": 1}))
     yield ks
-    asyncio.run(_delete_topics(ks, list(names.values())))
+    asyncio.run(_delete_topics(ks, [s.name for s in kafka.topic_specs(ks.topics)]))  # incl. derived names
 
 
 async def _delete_topics(ks: KafkaSettings, names: list[str]) -> None:

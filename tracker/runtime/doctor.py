@@ -182,7 +182,8 @@ async def _rbac_check(api: KubeApi, p: Permission, who: str, rbac_file: Path) ->
 
 
 _INSTALL_HINT = {
-    "kueue.x-k8s.io": "install Kueue, whose CRDs serve kueue.x-k8s.io/v1beta1 (tested with Kueue 0.12)",
+    "kueue.x-k8s.io": "install Kueue, whose CRDs serve kueue.x-k8s.io/v1beta1 or v1beta2 (tested with Kueue "
+                      "0.12, and Kueue 0.17's Workload CRD at v1beta2)",
     "ray.io": "install the KubeRay CRDs, which serve ray.io/v1 since KubeRay 1.0 (tested with 1.4)",
 }
 
@@ -336,6 +337,10 @@ async def _topic_checks(admin: AIOKafkaAdminClient, ks: KafkaSettings) -> list[C
 
 def _topic_check(spec: kafka.TopicSpec, parts: list[dict[str, Any]] | None, have: dict[str, str]) -> Check:
     name = f"topic {spec.role}"
+    if parts is None and spec.role == "watch_state":  # only leader-elected watchers publishing to Kafka use it
+        return Check("kafka", name, "warn", f"{spec.name} is missing: `tracker watch --lease-namespace` with Kafka "
+                                           "needs it for the replicas' shared checkpoint",
+                     "tracker topics create (creates the missing topics with the configured layout)")
     if parts is None:
         return Check("kafka", name, "fail", f"{spec.name} is missing",
                      "tracker topics create (creates the missing topics with the configured layout; "

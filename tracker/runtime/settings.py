@@ -51,6 +51,12 @@ class TopicSettings(_Section):
     run_state: str = Field(default="taugrid.tracker.run-state", min_length=1, max_length=249)
     dead_letters: str = Field(default="taugrid.tracker.dead-letters", min_length=1, max_length=249)
     alerts: str = Field(default="taugrid.tracker.alerts", min_length=1, max_length=249)
+    watch_state: str | None = Field(
+        default=None, min_length=1, max_length=249,
+        description="Compacted topic of the leader-elected watcher's shared checkpoint. Default: beside the "
+                    "changes topic, its name with the trailing 'changes' replaced by 'watch-state' "
+                    "(taugrid.tracker.watch-state for the default names), so that renaming the topics of a "
+                    "deployment renames this one too.")
     partitions: int = Field(default=12, ge=1, le=1024,
                             description="Partitions of changes, transitions and run-state (always equal).")
     side_partitions: int = Field(default=3, ge=1, le=1024, description="Partitions of dead-letters and alerts.")
@@ -65,10 +71,25 @@ class TopicSettings(_Section):
 
     @model_validator(mode="after")
     def _distinct(self) -> TopicSettings:
-        names = [self.changes, self.transitions, self.run_state, self.dead_letters, self.alerts]
+        names = [self.changes, self.transitions, self.run_state, self.dead_letters, self.alerts, self.watch_state_topic]
         if len(set(names)) != len(names):
             raise ValueError(f"topic names must be distinct, got {names}")
+        if len(self.watch_state_topic) > 249:
+            raise ValueError(f"watch_state: the name derived from the changes topic is too long: "
+                             f"{self.watch_state_topic}")
         return self
+
+    @property
+    def watch_state_topic(self) -> str:
+        """The watch-state topic's name: ``watch_state``, or derived from the changes topic's name."""
+        if self.watch_state is not None:
+            return self.watch_state
+        stem = self.changes.removesuffix("changes") if self.changes.endswith("changes") else f"{self.changes}."
+        return f"{stem}watch-state"
+
+    def name(self, role: str) -> str:
+        """The topic name of a role (a field naming a topic: changes, ..., watch_state)."""
+        return self.watch_state_topic if role == "watch_state" else str(getattr(self, role))
 
 
 class KafkaSettings(_Section):

@@ -6,8 +6,15 @@ from the same settings as the other service commands (``--bootstrap-servers``, `
 records go to the changes topic keyed by run id, exactly as ``tracker serve`` publishes them.
 
 With ``--lease-namespace``, replicas elect a leader through a ``coordination.k8s.io/v1`` Lease and only the leader
-watches and publishes; a leader that loses the lease stops publishing at once and stands as a candidate again,
-resuming from its checkpoint when it leads next. Without it, run exactly one replica.
+watches and publishes; a leader that loses the lease stops publishing at once and stands as a candidate again.
+Without it, run exactly one replica.
+
+Where the checkpoint lives (``checkpoint_store``): with a lease and Kafka (publishing to the changes topic), in the
+compacted watch-state topic, shared by the replicas (``tracker.shell.watch_state``): every leadership term resumes
+from the last checkpoint of whichever replica led before, and starting a term fences the previous leader's saves.
+``--checkpoint FILE`` always means a local SQLite file instead (each replica its own: a new leader then resumes
+from its own, possibly stale, state and re-lists); so does a single replica, or a capture output, which has no
+checkpoint unless ``--checkpoint`` is given.
 
 ``add_watch_command(subparsers)`` adds the command to the ``tracker`` parser (``func(args, console) -> int``).
 """
@@ -35,11 +42,12 @@ from tracker.runtime import service
 from tracker.runtime.ops import Health, Metrics, Shutdown
 from tracker.runtime.reduce import SOURCE_HEADER
 from tracker.runtime.settings import KafkaSettings, Settings, SettingsError, load_settings
-from tracker.shell import kafka
+from tracker.shell import kafka, watch_state
 from tracker.shell.leader import Lease, LeaseConfig, LeaseElector, lead
 from tracker.shell.watch import (
     EVENTS_APIS,
     Change,
+    CheckpointStore,
     JsonlCapture,
     KubeApi,
     Publisher,
@@ -48,6 +56,7 @@ from tracker.shell.watch import (
     Watcher,
     resources,
 )
+from tracker.shell.watch_state import KafkaCheckpoint
 
 
 def add_watch_command(subparsers: Any) -> None:
@@ -62,7 +71,13 @@ def add_watch_command(subparsers: Any) -> None:
     w.add_argument("--capture", type=Path, metavar="FILE",
                    help="append the changes as JSON lines (`tracker replay` reads them) instead of publishing to Kafka")
     w.add_argument("--checkpoint", type=Path, metavar="FILE",
-                   help="SQLite checkpoint to resume from after a restart (created if missing)")
+                   help="local SQLite checkpoint to resume from after a restart (created if missing). Default: with "
+                        "--lease-namespace and Kafka, the replicas share one checkpoint in the watch-state topic "
+                        "(kafka.topics.watch_state), so a new leader resumes where the previous one stopped; "
+                        "otherwise none (a restart lists again). Giving a FILE with a lease keeps one stale "
+                        "checkpoint per replica")
+    w.add_argument("--checkpoint-load-timeout", type=float, default=300.0, metavar="SECONDS",
+                   help="reading the shared checkpoint at the start of a leadership term, at most")
     w.add_argument("--events-api", choices=sorted(EVENTS_APIS), default=d.events_api,
                    help="which API to read Events from (both serve the same objects)")
     w.add_argument("--page-size", type=int, default=d.page_size, help="LIST page size")
@@ -94,6 +109,7 @@ class WatchOptions:
     capture: Path | None = None
     checkpoint: Path | None = None
     lease: LeaseConfig | None = None
+    checkpoint_load_timeout_s: float = 300.0
 
 
 def cmd_watch(args: argparse.Namespace, console: Console) -> int:
@@ -108,6 +124,8 @@ def cmd_watch(args: argparse.Namespace, console: Console) -> int:
         config = WatchConfig(namespaces=tuple(args.namespaces), events_api=args.events_api, page_size=args.page_size,
                              watch_timeout_s=args.watch_timeout, read_timeout_s=args.read_timeout,
                              max_held=args.max_held, checkpoint_interval_s=args.checkpoint_interval)
+        if not args.checkpoint_load_timeout > 0:
+            raise ValueError(f"--checkpoint-load-timeout must be positive, got {args.checkpoint_load_timeout}")
         lease = None
         if args.lease_namespace:
             lease = LeaseConfig(namespace=args.lease_namespace, name=args.lease_name,
@@ -118,7 +136,7 @@ def cmd_watch(args: argparse.Namespace, console: Console) -> int:
         console.print(f"[red]error:[/] {escape(str(exc))}")
         return 2
     opts = WatchOptions(config=config, kubeconfig=args.kubeconfig, context=args.context, capture=args.capture,
-                        checkpoint=args.checkpoint, lease=lease)
+                        checkpoint=args.checkpoint, lease=lease, checkpoint_load_timeout_s=args.checkpoint_load_timeout)
     return asyncio.run(service.run_process(settings, "watch", watch_body(settings, opts)))
 
 
@@ -135,7 +153,8 @@ def watch_body(settings: Settings, opts: WatchOptions, into: Publisher | None = 
             health.register("watch", collector.ready)
 
             async def term(lease: Lease | None) -> None:
-                watcher = Watcher(api, publisher, opts.config, checkpoint=opts.checkpoint, leadership=lease)
+                watcher = Watcher(api, publisher, opts.config, checkpoint=checkpoint_store(settings, opts, into),
+                                  leadership=lease)
                 collector.watcher, collector.standby = watcher, False
                 try:
                     await watcher.run(shutdown.requested)
@@ -147,6 +166,21 @@ def watch_body(settings: Settings, opts: WatchOptions, into: Publisher | None = 
             else:
                 await lead(LeaseElector(api, opts.lease), shutdown.requested, term)
     return body
+
+
+def checkpoint_store(settings: Settings, opts: WatchOptions, into: Publisher | None = None
+                     ) -> Path | CheckpointStore | None:
+    """The checkpoint of one leadership term: ``--checkpoint FILE`` if given; else, for leader-elected replicas
+    publishing to Kafka, the shared watch-state topic (a new store per term: its start fences the previous
+    leader); else none."""
+    if opts.checkpoint is not None:
+        return opts.checkpoint
+    if opts.lease is None or into is not None or opts.capture is not None or not settings.kafka.enabled:
+        return None
+    lease = opts.lease
+    return KafkaCheckpoint(settings.kafka, scope=f"{lease.namespace}/{lease.name}",
+                           transactional_id=watch_state.transactional_id(settings.kafka, lease.namespace, lease.name),
+                           load_timeout_s=opts.checkpoint_load_timeout_s)
 
 
 async def kube_client(kubeconfig: Path | None, context: str | None, *, connections: int) -> ApiClient:

@@ -242,8 +242,9 @@ class TopicSpec:
 
 
 def topic_specs(ts: TopicSettings) -> list[TopicSpec]:
-    """The tracker's five topics. changes, transitions and run-state have one partition count, so that a run's
-    state (and its histories) live in the partition number of its changes."""
+    """The tracker's six topics. changes, transitions and run-state have one partition count, so that a run's
+    state (and its histories) live in the partition number of its changes; watch-state has one partition (the
+    leader-elected watcher's shared checkpoint, read whole at the start of every leadership term)."""
     rf = ts.replication_factor
     base = {"min.insync.replicas": str(min(2, rf)), "max.message.bytes": str(ts.max_message_bytes)}
     compacted = {**base, "cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.1"}
@@ -262,6 +263,9 @@ def topic_specs(ts: TopicSettings) -> list[TopicSpec]:
                   "Inputs that could not be used: DeadLetter JSON (source, reason, detail, excerpt)."),
         TopicSpec("alerts", ts.alerts, ts.side_partitions, rf, kept,
                   "Stalled-admission alerts, one per (run, attempt); key: run id."),
+        TopicSpec("watch_state", ts.watch_state_topic, 1, rf, compacted,
+                  "The leader-elected watcher's shared checkpoint (stream resourceVersions, known objects, held "
+                  "records), one transaction per save; key: lease and entry."),
     ]
 
 
@@ -308,7 +312,7 @@ async def verify_topics(ks: KafkaSettings, roles: Iterable[str]) -> dict[str, in
     """Partition count per topic of the given roles; TopicLayoutError if one is missing, or if changes,
     transitions and run-state (those among ``roles``) differ in partition count."""
     ts = ks.topics
-    names = [getattr(ts, role) for role in roles]
+    names = [ts.name(role) for role in roles]
     admin = AIOKafkaAdminClient(**client_options(ks))
     await start(admin, ks, "admin client")
     try:

@@ -43,9 +43,14 @@ What is watched (``resources()``), cluster-wide or per configured namespace:
 
 Checkpoint
 ----------
-Stream resourceVersions, ``known`` sets and held records are checkpointed to SQLite in one transaction.
-A checkpoint is written only after every record enqueued before its snapshot has been published and the
-publisher flushed, so it never claims an undelivered record. A restart resumes each watch from its
+Stream resourceVersions, ``known`` sets and held records are checkpointed in one transaction, to a
+``CheckpointStore``: a local SQLite file (``Checkpoint``, saved in a worker thread: one replica, or a capture), or
+the compacted watch-state topic (``tracker.shell.watch_state.KafkaCheckpoint``), which leader-elected replicas
+share, so that a new leader resumes from where the previous one checkpointed, not from its own stale state (a
+re-list would publish only the latest state of what changed during the handover, and no DELETED for what the
+new leader never knew). A deposed leader's save is fenced by the new leader's and ends its term
+(``LeadershipLost``). A checkpoint is written only after every record enqueued before its snapshot has been
+published and the publisher flushed, so it never claims an undelivered record. A restart resumes each watch from its
 checkpointed resourceVersion; if that is too old the server answers 410 and step 4 reconciles against the
 checkpointed ``known`` set, so objects deleted while the watcher was down still produce a DELETED. Owner
 bindings are rebuilt from the checkpointed objects. Delivery is at-least-once: after a crash, the changes
@@ -483,6 +488,39 @@ class Saved:
     held: list[Held] = field(default_factory=list)
 
 
+class CheckpointStore(Protocol):
+    """Where a watcher keeps its resumable state: ``load`` once at the start of a run (for a shared store, after
+    fencing whoever saved before), ``save`` every increment (one transaction; raises ``LeadershipLost`` if a newer
+    owner took the store over), ``close`` at the end."""
+
+    async def load(self) -> Saved: ...
+
+    async def save(self, snap: Snapshot) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+class SqliteCheckpoint:
+    """The ``CheckpointStore`` of one local SQLite file: opened, loaded and saved in a worker thread."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.db: Checkpoint | None = None
+
+    async def load(self) -> Saved:
+        self.db = await asyncio.to_thread(Checkpoint, self.path)
+        return await asyncio.to_thread(self.db.load)
+
+    async def save(self, snap: Snapshot) -> None:
+        assert self.db is not None, "load first"
+        await asyncio.to_thread(self.db.save, snap)
+
+    async def close(self) -> None:
+        if self.db is not None:
+            self.db.close()
+            self.db = None
+
+
 class Checkpoint:
     """The watcher's resumable state in one SQLite file; every save is one transaction."""
 
@@ -795,12 +833,12 @@ class Watcher:
     """All streams of one watcher process, their keying, outbox, publishing and checkpoint."""
 
     def __init__(self, api: KubeApi, publisher: Publisher, config: WatchConfig | None = None, *,
-                 checkpoint: Path | None = None, leadership: Leadership | None = None,
+                 checkpoint: Path | CheckpointStore | None = None, leadership: Leadership | None = None,
                  rng: random.Random | None = None) -> None:
+        """``checkpoint``: a SQLite file, or any ``CheckpointStore`` (loaded by ``run``, closed when it ends)."""
         self.api = api
         self.publisher = publisher
         self.config = config or WatchConfig()
-        self.checkpoint_path = checkpoint
         self.leadership = leadership
         self.rng = rng or random.Random()
         self.stats = WatchStats()
@@ -808,7 +846,8 @@ class Watcher:
         self.outbox = Outbox(self.config.outbox_size)
         self.streams = [Stream(self, res, ns) for res in resources(self.config.events_api)
                         for ns in (self.config.namespaces or (None,))]
-        self.store: Checkpoint | None = None
+        self.store: CheckpointStore | None = (SqliteCheckpoint(checkpoint) if isinstance(checkpoint, Path)
+                                              else checkpoint)
         self.saving = asyncio.Lock()
         self.started = asyncio.Event()  # state loaded, streams running
 
@@ -837,11 +876,11 @@ class Watcher:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Watch until ``stop`` is set, then drain, checkpoint and return. Raises ``LeadershipLost``
-        (wrapped in an ExceptionGroup, like any failure of its tasks) without a final checkpoint."""
-        if self.checkpoint_path is not None:
-            self.store = Checkpoint(self.checkpoint_path)
-            self.restore(await asyncio.to_thread(self.store.load))
+        (wrapped in an ExceptionGroup, like any failure of its tasks) without a final checkpoint; so does a save
+        that a newer leader's store fenced."""
         try:
+            if self.store is not None:
+                self.restore(await self.store.load())
             async with asyncio.TaskGroup() as tg:
                 publishing = tg.create_task(self.publish_forever())
                 housekeeping = tg.create_task(self.housekeep_forever())
@@ -858,7 +897,7 @@ class Watcher:
                 housekeeping.cancel()
         finally:
             if self.store is not None:
-                self.store.close()
+                await self.store.close()
 
     def restore(self, saved: Saved) -> None:
         for s in self.streams:
@@ -908,7 +947,7 @@ class Watcher:
             snap = self.snapshot()
             await self.outbox.wait_delivered(self.outbox.enqueued)
             await self.publisher.flush()
-            await asyncio.to_thread(self.store.save, snap)
+            await self.store.save(snap)
 
     async def wait_synced(self) -> None:
         """Until every stream has listed (or resumed) once, or found its resource unavailable."""
