@@ -50,7 +50,7 @@ from tests.infra import kafka as infra_kafka
 from tests.infra.fixtures import unavailable
 from tests.infra.proc import Process, free_port, run, spawn
 from tracker.cli import replay
-from tracker.core.model import Phase, RunHistory, Status
+from tracker.core.model import FINAL_STATUSES, Phase, RunHistory, Status
 from tracker.core.reducer import Reducer
 from tracker.runtime import service
 from tracker.runtime.commands import add_service_commands
@@ -59,6 +59,7 @@ from tracker.runtime.pipeline import run_pipeline
 from tracker.runtime.reduce import CONTENT_HASH_HEADER, ReduceService
 from tracker.runtime.settings import Settings, SettingsError, TopicSettings, load_settings, redacted
 from tracker.runtime.sinks import SinkRunner, index_sink_runner
+from tracker.samples import builders
 from tracker.shell import kafka
 from tracker.shell.capture import Record
 from tracker.shell.index import ExperimentIndex
@@ -626,6 +627,59 @@ async def test_serve_runs_intake_reducer_and_sink_in_one_process(kafka_bootstrap
     stops = [events.index(e) for e in ("intake source exhausted", "reducer stopped", "sink stopped")]
     assert stops == sorted(stops), "shutdown must follow the data flow: intake, reducer, sinks"
     assert stored_offsets(index, settings.sink.index_group), "the sink stores its offsets in the index"
+
+
+async def drain_reducer(settings: Settings) -> None:
+    """One in-process ``tracker reduce``: joins, reads every partition to its end, commits and stops."""
+    reducer = ReduceService(settings, Metrics(), Health())
+    task = asyncio.create_task(reducer.run())
+    reducer.request_stop(drain=True)
+    await asyncio.wait_for(task, 60)
+
+
+async def latest_run_state(settings: Settings) -> dict[str, dict[str, Any]]:
+    latest: dict[str, dict[str, Any]] = {}
+    for rec in await read_topic(settings, settings.kafka.topics.run_state, PARTITIONS):
+        assert rec.key is not None
+        if rec.value is None:
+            latest.pop(rec.key.decode(), None)
+        else:
+            latest[rec.key.decode()] = json.loads(rec.value)
+    return latest
+
+
+@pytest.mark.kafka
+async def test_finished_runs_are_retired_after_their_grace_also_across_a_restart(
+        kafka_bootstrap: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = configure(monkeypatch, kafka_bootstrap, REDUCE__RETIRE_AFTER_S=str(10 ** 9))
+    await create_topics(settings)
+    records = synthetic_stream(24, seed=9, outcomes=["succeeded", "running"])
+    expected = fault_free(records)
+    done = {run_id for run_id, h in expected.items() if h.run.status in FINAL_STATUSES}
+    assert done and done != set(expected)
+    await service.publish(items(keyed(records), 10_000), settings)
+    await drain_reducer(settings)
+    state = await latest_run_state(settings)
+    assert set(state) == set(expected) and not any(doc.get("retired") for doc in state.values())
+
+    # a restart with no grace: the runs that finished before it retire at their partition's next batch
+    monkeypatch.setenv("TRACKER_REDUCE__RETIRE_AFTER_S", "0")
+    settings = load_settings()
+    producer = kafka.make_producer(settings.kafka)
+    await kafka.start(producer, settings.kafka, "test producer")
+    try:
+        for p in range(PARTITIONS):
+            tick = builders.resolution_event(event_id=f"tick-{p}", run_id=f"tick-{p}", when=0, status="started")
+            await producer.send(settings.kafka.topics.changes, json.dumps(tick).encode(), key=f"tick-{p}".encode(),
+                                partition=p)
+        await producer.flush()
+    finally:
+        await kafka.stop(producer, settings.kafka, "test producer")
+    await drain_reducer(settings)
+    state = await latest_run_state(settings)
+    assert {run_id for run_id, doc in state.items() if doc.get("retired")} == done
+    assert {run_id for run_id, doc in state.items() if not doc.get("retired")} == \
+        (set(expected) - done) | {f"tick-{p}" for p in range(PARTITIONS)}
 
 
 class RefusingSink:

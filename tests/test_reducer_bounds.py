@@ -1,4 +1,5 @@
-"""A long run's state stays bounded: progress reports are remembered only as far back as needed."""
+"""A run's state stays bounded: progress reports are remembered only as far back as needed, and finished runs
+are retired (their facts freed, their ids remembered up to a bound) so that late records start no partial history."""
 
 from __future__ import annotations
 
@@ -31,3 +32,62 @@ def test_progress_memory_is_bounded_and_recent_repeats_are_still_ignored() -> No
     assert (loss.first[0], loss.latest[0]) == (0, n - 1)
     snap = red.snapshot_run("long")
     assert snap is not None and len(json.dumps(snap)) < 1_000_000
+
+
+# ------------------------------------------------------------------------------------------ retirement
+
+
+def _run_records(index: int, **params: object) -> tuple[str, list[dict[str, object]]]:
+    from tracker.samples.lifecycles import RunParams, generate_run
+
+    streams = generate_run(index, RunParams(**params))  # type: ignore[arg-type]
+    records = [r for s in streams.values() for r in s]
+    reducer = Reducer()
+    for r in records:
+        reducer.apply(r, "x")
+    (run_id,) = reducer.runs
+    return run_id, records
+
+
+def test_a_retired_run_is_freed_and_late_records_do_not_start_a_partial_history() -> None:
+    run_id, records = _run_records(1)
+    red = Reducer()
+    for r in records:
+        red.apply(r, "x")
+    finished = red.history(run_id)
+    assert finished is not None and finished.run.status.value == "succeeded"
+    red.flush()
+    red.retire(run_id)
+    assert run_id not in red.runs and red.history(run_id) is None
+    for r in records:  # late records of every object of the run (a relist, a TTL delete, an expiring Event)
+        red.apply(r, "late")
+    assert run_id not in red.runs and not red.flush().histories
+    assert red.stats.after_retirement == len(records)
+
+
+def test_retirement_survives_snapshots_and_is_bounded() -> None:
+    from tracker.core.reducer import ReducerLimits
+
+    runs = [_run_records(i) for i in range(3)]
+    red = Reducer(ReducerLimits(max_retired=2))
+    for _run_id, records in runs:
+        for r in records:
+            red.apply(r, "x")
+    for run_id, _records in runs:
+        red.retire(run_id)
+    assert list(red.retired) == [runs[1][0], runs[2][0]]  # the oldest is forgotten, with its owner bindings
+    whole = Reducer.restore(json.loads(json.dumps(red.snapshot())), red.limits)
+    per_run = Reducer(red.limits)
+    for run_id, _records in runs[1:]:
+        snap = red.snapshot_run(run_id)
+        assert snap is not None and snap["retired"] is True
+        per_run.restore_run(json.loads(json.dumps(snap)))
+    for restored in (whole, per_run):
+        assert list(restored.retired) == list(red.retired)
+        for r in runs[2][1]:
+            restored.apply(r, "late")
+        assert not restored.runs
+    forgotten, records = runs[0]
+    for r in records:  # a run forgotten beyond the bound starts again (the documented cost of the bound)
+        red.apply(r, "late")
+    assert forgotten in red.runs

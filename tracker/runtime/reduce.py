@@ -330,6 +330,9 @@ class ReduceService:
             if history is not None:
                 shell.status = history.run.status
                 self._track_waiting(part, history)
+                if history.run.status in FINAL_STATUSES:  # finished, not yet retired: retire after the grace
+                    part.finished[run_id] = (_us(history.run.finished_at) if history.run.finished_at
+                                             else part.watermark_us)
         return part
 
     async def _drop(self, tp: TopicPartition) -> None:
@@ -440,6 +443,7 @@ class ReduceService:
             del part.finished[run_id]
             plan.finished[part.runs[run_id].status.value] += 1
             plan.records.extend(self._retire(part, run_id))
+            touched.append(run_id)  # its run-state record says retired (it may not have changed in this batch)
         for run_id in dict.fromkeys(touched):
             plan.records.extend(self._state_record(part, run_id, flushed.dead_letters))
         for dl in flushed.dead_letters:
