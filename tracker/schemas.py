@@ -1,4 +1,7 @@
-"""Write (or check) the JSON Schemas under schemas/ from the pydantic models: `python -m tracker.schemas [--check]`."""
+"""Write (or check) the contracts under schemas/ from the code: `python -m tracker.schemas [--check]`.
+
+The JSON Schemas come from the pydantic models; ``schemas/index/schema.sql`` is the experiment index's DDL as
+``tracker.shell.index`` creates it (one source: the file is generated, and the drift check keeps it so)."""
 
 from __future__ import annotations
 
@@ -12,8 +15,11 @@ SCHEMAS_DIR = Path(__file__).resolve().parent.parent / "schemas"
 
 
 def render() -> dict[Path, str]:
-    return {SCHEMAS_DIR / name: json.dumps(doc, indent=2, sort_keys=True) + "\n"
+    from tracker.shell.index import SCHEMA_SQL
+
+    docs = {SCHEMAS_DIR / name: json.dumps(doc, indent=2, sort_keys=True) + "\n"
             for name, doc in schema_documents().items()}
+    return {**docs, SCHEMAS_DIR / "index" / "schema.sql": SCHEMA_SQL}
 
 
 def main(argv: list[str] | None = None) -> int:
