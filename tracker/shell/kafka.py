@@ -7,22 +7,36 @@ calls otherwise retry without end (a producer's ``start`` waits for a producer i
 Security: ``PLAINTEXT``, ``SSL`` (CA file, optional client certificate), ``SASL_PLAINTEXT`` / ``SASL_SSL`` with
 PLAIN or SCRAM, and ``OAUTHBEARER`` with a token from azure-identity. Azure Event Hubs' Kafka endpoint takes
 ``SASL_SSL`` + ``PLAIN`` with the user name ``$ConnectionString`` and the namespace connection string as the
-password (see deploy/kafka/topics.md).
+password (see deploy/kafka/topics.md). A client that cannot bootstrap says why (``start``): refused SASL
+credentials and untrusted broker certificates raise ``KafkaSecurityError`` at once, which is not retried; TLS
+files that do not load (a wrong ``ssl_key_password``, say) are a ValueError. tests/test_kafka_security.py runs
+all of these, OAUTHBEARER excepted, against a real broker.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ssl
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 import structlog
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.abc import AbstractTokenProvider, ConsumerRebalanceListener
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import KafkaError, for_code
+from aiokafka.conn import create_conn
+from aiokafka.errors import (
+    AuthenticationFailedError,
+    IllegalSaslStateError,
+    KafkaConnectionError,
+    KafkaError,
+    SaslAuthenticationFailed,
+    UnsupportedSaslMechanismError,
+    for_code,
+)
 from aiokafka.helpers import create_ssl_context
 
 from tracker.runtime.settings import KafkaSettings, TopicSettings
@@ -33,6 +47,13 @@ log = structlog.get_logger("tracker.kafka")
 
 class KafkaCallTimeout(TimeoutError):
     """A Kafka call did not finish within ``call_timeout_s``."""
+
+
+class KafkaSecurityError(KafkaError):  # type: ignore[misc]  # aiokafka is untyped
+    """The broker refused this client's credentials (SASL), or TLS failed on a certificate: a configuration error,
+    which ``retrying`` does not retry."""
+
+    retriable = False
 
 
 class TopicLayoutError(RuntimeError):
@@ -50,12 +71,15 @@ async def bounded(call: Awaitable[T], seconds: float, what: str) -> T:
 
 async def retrying(what: str, attempt: Callable[[], Awaitable[T]], retries: int, backoff_max_s: float) -> T:
     """``attempt()``, tried again after Kafka errors and timeouts with exponential backoff, ``retries`` times at
-    most (errors of the tracker's own, such as a wrong topic layout, are not retried)."""
+    most (errors of the tracker's own, such as a wrong topic layout, and refused credentials or certificates,
+    KafkaSecurityError, are not retried)."""
     tries = 0
     while True:
         tries += 1
         try:
             return await attempt()
+        except KafkaSecurityError:
+            raise
         except (KafkaError, TimeoutError, OSError) as exc:
             if tries > retries:
                 raise
@@ -101,11 +125,7 @@ def client_options(ks: KafkaSettings) -> dict[str, Any]:
         "security_protocol": ks.security_protocol,
     }
     if ks.security_protocol in ("SSL", "SASL_SSL"):
-        password = ks.ssl_key_password.get_secret_value() if ks.ssl_key_password else None
-        ctx = create_ssl_context(cafile=ks.ssl_cafile, certfile=ks.ssl_certfile, keyfile=ks.ssl_keyfile,
-                                 password=password)
-        ctx.check_hostname = ks.ssl_check_hostname
-        opts["ssl_context"] = ctx
+        opts["ssl_context"] = _ssl_context(ks)
     if ks.sasl_mechanism is not None:
         opts["sasl_mechanism"] = ks.sasl_mechanism
         if ks.sasl_mechanism == "OAUTHBEARER":
@@ -116,6 +136,37 @@ def client_options(ks: KafkaSettings) -> dict[str, Any]:
             opts["sasl_plain_username"] = ks.sasl_username
             opts["sasl_plain_password"] = ks.sasl_password.get_secret_value()
     return opts
+
+
+def _ssl_context(ks: KafkaSettings) -> ssl.SSLContext:
+    """The TLS context of ``ks``; ValueError saying which file does not load (never retried: a setting is wrong).
+    A key without ``ssl_key_password`` is loaded with an empty password: for an encrypted key OpenSSL would
+    otherwise ask for one on the terminal, which blocks an interactive command."""
+    try:
+        ctx: ssl.SSLContext = create_ssl_context(cafile=ks.ssl_cafile)
+    except (ssl.SSLError, OSError) as exc:
+        raise ValueError(f"kafka.ssl_cafile {ks.ssl_cafile} does not load as PEM CA certificates: {exc}") from exc
+    if ks.ssl_certfile is not None:
+        password = ks.ssl_key_password.get_secret_value() if ks.ssl_key_password else ""
+        try:
+            ctx.load_cert_chain(ks.ssl_certfile, ks.ssl_keyfile, password)
+        except (ssl.SSLError, OSError) as exc:
+            encrypted = ks.ssl_keyfile is not None and b"ENCRYPTED" in _head(ks.ssl_keyfile)
+            why = (("it is encrypted and kafka.ssl_key_password is not set" if ks.ssl_key_password is None else
+                    "kafka.ssl_key_password does not decrypt it") if encrypted else
+                   "is it the PEM key of that certificate?")
+            raise ValueError(f"the client certificate kafka.ssl_certfile {ks.ssl_certfile} with kafka.ssl_keyfile "
+                             f"{ks.ssl_keyfile} does not load: {why} ({exc})") from exc
+    ctx.check_hostname = ks.ssl_check_hostname
+    return ctx
+
+
+def _head(path: Path) -> bytes:
+    try:
+        with path.open("rb") as f:
+            return f.read(1 << 20)
+    except OSError:
+        return b""
 
 
 def make_producer(ks: KafkaSettings, transactional_id: str | None = None) -> AIOKafkaProducer:
@@ -156,12 +207,68 @@ def make_consumer(ks: KafkaSettings, *, group_id: str | None, group_instance_id:
 
 async def start(client: AIOKafkaProducer | AIOKafkaConsumer | AIOKafkaAdminClient, ks: KafkaSettings,
                 what: str) -> None:
-    """Start a client within the call timeout; on failure it is closed again and the error raised."""
+    """Start a client within the call timeout; on failure it is closed again and the error raised.
+
+    aiokafka reports a failed bootstrap as "Unable to bootstrap from [...]" whatever the cause (it only logs the
+    cause): the cause is then found by connecting once more, within what is left of the call timeout, and raised
+    instead: KafkaSecurityError for refused credentials and certificate failures, otherwise KafkaConnectionError
+    naming the cause."""
+    deadline = time.monotonic() + ks.call_timeout_s
     try:
         await bounded(client.start(), ks.call_timeout_s, f"starting the {what}")
+    except KafkaConnectionError as exc:
+        await stop(client, ks, what)
+        cause = await _bootstrap_failure(ks, f"starting the {what}", deadline - time.monotonic())
+        if cause is None:
+            raise
+        raise cause from exc
     except BaseException:
         await stop(client, ks, what)
         raise
+
+
+_REFUSED = (SaslAuthenticationFailed, AuthenticationFailedError, IllegalSaslStateError)
+_CERTIFICATE_ALERTS = ("ALERT_BAD_CERT", "ALERT_CERTIFICATE", "ALERT_UNKNOWN_CA")  # a broker refusing our certificate
+
+
+async def _bootstrap_failure(ks: KafkaSettings, what: str, seconds: float) -> KafkaError | None:
+    """Why no bootstrap server can be used: one connection attempt per server (TLS, SASL, version lookup), all
+    within ``seconds``; None when one succeeds or the time runs out."""
+    opts = client_options(ks)
+    keys = ("client_id", "request_timeout_ms", "ssl_context", "security_protocol", "sasl_mechanism",
+            "sasl_plain_username", "sasl_plain_password", "sasl_oauth_token_provider")
+    conn_opts = {k: opts[k] for k in keys if k in opts}
+    causes = []
+    try:
+        async with asyncio.timeout(seconds):
+            for server in opts["bootstrap_servers"]:
+                host, _, port = server.rpartition(":")
+                try:
+                    conn = await create_conn(host.strip("[]"), int(port), **conn_opts)
+                    conn.close()
+                    return None
+                except UnsupportedSaslMechanismError as err:
+                    return KafkaSecurityError(f"{what}: {server} does not offer the SASL mechanism "
+                                              f"{ks.sasl_mechanism} ({err}; check kafka.sasl_mechanism)")
+                except _REFUSED as err:
+                    return KafkaSecurityError(f"{what}: {server} refused the SASL {ks.sasl_mechanism} authentication "
+                                              f"as {ks.sasl_username or 'the token of oauth_scope'}: {err} (check "
+                                              "kafka.sasl_mechanism, sasl_username and sasl_password)")
+                except ssl.SSLCertVerificationError as err:
+                    return KafkaSecurityError(f"{what}: the TLS certificate of {server} is not trusted: "
+                                              f"{err.verify_message} (check kafka.ssl_cafile and ssl_check_hostname)")
+                except ssl.SSLError as err:
+                    if any(alert in (err.reason or "") for alert in _CERTIFICATE_ALERTS):
+                        return KafkaSecurityError(f"{what}: {server} refused this client's certificate: {err} (check "
+                                                  "kafka.ssl_certfile and ssl_keyfile)")
+                    causes.append(f"{server}: {err}")
+                except Exception as err:  # OSError, KafkaError; an OAUTHBEARER token provider's own errors
+                    causes.append(f"{server}: {err or type(err).__name__}")
+    except TimeoutError:
+        return None
+    hint = (" (a broker that requires a client certificate closes the connection: check kafka.ssl_certfile and "
+            "ssl_keyfile)" if ks.security_protocol == "SSL" and ks.ssl_certfile is None else "")
+    return KafkaConnectionError(f"{what}: no bootstrap server answered: {'; '.join(causes)}{hint}")
 
 
 async def stop(client: AIOKafkaProducer | AIOKafkaConsumer | AIOKafkaAdminClient, ks: KafkaSettings,
