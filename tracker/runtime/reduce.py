@@ -159,7 +159,7 @@ class ReduceService:
         self._joined = False
         self._lock = asyncio.Lock()  # one batch, restore or rebalance step at a time
         self._stop: Literal["now", "drain"] | None = None
-        self._drain_to: dict[TopicPartition, int] | None = None
+        self._drain = kafka.Drain()
         self._consumer: AIOKafkaConsumer | None = None
         self._restorer: AIOKafkaConsumer | None = None
         self._last_tick = 0.0
@@ -238,12 +238,9 @@ class ReduceService:
             return True
         if not self._joined:
             return False  # draining starts once the partitions to drain are known
-        if self._drain_to is None or set(self._drain_to) != consumer.assignment():
-            # (re)computed whenever the assignment moved since: a rebalance while draining (topics created at
-            # start make one likely) must not leave a partition undrained
-            self._drain_to = await kafka.drain_targets(self.ks, consumer.assignment())
-        return not self._pending and all(tp in self._parts for tp in self._drain_to) and await kafka.caught_up(
-            consumer, self._drain_to, self.ks.call_timeout_s)
+        targets = await self._drain.targets_of(consumer, self.ks)
+        return not self._pending and all(tp in self._parts for tp in targets) and await kafka.caught_up(
+            consumer, targets, self.ks.call_timeout_s)
 
     # ------------------------------------------------------------------------------------ rebalance
     async def on_revoked(self, revoked: set[TopicPartition]) -> None:

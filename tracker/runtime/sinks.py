@@ -81,7 +81,7 @@ class SinkRunner:
         self._joined = False
         self._lock = asyncio.Lock()
         self._stop: Literal["now", "drain"] | None = None
-        self._drain_to: dict[TopicPartition, int] | None = None
+        self._drain = kafka.Drain()
         self._consumer: AIOKafkaConsumer | None = None
         self._setup_failures = 0
         self._retry_at = 0.0
@@ -159,11 +159,8 @@ class SinkRunner:
             return True
         if not self._joined:
             return False  # draining starts once the partitions to drain are known
-        if self._drain_to is None or set(self._drain_to) != consumer.assignment():
-            # (re)computed whenever the assignment moved since: a rebalance while draining (topics created at
-            # start make one likely) must not leave a partition undrained
-            self._drain_to = await kafka.drain_targets(self.ks, consumer.assignment())
-        return not self._pending and await kafka.caught_up(consumer, self._drain_to, self.ks.call_timeout_s)
+        targets = await self._drain.targets_of(consumer, self.ks)
+        return not self._pending and await kafka.caught_up(consumer, targets, self.ks.call_timeout_s)
 
     def _backoff(self, attempt: int) -> float:
         return float(min(self.s.sink.retry_backoff_max_s, 0.2 * 2 ** (attempt - 1)))

@@ -326,6 +326,20 @@ async def drain_targets(ks: KafkaSettings, tps: Iterable[TopicPartition]) -> dic
         await stop(client, ks, "high-watermark reader")
 
 
+class Drain:
+    """Where a draining group consumer must get to: the drain targets (``drain_targets``) of its assignment,
+    computed when the drain starts and again whenever the assignment moved since (a rebalance while draining,
+    which topics created at start make likely, must not leave a partition undrained)."""
+
+    def __init__(self) -> None:
+        self.targets: dict[TopicPartition, int] | None = None
+
+    async def targets_of(self, consumer: AIOKafkaConsumer, ks: KafkaSettings) -> dict[TopicPartition, int]:
+        if self.targets is None or set(self.targets) != consumer.assignment():
+            self.targets = await drain_targets(ks, consumer.assignment())
+        return self.targets
+
+
 async def caught_up(consumer: AIOKafkaConsumer, ends: dict[TopicPartition, int], timeout_s: float) -> bool:
     """Whether the consumer's position reached ``ends`` on every partition. (A position steps over transaction
     markers; the offset of the last record processed does not, so it can stay below a read_committed end.)"""
