@@ -165,8 +165,12 @@ class ReduceSettings(_Section):
         description="One transactional producer per changes partition: <prefix>.<changes topic>.<partition>.")
     group_instance_id: str | None = Field(
         default=None, description="Static group membership: a restarted process gets its partitions back at once.")
-    max_batch_records: int = Field(default=2_000, ge=1, le=100_000,
-                                   description="Records fetched (and folded in one transaction) per poll, at most.")
+    max_batch_records: int = Field(
+        default=10_000, ge=1, le=100_000,
+        description="Records fetched (and folded in one transaction) per poll, at most. Larger batches derive "
+                    "each touched run once for more changes and commit fewer transactions (bench/kafka_pipeline.py: "
+                    "+30-50% changes/s from 2,000 to 10,000, same end-to-end latency at 500 changes/s); a batch is "
+                    "held in memory (~1 KB per change).")
     poll_timeout_ms: int = Field(default=200, ge=1, le=60_000)
     max_change_bytes: int = Field(default=int(1.5 * MIB), ge=1_024,
                                   description="A changes value larger than this is a dead letter (etcd's object "
