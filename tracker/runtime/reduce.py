@@ -54,7 +54,7 @@ from tracker.core.reducer import Flushed, Reducer, ReducerLimits
 from tracker.core.timefmt import ts
 from tracker.runtime.ops import Health, Metrics
 from tracker.runtime.settings import Settings
-from tracker.shell import kafka
+from tracker.shell import jsonio, kafka
 
 log = structlog.get_logger("tracker.reduce")
 
@@ -315,7 +315,7 @@ class ReduceService:
         for value in latest.values():
             if value is None:
                 continue
-            doc = json.loads(value)
+            doc = jsonio.loads(value)
             shell = doc.pop("shell", {})
             part.reducer.restore_run(doc)
             part.watermark_us = max(part.watermark_us, shell.get("watermark_us", 0))
@@ -383,7 +383,7 @@ class ReduceService:
                                 + value[:256].decode(errors="replace"))
             return
         try:
-            record = json.loads(value)
+            record = jsonio.loads(value)
         except ValueError as exc:
             part.reducer.reject(source, "invalid JSON", f"{exc}: " + value[:1024].decode(errors="replace"))
             return
@@ -466,7 +466,7 @@ class ReduceService:
         snap["shell"] = {"watermark_us": part.watermark_us} if shell is None else {
             "watermark_us": part.watermark_us, "hash": shell.content_hash, "transitions": shell.transitions,
             "alerted": shell.alerted}
-        value = json.dumps(snap, separators=(",", ":")).encode()
+        value = jsonio.dumps(snap)
         limit = self.topics.max_message_bytes - _OUTPUT_MARGIN
         if len(value) > limit:
             with structlog.contextvars.bound_contextvars(run_id=run_id):

@@ -13,7 +13,6 @@ clients close. A second signal, or ``ops.shutdown_timeout_s`` running out, exits
 from __future__ import annotations
 
 import asyncio
-import json
 import queue
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -33,7 +32,7 @@ from tracker.runtime.pipeline import JsonlDeadLetters, PipelineReport, run_pipel
 from tracker.runtime.reduce import SOURCE_HEADER, ReduceFatal, ReduceService
 from tracker.runtime.settings import KafkaSettings, Settings, redacted
 from tracker.runtime.sinks import SinkFatal, SinkRunner, adx_sink_runner, index_sink_runner
-from tracker.shell import kafka
+from tracker.shell import jsonio, kafka
 from tracker.shell.capture import BadRecord, Record, capture_files, interleave
 
 log = structlog.get_logger("tracker.service")
@@ -146,7 +145,7 @@ async def _send(producer: AIOKafkaProducer, item: SourceItem, settings: Settings
             producer.send(topics.dead_letters, value=letter.model_dump_json().encode()), ks.call_timeout_s,
             "sending a dead letter")
         return fut
-    value = json.dumps(record.value, separators=(",", ":"), ensure_ascii=False).encode()
+    value = jsonio.dumps(record.value)
     fut = await kafka.bounded(producer.send(topics.changes, value=value, key=key.encode() if key else None,
                                             headers=[(SOURCE_HEADER, record.source.encode())]),
                               ks.call_timeout_s, "sending a change")

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import socket
 from collections.abc import AsyncIterator
@@ -42,7 +41,7 @@ from tracker.runtime import service
 from tracker.runtime.ops import Health, Metrics, Shutdown
 from tracker.runtime.reduce import SOURCE_HEADER
 from tracker.runtime.settings import KafkaSettings, Settings, SettingsError, load_settings
-from tracker.shell import kafka, watch_state
+from tracker.shell import jsonio, kafka, watch_state
 from tracker.shell.leader import Lease, LeaseConfig, LeaseElector, lead
 from tracker.shell.watch import (
     EVENTS_APIS,
@@ -208,7 +207,7 @@ class KafkaPublisher:
         self.in_flight: list[asyncio.Future[object]] = []
 
     async def publish(self, key: str, record: Change, source: str) -> None:
-        value = json.dumps(record, separators=(",", ":"), ensure_ascii=False).encode()
+        value = jsonio.dumps(record)
         self.in_flight.append(await kafka.bounded(
             self.producer.send(self.ks.topics.changes, value=value, key=key.encode(),
                                headers=[(SOURCE_HEADER, source.encode())]),

@@ -87,6 +87,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from tracker.core import extract as x
 from tracker.core.correlate import Correlator, Held, link
 from tracker.core.model import LABEL_CONTROLLER_UID, LABEL_RAY_CLUSTER
+from tracker.shell import jsonio
 from tracker.shell.bus import InProcessBus
 from tracker.shell.capture import Record
 from tracker.shell.slim import slim
@@ -650,7 +651,7 @@ class Stream:
                 stats.unchanged += 1
                 return
         small = slim(obj)
-        blob = json.dumps(small, separators=(",", ":")).encode()
+        blob = jsonio.dumps(small)
         stats.changes += 1
         stats.record_bytes += len(blob)
         stats.largest_record = max(stats.largest_record, len(blob))
@@ -687,7 +688,7 @@ class Stream:
             _rv, blob = self.known[uid]
             self.forget(uid)
             self.watcher.stats.synthetic_deletes += 1
-            self.watcher.emit("DELETED", json.loads(blob), self.source)
+            self.watcher.emit("DELETED", jsonio.loads(blob), self.source)
         self.rv = list_rv
 
     # ------------------------------------------------------------ I/O
@@ -797,7 +798,7 @@ class Stream:
                 async for line in lines:
                     got = True
                     stats.received_bytes += len(line)
-                    self.event(json.loads(line))
+                    self.event(jsonio.loads(line))
                     await self.watcher.outbox.wait_room()
         except ApiError as exc:
             if exc.status == 410:
@@ -903,7 +904,7 @@ class Watcher:
         for s in self.streams:
             s.rv = saved.rvs.get(s.key)
             s.known = saved.known.get(s.key, {})
-        self.keys.restore(json.loads(blob) for s in self.streams if s.res.kind != "Event"
+        self.keys.restore(jsonio.loads(blob) for s in self.streams if s.res.kind != "Event"
                           for _rv, blob in s.known.values())
         for etype, obj, source in saved.held:  # what waited for an owner waits again (or is released)
             self.emit(etype, obj, source)

@@ -1,0 +1,32 @@
+"""JSON on the hot paths (a change decoded by the reducer, a watch event decoded and a slimmed object encoded by
+the watcher, a record encoded for Kafka) with orjson, which is 3-5 times faster than the standard library.
+
+At the edges the standard library's behaviour is kept, so that switching changed what is accepted in no case:
+what orjson refuses to decode (integers beyond 64 bits, ``NaN``) is decoded by ``json``, which raises ValueError
+for what is really not JSON; what it refuses to encode (such integers, non-string keys) is encoded by ``json``.
+Encodings are compact UTF-8 either way (floats may be spelt differently, e.g. ``1e16`` and ``1e+16``: every reader
+parses them).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import orjson
+
+
+def loads(data: bytes | str) -> Any:
+    """Decode JSON text; ValueError (json.JSONDecodeError) if it is not JSON."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return json.loads(data)
+
+
+def dumps(value: Any) -> bytes:
+    """Encode as compact UTF-8 JSON."""
+    try:
+        return orjson.dumps(value)
+    except TypeError:  # orjson.JSONEncodeError is a TypeError
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
