@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import tracemalloc
 
 import pytest
 from hypothesis import given
@@ -34,3 +35,15 @@ def test_the_edges_keep_the_standard_library_behaviour() -> None:
     for bad in (b"", b"{", b"{'a': 1}", b"\xff"):
         with pytest.raises(ValueError):
             jsonio.loads(bad)
+
+
+def test_an_encoding_kept_costs_its_own_size() -> None:
+    """orjson's output alone would keep a 4 KiB buffer per value (the watcher keeps one per object it knows)."""
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        kept = [jsonio.dumps({"kind": "Pod", "name": f"train-{i}", "labels": {"a": "x" * 400}}) for i in range(2_000)]
+        per_value = (tracemalloc.get_traced_memory()[0] - before) / len(kept)
+    finally:
+        tracemalloc.stop()
+    assert per_value < 2 * len(kept[0]), f"{per_value:.0f} B kept per {len(kept[0])} B encoding"

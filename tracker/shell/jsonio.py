@@ -25,8 +25,12 @@ def loads(data: bytes | str) -> Any:
 
 
 def dumps(value: Any) -> bytes:
-    """Encode as compact UTF-8 JSON."""
+    """Encode as compact UTF-8 JSON, in a bytes object of its own size.
+
+    orjson returns its output in the buffer it wrote it to, which holds at least 4 KiB whatever the length (and
+    ``sys.getsizeof`` does not show it): the watcher keeps one such encoding per object it knows, so the bytes
+    are copied out (~0.1 µs for a slimmed object) rather than keep 4 KiB for each 500."""
     try:
-        return orjson.dumps(value)
+        return bytes(memoryview(orjson.dumps(value)))
     except TypeError:  # orjson.JSONEncodeError is a TypeError
         return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()

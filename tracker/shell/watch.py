@@ -200,7 +200,7 @@ class KubeApi:
             data = await resp.read()
         finally:
             resp.release()
-        out = json.loads(data)
+        out = jsonio.loads(data)
         if not isinstance(out, dict):
             raise ApiError(resp.status, "unexpected response", repr(out)[:200])
         return out
