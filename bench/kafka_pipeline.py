@@ -1,7 +1,7 @@
 """Benchmark of the Kafka pipeline on one broker: raw consume, the reduce path, end-to-end latency, memory per run.
 
     uv run python -m tests.infra up --components kafka      # or any broker: --bootstrap HOST:PORT
-    uv run python bench/kafka_pipeline.py [--runs 2000] [--rates 50 200 500] [--seconds 10]
+    uv run python bench/kafka_pipeline.py [--runs 2000] [--rates 50 200 500] [--seconds 10] [--scale-out 1 2]
 
 Figures, in one run against the same broker and topic layout (4 partitions):
 
@@ -12,6 +12,9 @@ Figures, in one run against the same broker and topic layout (4 partitions):
    sink run; latency from a change produced to the experiment-index row that reflects it committed (p50/p95/p99);
 4. memory per active run: tracemalloc growth of a Reducer holding runs that are
    still running, divided by their number.
+5. scale-out: N ``tracker reduce`` processes in one consumer group (default 1 and 2), each N on fresh topics
+   holding the same input (``--scale-runs``): changes/s while all N work, and the ratio to one process. On one
+   machine they share its cores with the broker; across machines, partitions and processes scale further.
 
 The synthetic input (``synthetic_stream``) is Job + Kueue Workload + Pod + Event watch events and TauGrid intake
 events per run, interleaved in time order; some runs stay pending, some keep running, the rest finish.
@@ -283,6 +286,62 @@ def histogram_means(metrics: str) -> dict[str, float]:
     return {name: total / counts[name] for name, total in sums.items() if counts.get(name)}
 
 
+async def scale_out(bootstrap: str, items: Sequence[service.SourceItem], processes: int, tmp: Path) -> float:
+    """Changes/s of ``processes`` ``tracker reduce`` processes in one consumer group, on topics of their own
+    holding the same input, while all of them work: from the moment every process owns partitions (the group
+    settled) to every offset committed; what was committed before that moment counts on neither side."""
+    prefix = f"bench-{uuid.uuid4().hex[:8]}"
+    ports = [free_port() for _ in range(processes)]
+    env = [{**os.environ, **environment(bootstrap, prefix, port), "TRACKER_OPS__METRICS_INTERVAL_S": "0.1"}
+           for port in ports]
+    saved = dict(os.environ)
+    os.environ.update(env[0])
+    try:
+        settings = load_settings()
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    await service.create_topics(settings)
+    produced = await service.publish(as_source(items), settings)
+    admin = AIOKafkaAdminClient(**kafka.client_options(settings.kafka))
+    await admin.start()
+    procs: list[asyncio.subprocess.Process] = []
+    logs = [(tmp / f"scale-{processes}-{i}.log").open("wb") for i in range(processes)]
+    try:
+        for i in range(processes):
+            procs.append(await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "tracker.runtime.commands", "reduce", cwd=REPO, env=env[i],
+                stdout=asyncio.subprocess.DEVNULL, stderr=logs[i]))
+        # ready, and the group settled: every process owns partitions (a joining one makes the others rebalance)
+        while not all(http_get(port, "/readyz") == "ready\n" and _owns_partitions(port) for port in ports):
+            if any(p.returncode is not None for p in procs):
+                raise RuntimeError(f"a reducer exited, see {tmp}/scale-*.log")
+            await asyncio.sleep(0.02)
+        started, before = time.perf_counter(), await committed_total(admin, settings.reduce.group_id)
+        if produced - before < produced // 2:
+            raise RuntimeError(f"the group took too long to settle: {before} of {produced} changes were reduced "
+                               "before every process owned partitions; use more --runs")
+        while True:  # polling the group's committed offsets: there is nothing to wait on
+            if await committed_total(admin, settings.reduce.group_id) >= produced:
+                break
+            await asyncio.sleep(0.02)
+        return (produced - before) / (time.perf_counter() - started)
+    finally:
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+        for proc in procs:
+            await asyncio.wait_for(proc.wait(), 60)
+        for log in logs:
+            log.close()
+        await admin.close()
+
+
+def _owns_partitions(port: int) -> bool:
+    metrics = http_get(port, "/metrics") or ""
+    return any(line.startswith("tracker_partitions_assigned{") and not line.endswith(" 0.0")
+               for line in metrics.splitlines())
+
+
 def rss_mib(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -390,6 +449,10 @@ async def main(argv: list[str] | None = None) -> int:
                         help="offered loads of the latency phases, changes/s")
     parser.add_argument("--seconds", type=float, default=10.0, help="length of each latency phase")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--scale-out", type=int, nargs="*", default=[1, 2], metavar="N",
+                        help="also measure N reduce processes in one group, each N on fresh topics (none: skip)")
+    parser.add_argument("--scale-runs", type=int, default=6_000,
+                        help="runs in the scale-out input (large enough that the group settles early in it)")
     args = parser.parse_args(argv)
     bootstrap = args.bootstrap or default_bootstrap()
     if not bootstrap:
@@ -439,6 +502,8 @@ async def main(argv: list[str] | None = None) -> int:
         log.close()
         await admin.close()
         await kafka.stop(producer, settings.kafka, "bench producer")
+    scale_items = keyed(synthetic_stream(args.scale_runs, args.seed + 1), "scale") if args.scale_out else []
+    scaled = {n: await scale_out(bootstrap, scale_items, n, tmp) for n in args.scale_out}
     per_run = memory_per_active_run(1_000, args.seed)
 
     print(f"broker {bootstrap}, {PARTITIONS} partitions, {args.runs} runs = {produced} changes "
@@ -455,6 +520,10 @@ async def main(argv: list[str] | None = None) -> int:
         print(f"      {rate:6,.0f} changes/s offered: p50 {percentile(values, 50) * 1e3:5.0f} ms   "
               f"p95 {percentile(values, 95) * 1e3:5.0f} ms   p99 {percentile(values, 99) * 1e3:5.0f} ms   "
               f"max {max(values) * 1e3:5.0f} ms   ({len(values)} changes)")
+    for n, rate in scaled.items():
+        print(f"  scale-out: {n} reduce process{'es' if n > 1 else ''} in one group: {rate:9,.0f} changes/s"
+              + (f"  = {rate / scaled[1]:.2f}x one process" if 1 in scaled and n != 1 else "")
+              + f"  ({os.cpu_count()} cores, shared with the broker)")
     print(f"  memory per active run (Reducer facts and bindings, tracemalloc): {per_run / 1024:.1f} KiB")
     print(f"  reducer process RSS at the end: {rss:.0f} MiB (finished runs retired); logs in {tmp}")
     return 0
