@@ -120,7 +120,9 @@ class KafkaSettings(_Section):
     heartbeat_interval_ms: int = Field(default=3_000, ge=100)
     max_poll_interval_ms: int = Field(default=300_000, ge=1_000)
     transaction_timeout_ms: int = Field(default=60_000, ge=1_000, le=900_000)
-    linger_ms: int = Field(default=5, ge=0, le=10_000)
+    linger_ms: int = Field(default=5, ge=0, le=10_000,
+                           description="Batching delay of the changes producers (watcher, intake); the reducer's "
+                                       "transactional producers never linger.")
     batch_bytes: int = Field(default=MIB, ge=16_384, le=64 * MIB,
                              description="Producer batch size per partition: a transaction's records to one "
                                          "partition travel in one request instead of one by one.")
