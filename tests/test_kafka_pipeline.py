@@ -771,7 +771,7 @@ class PrivateBroker:
     def __init__(self, state: Path) -> None:
         java = shutil.which("java")
         if java is None or not build.KAFKA.is_built():
-            unavailable("the broker restart test needs java and the Kafka jars (python -m tests.infra up "
+            unavailable("a private broker needs java and the Kafka jars (python -m tests.infra up "
                         "--components kafka)")
         assert java is not None
         self.state = state
