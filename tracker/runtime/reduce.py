@@ -158,7 +158,6 @@ class ReduceService:
         self._failures: dict[TopicPartition, tuple[int, float]] = {}  # tp -> (failures in a row, retry at)
         self._joined = False
         self._lock = asyncio.Lock()  # one batch, restore or rebalance step at a time
-        self._stop: Literal["now", "drain"] | None = None
         self._drain = kafka.Drain()
         self._consumer: AIOKafkaConsumer | None = None
         self._restorer: AIOKafkaConsumer | None = None
@@ -173,7 +172,7 @@ class ReduceService:
 
     def request_stop(self, drain: bool = False) -> None:
         """Stop after the batch in hand (``drain``: once every assigned partition is caught up)."""
-        self._stop = "drain" if drain else "now"
+        self._drain.request(drain)
 
     async def run(self) -> None:
         rs = self.s.reduce
@@ -209,38 +208,23 @@ class ReduceService:
 
     async def _loop(self, consumer: AIOKafkaConsumer) -> None:
         rs = self.s.reduce
-        poll_errors = 0
-        while not await self._should_stop(consumer):
+        poller = kafka.Poller(consumer, self.ks, what="polling changes", timeout_ms=rs.poll_timeout_ms,
+                              max_records=rs.max_batch_records, retries=rs.max_retries,
+                              backoff_max_s=rs.retry_backoff_max_s,
+                              on_failure=self.metrics.errors.labels("reduce", "poll").inc, fatal=ReduceFatal)
+        while not await self._drain.done(consumer, self.ks, joined=self._joined, settled=self._settled):
             await self._set_up_pending(consumer)
-            try:
-                batches = await kafka.bounded(
-                    consumer.getmany(timeout_ms=rs.poll_timeout_ms, max_records=rs.max_batch_records),
-                    self.ks.call_timeout_s, "polling changes")
-            except (KafkaError, TimeoutError) as exc:
-                poll_errors += 1
-                self.metrics.errors.labels("reduce", "poll").inc()
-                if poll_errors > rs.max_retries:
-                    raise ReduceFatal(f"polling changes failed {poll_errors} times in a row: {exc}") from exc
-                log.warning("polling changes failed", error=str(exc), attempt=poll_errors)
-                await asyncio.sleep(self._backoff(poll_errors))
+            batches = await poller.poll()
+            if batches is None:
                 continue
-            poll_errors = 0
             async with self._lock:
                 work = [(self._parts[tp], recs) for tp, recs in batches.items()
                         if tp in self._parts and tp not in self._pending]
                 await asyncio.gather(*(self._process(part, recs) for part, recs in work))
             await self._tick(consumer)
 
-    async def _should_stop(self, consumer: AIOKafkaConsumer) -> bool:
-        if self._stop is None:
-            return False
-        if self._stop == "now":
-            return True
-        if not self._joined:
-            return False  # draining starts once the partitions to drain are known
-        targets = await self._drain.targets_of(consumer, self.ks)
-        return not self._pending and all(tp in self._parts for tp in targets) and await kafka.caught_up(
-            consumer, targets, self.ks.call_timeout_s)
+    def _settled(self, targets: dict[TopicPartition, int]) -> bool:
+        return not self._pending and all(tp in self._parts for tp in targets)
 
     # ------------------------------------------------------------------------------------ rebalance
     async def on_revoked(self, revoked: set[TopicPartition]) -> None:
@@ -343,12 +327,9 @@ class ReduceService:
         if count > self.s.reduce.max_retries:
             raise ReduceFatal(f"partition {tp.partition} of {tp.topic}: {stage} failed {count} times in a row; "
                               f"last error: {exc!r}") from exc
-        self._failures[tp] = (count, time.monotonic() + self._backoff(count))
+        self._failures[tp] = (count, time.monotonic() + kafka.backoff_s(count, self.s.reduce.retry_backoff_max_s))
         log.warning(f"{stage} failed, partition will be restored", partition=tp.partition, attempt=count,
                     error=repr(exc))
-
-    def _backoff(self, attempt: int) -> float:
-        return float(min(self.s.reduce.retry_backoff_max_s, 0.2 * 2 ** (attempt - 1)))
 
     # ------------------------------------------------------------------------------------ processing
     async def _process(self, part: _Partition, records: list[ConsumerRecord]) -> None:

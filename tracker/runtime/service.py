@@ -169,7 +169,7 @@ async def _delivered(producer: AIOKafkaProducer, window: list[tuple[SourceItem, 
             attempt += 1
             if attempt > settings.source.max_retries:
                 raise error
-            delay = min(settings.source.retry_backoff_max_s, 0.2 * 2 ** (attempt - 1))
+            delay = kafka.backoff_s(attempt, settings.source.retry_backoff_max_s)
             log.warning("delivering changes failed; a new producer sends again from the first failed record",
                         attempt=attempt, records=len(again), retry_in_s=delay, error=repr(error))
             await asyncio.sleep(delay)

@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, ExitStack
 from pathlib import Path
-from typing import Literal, Protocol, TypeVar, runtime_checkable
+from typing import Protocol, TypeVar, runtime_checkable
 
 import structlog
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
@@ -80,7 +80,6 @@ class SinkRunner:
         self._pending: set[TopicPartition] = set()
         self._joined = False
         self._lock = asyncio.Lock()
-        self._stop: Literal["now", "drain"] | None = None
         self._drain = kafka.Drain()
         self._consumer: AIOKafkaConsumer | None = None
         self._setup_failures = 0
@@ -93,7 +92,7 @@ class SinkRunner:
 
     def request_stop(self, drain: bool = False) -> None:
         """Stop after the batch in hand (``drain``: once caught up with the transitions written so far)."""
-        self._stop = "drain" if drain else "now"
+        self._drain.request(drain)
 
     async def _call(self, fn: Callable[[], T]) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._thread, fn)
@@ -131,39 +130,24 @@ class SinkRunner:
 
     async def _loop(self, consumer: AIOKafkaConsumer) -> None:
         cfg = self.s.sink
-        poll_errors = 0
-        while not await self._should_stop(consumer):
+        poller = kafka.Poller(consumer, self.ks, what="polling transitions", timeout_ms=cfg.poll_timeout_ms,
+                              max_records=cfg.max_batch_records, retries=cfg.max_retries,
+                              backoff_max_s=cfg.retry_backoff_max_s,
+                              on_failure=self.metrics.errors.labels(f"sink-{self.name}", "poll").inc,
+                              fatal=SinkFatal, sink=self.name)
+        while not await self._drain.done(consumer, self.ks, joined=self._joined,
+                                         settled=lambda _targets: not self._pending):
             await self._set_up_pending(consumer)
-            try:
-                batches = await kafka.bounded(
-                    consumer.getmany(timeout_ms=cfg.poll_timeout_ms, max_records=cfg.max_batch_records),
-                    self.ks.call_timeout_s, "polling transitions")
-            except (KafkaError, TimeoutError) as exc:
-                poll_errors += 1
-                self.metrics.errors.labels(f"sink-{self.name}", "poll").inc()
-                if poll_errors > cfg.max_retries:
-                    raise SinkFatal(f"polling transitions failed {poll_errors} times in a row: {exc}") from exc
-                log.warning("polling transitions failed", sink=self.name, error=str(exc), attempt=poll_errors)
-                await asyncio.sleep(self._backoff(poll_errors))
+            batches = await poller.poll()
+            if batches is None:
                 continue
-            poll_errors = 0
             if batches:
                 async with self._lock:
                     await self._write(consumer, batches)
             await self._tick(consumer)
 
-    async def _should_stop(self, consumer: AIOKafkaConsumer) -> bool:
-        if self._stop is None:
-            return False
-        if self._stop == "now":
-            return True
-        if not self._joined:
-            return False  # draining starts once the partitions to drain are known
-        targets = await self._drain.targets_of(consumer, self.ks)
-        return not self._pending and await kafka.caught_up(consumer, targets, self.ks.call_timeout_s)
-
     def _backoff(self, attempt: int) -> float:
-        return float(min(self.s.sink.retry_backoff_max_s, 0.2 * 2 ** (attempt - 1)))
+        return kafka.backoff_s(attempt, self.s.sink.retry_backoff_max_s)
 
     # ------------------------------------------------------------------------------------ rebalance
     async def on_revoked(self, revoked: set[TopicPartition]) -> None:

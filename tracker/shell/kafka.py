@@ -21,10 +21,10 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 import structlog
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from aiokafka.abc import AbstractTokenProvider, ConsumerRebalanceListener
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.conn import create_conn
@@ -69,6 +69,11 @@ async def bounded(call: Awaitable[T], seconds: float, what: str) -> T:
         raise KafkaCallTimeout(f"{what} did not finish within {seconds:g}s") from exc
 
 
+def backoff_s(attempt: int, cap_s: float) -> float:
+    """The wait before retry number ``attempt`` (1, 2, ...): 0.2 s doubling each time, at most ``cap_s``."""
+    return float(min(cap_s, 0.2 * 2 ** (attempt - 1)))
+
+
 async def retrying(what: str, attempt: Callable[[], Awaitable[T]], retries: int, backoff_max_s: float) -> T:
     """``attempt()``, tried again after Kafka errors and timeouts with exponential backoff, ``retries`` times at
     most (errors of the tracker's own, such as a wrong topic layout, and refused credentials or certificates,
@@ -83,7 +88,7 @@ async def retrying(what: str, attempt: Callable[[], Awaitable[T]], retries: int,
         except (KafkaError, TimeoutError, OSError) as exc:
             if tries > retries:
                 raise
-            delay = min(backoff_max_s, 0.2 * 2 ** (tries - 1))
+            delay = backoff_s(tries, backoff_max_s)
             log.warning(f"{what} failed, retrying", attempt=tries, retry_in_s=delay, error=repr(exc))
             await asyncio.sleep(delay)
 
@@ -329,17 +334,63 @@ async def drain_targets(ks: KafkaSettings, tps: Iterable[TopicPartition]) -> dic
 
 
 class Drain:
-    """Where a draining group consumer must get to: the drain targets (``drain_targets``) of its assignment,
-    computed when the drain starts and again whenever the assignment moved since (a rebalance while draining,
-    which topics created at start make likely, must not leave a partition undrained)."""
+    """When a group consumer's loop must stop. ``request(drain=False)``: after the batch in hand;
+    ``request(drain=True)``: once it has joined its group and caught up with the drain targets
+    (``drain_targets``) of its assignment, computed when the drain starts and again whenever the assignment moved
+    since (a rebalance while draining, which topics created at start make likely, must not leave a partition
+    undrained)."""
 
     def __init__(self) -> None:
+        self.requested: Literal["now", "drain"] | None = None
         self.targets: dict[TopicPartition, int] | None = None
 
-    async def targets_of(self, consumer: AIOKafkaConsumer, ks: KafkaSettings) -> dict[TopicPartition, int]:
+    def request(self, drain: bool) -> None:
+        self.requested = "drain" if drain else "now"
+
+    async def done(self, consumer: AIOKafkaConsumer, ks: KafkaSettings, *, joined: bool,
+                   settled: Callable[[dict[TopicPartition, int]], bool]) -> bool:
+        """Whether to stop now. ``joined``: partitions were assigned once (draining starts when the partitions
+        to drain are known); ``settled(targets)``: the caller's own partitions are ready to be counted."""
+        if self.requested is None:
+            return False
+        if self.requested == "now":
+            return True
+        if not joined:
+            return False
         if self.targets is None or set(self.targets) != consumer.assignment():
             self.targets = await drain_targets(ks, consumer.assignment())
-        return self.targets
+        return settled(self.targets) and await caught_up(consumer, self.targets, ks.call_timeout_s)
+
+
+class Poller:
+    """``getmany`` for a consumer loop, within the call timeout. A failed poll is counted (``on_failure``),
+    waited out with a capped backoff and answered with None; one more than ``retries`` failures in a row raises
+    what ``fatal`` makes of the message."""
+
+    def __init__(self, consumer: AIOKafkaConsumer, ks: KafkaSettings, *, what: str, timeout_ms: int,
+                 max_records: int, retries: int, backoff_max_s: float, on_failure: Callable[[], None],
+                 fatal: Callable[[str], Exception], **log_context: Any) -> None:
+        self.consumer, self.ks, self.what = consumer, ks, what
+        self.timeout_ms, self.max_records = timeout_ms, max_records
+        self.retries, self.backoff_max_s = retries, backoff_max_s
+        self.on_failure, self.fatal, self.log_context = on_failure, fatal, log_context
+        self.failures = 0
+
+    async def poll(self) -> dict[TopicPartition, list[ConsumerRecord]] | None:
+        try:
+            batches: dict[TopicPartition, list[ConsumerRecord]] = await bounded(
+                self.consumer.getmany(timeout_ms=self.timeout_ms, max_records=self.max_records),
+                self.ks.call_timeout_s, self.what)
+        except (KafkaError, TimeoutError) as exc:
+            self.failures += 1
+            self.on_failure()
+            if self.failures > self.retries:
+                raise self.fatal(f"{self.what} failed {self.failures} times in a row: {exc}") from exc
+            log.warning(f"{self.what} failed", **self.log_context, error=str(exc), attempt=self.failures)
+            await asyncio.sleep(backoff_s(self.failures, self.backoff_max_s))
+            return None
+        self.failures = 0
+        return batches
 
 
 async def caught_up(consumer: AIOKafkaConsumer, ends: dict[TopicPartition, int], timeout_s: float) -> bool:
