@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.config import new_client_from_config
 
@@ -28,7 +27,7 @@ from tests.infra.cluster import GPU
 from tests.infra.fixtures import KubeCluster
 from tests.infra.watching import has_condition
 from tests.laws import fold, histories
-from tests.test_watch_kube import RBAC, SA, SYSTEM_NS, rbac_documents
+from tests.test_watch_kube import RBAC, watcher_identity
 from tracker.shell.capture import Record, read_capture
 from tracker.shell.watch import ApiError, JsonlCapture, KubeApi, WatchConfig, Watcher, resources
 
@@ -44,18 +43,9 @@ CONFIG = WatchConfig(watch_timeout_s=30, read_timeout_s=15, backoff_base_s=0.1, 
 
 @pytest.fixture(scope="module")
 def watcher_kubeconfig(kube_cluster: KubeCluster, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    kubectl = kube_cluster.kubectl
-    kubectl.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM_NS}}])
-    kubectl.apply(rbac_documents(SYSTEM_NS))
-    token = kubectl.run("create", "token", SA, f"--namespace={SYSTEM_NS}", "--duration=2h").strip()
-    admin = yaml.safe_load(kube_cluster.kubeconfig.read_text())
-    path = tmp_path_factory.mktemp("watcher") / "kubeconfig"
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "watcher", "clusters": admin["clusters"],
-        "users": [{"name": SA, "user": {"token": token}}],
-        "contexts": [{"name": "watcher", "context": {"cluster": admin["clusters"][0]["name"], "user": SA}}]}))
     assert RBAC.exists()
-    return path
+    return watcher_identity(kube_cluster.kubectl, kube_cluster.kubeconfig,
+                            tmp_path_factory.mktemp("watcher") / "kubeconfig").kubeconfig
 
 
 def queued_job(name: str, *, queue: str, pods: int, gpus: int, priority: str = "",

@@ -150,20 +150,24 @@ def rbac_documents(namespace: str) -> list[Obj]:
     return docs
 
 
-@pytest.fixture(scope="module")
-def identity(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Identity:
-    kubectl = control_plane.kubectl
+def watcher_identity(kubectl: Kubectl, admin_kubeconfig: Path, path: Path) -> Identity:
+    """The watcher's ServiceAccount of deploy/rbac/clusterrole.yaml in SYSTEM_NS, and a kubeconfig at ``path``
+    for its token, on the cluster of ``admin_kubeconfig``."""
     kubectl.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM_NS}}])
     kubectl.apply(rbac_documents(SYSTEM_NS))
     token = kubectl.run("create", "token", SA, f"--namespace={SYSTEM_NS}", "--duration=2h").strip()
-    path = tmp_path_factory.mktemp("identity") / "kubeconfig"
+    clusters = yaml.safe_load(admin_kubeconfig.read_text())["clusters"]
     path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "watcher",
-        "clusters": [{"name": "c", "cluster": {"server": control_plane.server,
-                                               "certificate-authority": str(control_plane.ca)}}],
+        "apiVersion": "v1", "kind": "Config", "current-context": "watcher", "clusters": clusters,
         "users": [{"name": SA, "user": {"token": token}}],
-        "contexts": [{"name": "watcher", "context": {"cluster": "c", "user": SA}}]}))
+        "contexts": [{"name": "watcher", "context": {"cluster": clusters[0]["name"], "user": SA}}]}))
     return Identity(token, path)
+
+
+@pytest.fixture(scope="module")
+def identity(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Identity:
+    return watcher_identity(control_plane.kubectl, control_plane.kubeconfig,
+                            tmp_path_factory.mktemp("identity") / "kubeconfig")
 
 
 @asynccontextmanager
