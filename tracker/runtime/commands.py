@@ -23,12 +23,16 @@ from tracker.runtime.settings import Settings, SettingsError, load_settings
 from tracker.shell import kafka
 
 
+def _membership(p: Any, default_group: str) -> None:
+    p.add_argument("--group", help=f"consumer group (default: {default_group})")
+    p.add_argument("--instance-id", help="static group membership id, unique per process")
+
+
 def add_service_commands(subparsers: Any) -> None:
     """Add the service commands to an ``argparse`` sub-parser collection."""
     r = subparsers.add_parser("reduce", help="run the Kafka reducer (a consumer group on the changes topic)")
     _common(r)
-    r.add_argument("--group", help="consumer group (default: reduce.group_id)")
-    r.add_argument("--instance-id", help="static group membership id, unique per process")
+    _membership(r, "reduce.group_id")
     r.set_defaults(func=cmd_reduce)
 
     sink = subparsers.add_parser("sink", help="run a history sink fed from the transitions topic")
@@ -36,13 +40,11 @@ def add_service_commands(subparsers: Any) -> None:
     si = sinks.add_parser("index", help="write histories to the SQLite experiment index, offsets included")
     _common(si)
     si.add_argument("--index", type=Path, help="SQLite experiment index (default: sink.index_path)")
-    si.add_argument("--group", help="consumer group (default: sink.index_group)")
-    si.add_argument("--instance-id", help="static group membership id, unique per process")
+    _membership(si, "sink.index_group")
     si.set_defaults(func=cmd_sink_index)
     sa = sinks.add_parser("adx", help="write histories to Azure Data Explorer (settings: TRACKER_ADX_* variables)")
     _common(sa)
-    sa.add_argument("--group", help="consumer group (default: tracker-sink-adx)")
-    sa.add_argument("--instance-id", help="static group membership id, unique per process")
+    _membership(sa, "tracker-sink-adx")
     sa.set_defaults(func=cmd_sink_adx)
 
     s = subparsers.add_parser("serve", help="intake, reducer and sinks in one process (Kafka or embedded bus)")
