@@ -188,12 +188,9 @@ class Driver:
             return
         if obj["metadata"].get("deletionTimestamp") and not before["metadata"].get("deletionTimestamp"):
             await self._start_deleting(uid, obj)
-        if kind == "Pod":
-            if obj["spec"].get("nodeName") and not before["spec"].get("nodeName"):
-                await self._bind(uid, obj["spec"]["nodeName"])
-        elif obj.get("spec") != before.get("spec") or self._meta(obj) != self._meta(before):
-            await self._put(uid, new)
-        if kind == "Pod" and self._meta(obj) != self._meta(before):
+        if kind == "Pod" and obj["spec"].get("nodeName") and not before["spec"].get("nodeName"):
+            await self._bind(uid, obj["spec"]["nodeName"])  # a pod's spec changes no other way
+        if (kind != "Pod" and obj.get("spec") != before.get("spec")) or self._meta(obj) != self._meta(before):
             await self._put(uid, new)
         if obj.get("status") != before.get("status") and uid in self.server:
             await self._put_status(uid, new.get("status") or {})
