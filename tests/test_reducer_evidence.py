@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import json
 from typing import Any
 
 from tracker.core.reducer import Reducer
@@ -55,3 +57,58 @@ def test_the_workload_condition_wins_over_events() -> None:
     h = red.history("run-1")
     assert h is not None and (h.run.reason, h.run.message) == ("Inadmissible", "LocalQueue team-a-lq doesn't exist")
     assert h.run.pending_reason == "Inadmissible"
+
+
+# ------------------------------------------------------------------------------------------ malformed deletions
+
+RAYJOB: dict[str, Any] = {
+    "apiVersion": "ray.io/v1", "kind": "RayJob",
+    "metadata": {"name": "rl", "namespace": "team-a", "uid": "rayjob-1", "creationTimestamp": "2026-08-20T10:00:00Z",
+                 "labels": {"taugrid.io/run-id": "run-ray", "kueue.x-k8s.io/queue-name": "team-a-lq"}},
+    "spec": {"rayClusterSpec": {"workerGroupSpecs": [{"replicas": 2}]}},
+    "status": {"startTime": "2026-08-20T10:01:00Z", "rayClusterName": "rl-abcde",
+               "jobDeploymentStatus": "Running"},
+}
+RAY_WORKLOAD: dict[str, Any] = {
+    "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "Workload",
+    "metadata": {"name": "rayjob-rl-1a2b3", "namespace": "team-a", "uid": "wl-ray",
+                 "creationTimestamp": "2026-08-20T10:00:01Z",
+                 "ownerReferences": [{"apiVersion": "ray.io/v1", "kind": "RayJob", "name": "rl", "uid": "rayjob-1",
+                                      "controller": True}]},
+    "spec": {"queueName": "team-a-lq"},
+    "status": {"conditions": [{"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved",
+                               "message": "Quota reserved", "lastTransitionTime": "2026-08-20T10:00:30Z"}],
+               "admission": {"clusterQueue": "gpu-cq"}},
+}
+
+
+def _deleted_with_bad_timestamp(obj: dict[str, Any], status: dict[str, Any]) -> dict[str, Any]:
+    bad = copy.deepcopy(obj)
+    bad["metadata"]["deletionTimestamp"] = "not a time"
+    bad["status"] = status
+    return {"type": "DELETED", "object": bad}
+
+
+def test_a_malformed_deletion_timestamp_is_a_dead_letter_and_merges_nothing() -> None:
+    """extract validates a whole object before it merges any of it: a DELETED RayJob or Workload whose
+    deletionTimestamp does not parse leaves the run's facts exactly as they were."""
+    red = Reducer()
+    red.apply({"type": "ADDED", "object": RAYJOB}, "r")
+    red.apply({"type": "ADDED", "object": RAY_WORKLOAD}, "w")
+    before = json.dumps(red.runs["run-ray"].to_json(), sort_keys=True)
+    # a new deployment, a Ray app start and a terminal state in the status of the deleted RayJob
+    red.apply(_deleted_with_bad_timestamp(RAYJOB, {
+        "startTime": "2026-08-20T10:30:00Z", "rayClusterName": "rl-fghij", "failed": 1,
+        "jobDeploymentStatus": "Failed", "jobStatus": "FAILED", "endTime": "2026-08-20T10:40:00Z",
+        "rayJobInfo": {"startTime": "2026-08-20T10:31:00Z"}}), "r")
+    # an eviction, a new admission and eviction counts in the status of the deleted Workload
+    red.apply(_deleted_with_bad_timestamp(RAY_WORKLOAD, {
+        "conditions": [{"type": "Evicted", "status": "True", "reason": "Preempted", "message": "preempted",
+                        "lastTransitionTime": "2026-08-20T10:20:00Z"},
+                       {"type": "QuotaReserved", "status": "False", "reason": "Pending", "message": "waiting",
+                        "lastTransitionTime": "2026-08-20T10:21:00Z"}],
+        "schedulingStats": {"evictions": [{"reason": "Preempted", "underlyingCause": "", "count": 1}]}}), "w")
+    out = red.flush()
+    assert [(d.reason, "deletionTimestamp" in d.detail) for d in out.dead_letters] == [
+        ("malformed RayJob", True), ("malformed Workload", True)]
+    assert json.dumps(red.runs["run-ray"].to_json(), sort_keys=True) == before

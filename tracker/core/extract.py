@@ -124,6 +124,7 @@ def merge_root(r: RunFacts, kind: str, etype: str, obj: dict[str, Any]) -> None:
     annotations = d(meta, "annotations")
     created = t(meta, "creationTimestamp")
     uid = s(meta, "uid")
+    ray = None
     if kind == "Job":
         conds = conditions(status)
         par = num(spec, "parallelism", 1)
@@ -134,9 +135,13 @@ def merge_root(r: RunFacts, kind: str, etype: str, obj: dict[str, Any]) -> None:
         conds = []
         expected = ray_expected_pods(spec)
         failed = 0
-        merge_rayjob_status(r, status)
-    if etype == "DELETED":
-        r.root_deleted = _max(r.root_deleted, deletion_time(meta, conds, status))
+        ray = rayjob_status(status)
+    deleted = deletion_time(meta, conds, status) if etype == "DELETED" else None
+    # merge (everything above may raise Malformed; nothing below does)
+    if ray is not None:
+        merge_rayjob_status(r, ray)
+    if deleted is not None:
+        r.root_deleted = _max(r.root_deleted, deleted)
     r.kind, r.uid = kind, uid
     r.namespace, r.name = s(meta, "namespace") or None, s(meta, "name") or None
     r.created = _min(r.created, created)
@@ -177,26 +182,39 @@ def ray_expected_pods(spec: dict[str, Any]) -> int:
 
 TERMINAL_RAY = ("Complete", "Failed", "Retrying")
 
+# One RayJob deployment as its status shows it: (startTime, rayClusterName, failed, Ray app start, outcome)
+RayStatus = tuple[int, str, int, int | None, tuple[int, str, str, str, str] | None]
 
-def merge_rayjob_status(r: RunFacts, status: dict[str, Any]) -> None:
+
+def rayjob_status(status: dict[str, Any]) -> RayStatus | None:
+    """The deployment a RayJob status describes (None before KubeRay set its startTime). Raises Malformed."""
     start = t(status, "startTime")
     if start is None:
-        return
-    a = r.ray_attempt(start)
+        return None
     cluster = s(status, "rayClusterName")
-    if cluster:
-        a.cluster = cluster
-    a.failed = max(a.failed, num(status, "failed"))
+    failed = num(status, "failed")
     info = d(status, "rayJobInfo")
-    a.app_started = _min(a.app_started, t(info, "startTime"))
+    app_started = t(info, "startTime")
     jds = s(status, "jobDeploymentStatus")
+    outcome = None
     if jds in TERMINAL_RAY:
         end = t(status, "endTime") or t(info, "endTime") or -1
         outcome = (end, jds, s(status, "jobStatus"), s(status, "reason"), s(status, "message"))
-        # Retrying is followed by a terminal state only in a later deployment; within one, the
-        # terminal write (with endTime) is the later one, so the larger tuple wins.
-        if a.outcome is None or (outcome[1] != "Retrying", outcome) > (a.outcome[1] != "Retrying", a.outcome):
-            a.outcome = outcome
+    return start, cluster, failed, app_started, outcome
+
+
+def merge_rayjob_status(r: RunFacts, ray: RayStatus) -> None:
+    start, cluster, failed, app_started, outcome = ray
+    a = r.ray_attempt(start)
+    if cluster:
+        a.cluster = cluster
+    a.failed = max(a.failed, failed)
+    a.app_started = _min(a.app_started, app_started)
+    # Retrying is followed by a terminal state only in a later deployment; within one, the
+    # terminal write (with endTime) is the later one, so the larger tuple wins.
+    if outcome is not None and (a.outcome is None or (outcome[1] != "Retrying", outcome)
+                                > (a.outcome[1] != "Retrying", a.outcome)):
+        a.outcome = outcome
 
 
 # ------------------------------------------------------------------------------------------ others
@@ -216,7 +234,10 @@ def merge_workload(r: RunFacts, etype: str, obj: dict[str, Any]) -> None:
         evictions.append((f"{s(e, 'reason')}\x1f{s(e, 'underlyingCause')}", num(e, "count")))
     created = t(meta, "creationTimestamp")
     queue = s(spec, "queueName")
-    # merge
+    # read whatever the run already knows, so that whether this record is a dead letter never depends on
+    # the order the objects arrived in
+    deleted = deletion_time(meta, conds, status) if etype == "DELETED" else None
+    # merge (everything above may raise Malformed; nothing below does)
     r.wl_uid = s(meta, "uid") or r.wl_uid
     r.wl_name = s(meta, "name") or r.wl_name
     r.wl_created = _min(r.wl_created, created)
@@ -233,9 +254,9 @@ def merge_workload(r: RunFacts, etype: str, obj: dict[str, Any]) -> None:
     for key, count in evictions:
         if count > r.wl_evictions.get(key, 0):
             r.wl_evictions[key] = count
-    if etype == "DELETED" and r.root_deleted is None and r.kind is None:
+    if deleted is not None and r.root_deleted is None and r.kind is None:
         # a Workload deleted while its owner was never seen: remember when, for a stopped status
-        r.root_deleted = deletion_time(meta, conds, status)
+        r.root_deleted = deleted
 
 
 def merge_pod(r: RunFacts, etype: str, obj: dict[str, Any], owner_uid: str | None) -> None:
