@@ -220,8 +220,16 @@ class ReduceService:
             async with self._lock:
                 work = [(self._parts[tp], recs) for tp, recs in batches.items()
                         if tp in self._parts and tp not in self._pending]
-                await asyncio.gather(*(self._process(part, recs) for part, recs in work))
+                await self._process_all(work)
             await self._tick(consumer)
+
+    async def _process_all(self, work: list[tuple[_Partition, list[ConsumerRecord]]]) -> None:
+        """Each partition's batch in its own task. When one raises (the reducer cannot go on), the others are
+        cancelled and awaited before the error leaves, as an ExceptionGroup: no partition's work outlives this
+        call, so none goes on with a producer that ``run`` stops on the way out."""
+        async with asyncio.TaskGroup() as tg:
+            for part, recs in work:
+                tg.create_task(self._process(part, recs))
 
     def _settled(self, targets: dict[TopicPartition, int]) -> bool:
         return not self._pending and all(tp in self._parts for tp in targets)

@@ -26,7 +26,6 @@ from aiokafka.errors import KafkaError
 from tracker.core import extract as x
 from tracker.core.correlate import KINDS, Correlator, link
 from tracker.core.model import DeadLetter
-from tracker.core.reducer import Reducer
 from tracker.runtime.ops import Health, Metrics, OpsServer, Shutdown, configure_logging
 from tracker.runtime.pipeline import JsonlDeadLetters, PipelineReport, run_pipeline
 from tracker.runtime.reduce import SOURCE_HEADER, ReduceFatal, ReduceService
@@ -187,11 +186,16 @@ async def _delivered(producer: AIOKafkaProducer, window: list[tuple[SourceItem, 
 
 
 Body = Callable[[Metrics, Health, Shutdown], Awaitable[None]]
-FATAL = (ReduceFatal, SinkFatal, kafka.TopicLayoutError, KafkaError, TimeoutError, OSError, ValueError)
+Errors = tuple[type[BaseException], ...]
+FATAL: Errors = (ReduceFatal, SinkFatal, kafka.TopicLayoutError, KafkaError, TimeoutError, OSError, ValueError)
 
 
-async def run_process(settings: Settings, name: str, body: Body) -> int:
-    """Logging, metrics and health endpoint, signal handling around ``body``; the process's exit code."""
+async def run_process(settings: Settings, name: str, body: Body, *, fatal: Errors = FATAL) -> int:
+    """Logging, metrics and health endpoint, signal handling around ``body``; the process's exit code.
+
+    An error of a ``fatal`` type stops the process with one "stopped by an error" line and exit code 1, also when
+    it comes wrapped in exception groups (a ``TaskGroup`` or ``gather`` of the body), as long as every error in
+    them is fatal. Anything else (a bug) propagates with its traceback."""
     configure_logging(settings.ops.log_level, settings.ops.log_format)
     metrics, health = Metrics(), Health()
     server = OpsServer(settings.ops, metrics, health)
@@ -201,13 +205,31 @@ async def run_process(settings: Settings, name: str, body: Body) -> int:
     try:
         await server.start()
         await shutdown.run(body(metrics, health, shutdown))
-    except FATAL as exc:
-        log.error("stopped by an error", process=name, error=str(exc), error_type=type(exc).__name__)
+    except BaseException as exc:  # re-raised below unless it is fatal
+        errors = fatal_errors(exc, fatal)
+        if errors is None:
+            raise
+        log.error("stopped by an error", process=name, error="; ".join(str(e) or repr(e) for e in errors),
+                  error_type=", ".join(dict.fromkeys(type(e).__name__ for e in errors)))
         return 1
     finally:
         await server.stop()
     log.info("stopped", process=name)
     return 0
+
+
+def fatal_errors(exc: BaseException, fatal: Errors = FATAL) -> list[BaseException] | None:
+    """The errors ``exc`` consists of (itself, or the leaves of its nested exception groups) if every one is of
+    a ``fatal`` type; None otherwise."""
+    if isinstance(exc, BaseExceptionGroup):
+        leaves: list[BaseException] = []
+        for inner in exc.exceptions:
+            found = fatal_errors(inner, fatal)
+            if found is None:
+                return None
+            leaves.extend(found)
+        return leaves or None
+    return [exc] if isinstance(exc, fatal) else None
 
 
 async def _until_stopped(task: asyncio.Task[None], shutdown: Shutdown, on_stop: Callable[[], None]) -> None:
@@ -313,6 +335,7 @@ EMBEDDED_POLL_S = 0.005  # how often the embedded pipeline looks for new changes
 async def _serve_embedded(settings: Settings, opts: ServeOptions, intake: Source, health: Health,
                           shutdown: Shutdown) -> PipelineReport:
     """The embedded pipeline on its own thread (its sinks are synchronous), fed through a bounded queue."""
+    from tracker.shell import reducer_state
     from tracker.shell.index import ExperimentIndex
 
     index_path = opts.index_path or settings.sink.index_path
@@ -335,9 +358,11 @@ async def _serve_embedded(settings: Settings, opts: ServeOptions, intake: Source
 
     def pipeline() -> PipelineReport:
         dead = JsonlDeadLetters(index_path.with_name(index_path.stem + ".dead-letters.jsonl"))
-        with ExperimentIndex(index_path) as index:
-            return asyncio.run(run_pipeline(records(), Reducer(settings.reduce.reducer_limits()), [index], dead,
-                                            limits=settings.embedded.limits()))
+        with ExperimentIndex(index_path) as index:  # continue from the reducer state the index keeps
+            reducer_state.refuse_runs_without_state(index)
+            reducer = reducer_state.restore(index, settings.reduce.reducer_limits())
+            return asyncio.run(run_pipeline(records(), reducer, [], dead, limits=settings.embedded.limits(),
+                                            store=index))
 
     running = asyncio.ensure_future(asyncio.to_thread(pipeline))
     health.register("embedded", lambda: not running.done())
