@@ -23,9 +23,12 @@ from kubernetes_asyncio.client import ApiClient, Configuration
 from rich.console import Console
 
 from tests.laws import fold, histories
+from tracker.core.model import DeadLetter
 from tracker.core.reducer import Reducer
-from tracker.runtime.watch_cmd import add_watch_command
+from tracker.runtime.settings import KafkaSettings
+from tracker.runtime.watch_cmd import KafkaPublisher, add_watch_command
 from tracker.samples import builders as b
+from tracker.shell import watch as watch_module
 from tracker.shell.bus import InProcessBus
 from tracker.shell.capture import Record, read_capture
 from tracker.shell.leader import LeaseConfig, LeaseElector, lead
@@ -42,6 +45,7 @@ from tracker.shell.watch import (
     Snapshot,
     WatchConfig,
     Watcher,
+    WatchFatal,
 )
 
 Obj = dict[str, Any]
@@ -304,6 +308,7 @@ class FakeApiServer:
         self.oldest = 0  # watches from before this resourceVersion get 410
         self.groups = dict(GROUPS)
         self.stalled = False
+        self.garbage: bytes | None = None  # sent once, on the next watch, before anything else
         self.changed = asyncio.Condition()
         self.watches: list[web.Request] = []
         self.requests: list[str] = []
@@ -439,6 +444,9 @@ class FakeApiServer:
                 "kind": "Status", "status": "Failure", "reason": "Expired", "code": 410,
                 "message": f"too old resource version: {since} ({self.oldest})"}}).encode() + b"\n")
             return resp
+        if self.garbage is not None:
+            garbage, self.garbage = self.garbage, None
+            await resp.write(garbage + b"\n")
         sent = since
         while time.monotonic() < deadline:
             if not self.stalled:
@@ -513,11 +521,15 @@ class Recorder:
     def __init__(self) -> None:
         self.records: list[tuple[str, Change, str]] = []
         self.times: list[float] = []
+        self.letters: list[DeadLetter] = []
         self.flushes = 0
 
     async def publish(self, key: str, record: Change, source: str) -> None:
         self.records.append((key, record, source))
         self.times.append(time.monotonic())
+
+    async def dead_letter(self, letter: DeadLetter) -> None:
+        self.letters.append(letter)
 
     async def flush(self) -> None:
         self.flushes += 1
@@ -763,6 +775,98 @@ async def test_publishing_stops_when_the_lease_is_no_longer_valid(fake: FakeApiS
             await asyncio.wait_for(task, 5)
     assert info.group_contains(LeadershipLost)
     assert len(rec.records) == 1
+
+
+async def test_a_record_the_watcher_cannot_handle_is_a_dead_letter_and_the_stream_goes_on(
+        fake: FakeApiServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bug in handling one record (here slimming raises ValueError, as it does for an unknown kind) costs that
+    record only: it becomes a dead letter, listed or watched, and the stream neither reconnects nor relists."""
+    real_slim = watch_module.slim
+
+    def buggy_slim(obj: Obj) -> Obj:
+        if obj["metadata"]["name"].startswith("poison"):
+            raise ValueError("a bug in slimming")
+        return real_slim(obj)
+
+    monkeypatch.setattr(watch_module, "slim", buggy_slim)
+    await fake.write(job_run("poison-listed")[0]["object"])
+    listed = await fake.write(job_run("a")[0]["object"])
+    rec = Recorder()
+    async with api_for(fake) as api:
+        watcher = Watcher(api, rec, FAST)
+        async with watching(watcher):
+            await until(lambda: len(rec.records) == 1)
+            await fake.write(job_run("poison-watched")[0]["object"])
+            after = await fake.write(job_run("b")[0]["object"])
+            await until(lambda: len(rec.records) == 2, within_s=5)
+            await asyncio.sleep(0.2)
+    assert rec.seen() == [("ADDED", "Job/a", listed["metadata"]["resourceVersion"]),
+                          ("ADDED", "Job/b", after["metadata"]["resourceVersion"])]
+    assert [(dl.source, dl.reason) for dl in rec.letters] == [(f"watch:jobs@{NS}", "watcher error")] * 2
+    assert all(dl.detail == "ValueError: a bug in slimming" for dl in rec.letters)
+    assert '"name":"poison-listed"' in rec.letters[0].excerpt and '"name":"poison-watched"' in rec.letters[1].excerpt
+    assert watcher.stats.dead_letters == 2 and watcher.stats.reconnects == 0 and watcher.stats.relists == 0
+
+
+async def test_an_object_that_cannot_be_keyed_is_a_dead_letter(fake: FakeApiServer) -> None:
+    job = copy.deepcopy(job_run("bad")[0]["object"])
+    job["metadata"]["ownerReferences"] = "not a list"
+    await fake.write(job)
+    rec = Recorder()
+    async with api_for(fake) as api:
+        watcher = Watcher(api, rec, FAST)
+        async with watching(watcher):
+            await until(lambda: len(rec.letters) == 1)
+    assert rec.records == [] and watcher.stats.malformed == 1
+    assert rec.letters[0].reason == "malformed Job" and rec.letters[0].source == f"watch:jobs@{NS}"
+
+
+async def test_a_line_that_is_not_a_watch_event_drops_the_connection_and_resumes(fake: FakeApiServer) -> None:
+    rec = Recorder()
+    async with api_for(fake) as api:
+        watcher = Watcher(api, rec, FAST)
+        async with watching(watcher):
+            fake.garbage = b"<html>proxy error</html>"
+            fake.kill_watches()
+            await until(lambda: fake.garbage is None and watcher.stats.reconnects >= 1)
+            job = await fake.write(job_run("late")[0]["object"])
+            await until(lambda: rec.seen() == [("ADDED", "Job/late", job["metadata"]["resourceVersion"])])
+    assert rec.letters == []
+
+
+async def test_an_unexpected_error_in_the_watch_loop_stops_the_watcher(
+        fake: FakeApiServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An error outside the handling of a record is a bug of the loop: the watcher stops saying which stream
+    failed and why, instead of reconnecting for ever."""
+    def broken(self: Any, seen: set[str], list_rv: str) -> None:
+        raise ValueError("a bug after listing")
+
+    monkeypatch.setattr(watch_module.Stream, "reconcile_end", broken)
+    async with api_for(fake) as api:
+        watcher = Watcher(api, Recorder(), FAST)
+        with pytest.raises(ExceptionGroup) as info:
+            await asyncio.wait_for(watcher.run(asyncio.Event()), 5)
+    assert info.group_contains(WatchFatal, match=r"jobs@team-a.*ValueError: a bug after listing")
+    assert watcher.stats.reconnects == 0
+
+
+async def test_the_kafka_publisher_sends_dead_letters_to_their_topic() -> None:
+    sent: list[tuple[str, bytes, bytes | None]] = []
+
+    class Producer:
+        async def send(self, topic: str, *, value: bytes, key: bytes | None = None,
+                       headers: Any = None) -> asyncio.Future[None]:
+            sent.append((topic, value, key))
+            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            done.set_result(None)
+            return done
+
+    ks = KafkaSettings()
+    publisher = KafkaPublisher(Producer(), ks, max_in_flight=10)  # type: ignore[arg-type]
+    letter = DeadLetter(source="watch:jobs@*", reason="watcher error", detail="KeyError: 'x'", excerpt="{}")
+    await publisher.dead_letter(letter)
+    await publisher.flush()
+    assert sent == [(ks.topics.dead_letters, letter.model_dump_json().encode(), None)]
 
 
 # ------------------------------------------------------------------------------------------ leader election

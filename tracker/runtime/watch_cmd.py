@@ -25,6 +25,7 @@ import argparse
 import asyncio
 import os
 import socket
+import sqlite3
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ from kubernetes_asyncio.config import ConfigException, load_incluster_config, lo
 from rich.console import Console
 from rich.markup import escape
 
+from tracker.core.model import DeadLetter
 from tracker.runtime import service
 from tracker.runtime.ops import Health, Metrics, Shutdown
 from tracker.runtime.reduce import SOURCE_HEADER
@@ -45,6 +47,7 @@ from tracker.shell import jsonio, kafka, watch_state
 from tracker.shell.leader import Lease, LeaseConfig, LeaseElector, lead
 from tracker.shell.watch import (
     EVENTS_APIS,
+    ApiError,
     Change,
     CheckpointStore,
     JsonlCapture,
@@ -53,9 +56,13 @@ from tracker.shell.watch import (
     WatchCollector,
     WatchConfig,
     Watcher,
+    WatchFatal,
     resources,
 )
 from tracker.shell.watch_state import KafkaCheckpoint
+
+# what stops `tracker watch` with one "stopped by an error" line and exit code 1 (also inside task groups)
+WATCH_FATAL: service.Errors = (*service.FATAL, WatchFatal, ApiError, ConfigException, sqlite3.Error)
 
 
 def add_watch_command(subparsers: Any) -> None:
@@ -136,7 +143,7 @@ def cmd_watch(args: argparse.Namespace, console: Console) -> int:
         return 2
     opts = WatchOptions(config=config, kubeconfig=args.kubeconfig, context=args.context, capture=args.capture,
                         checkpoint=args.checkpoint, lease=lease, checkpoint_load_timeout_s=args.checkpoint_load_timeout)
-    return asyncio.run(service.run_process(settings, "watch", watch_body(settings, opts)))
+    return asyncio.run(service.run_process(settings, "watch", watch_body(settings, opts), fatal=WATCH_FATAL))
 
 
 def watch_body(settings: Settings, opts: WatchOptions, into: Publisher | None = None) -> service.Body:
@@ -197,8 +204,9 @@ async def kube_client(kubeconfig: Path | None, context: str | None, *, connectio
 
 
 class KafkaPublisher:
-    """Changes to the changes topic, keyed by run id, encoded as ``tracker serve`` encodes them; at most
-    ``max_in_flight`` unacknowledged. ``flush`` waits until every record sent so far is acknowledged."""
+    """Changes to the changes topic, keyed by run id, encoded as ``tracker serve`` encodes them, and dead letters
+    to the dead-letters topic; at most ``max_in_flight`` unacknowledged. ``flush`` waits until every record sent
+    so far is acknowledged."""
 
     def __init__(self, producer: AIOKafkaProducer, ks: KafkaSettings, max_in_flight: int) -> None:
         self.producer = producer
@@ -212,6 +220,13 @@ class KafkaPublisher:
             self.producer.send(self.ks.topics.changes, value=value, key=key.encode(),
                                headers=[(SOURCE_HEADER, source.encode())]),
             self.ks.call_timeout_s, "sending a change"))
+        if len(self.in_flight) >= self.max_in_flight:
+            await self.flush()
+
+    async def dead_letter(self, letter: DeadLetter) -> None:
+        self.in_flight.append(await kafka.bounded(
+            self.producer.send(self.ks.topics.dead_letters, value=letter.model_dump_json().encode()),
+            self.ks.call_timeout_s, "sending a dead letter"))
         if len(self.in_flight) >= self.max_in_flight:
             await self.flush()
 

@@ -22,6 +22,10 @@ resourceVersion). resourceVersions are opaque: they are compared for equality on
 A handled change is slimmed (``tracker.shell.slim``), keyed by run id with the reducer's own
 ``Correlator`` (an object whose owner has not been seen is held, bounded, and released when the owner is)
 and put on one bounded outbox, in the order handled; one task drains the outbox into the ``Publisher``.
+A change that cannot be handled (malformed, or a bug in slimming or keying it) becomes a ``DeadLetter`` on the
+same outbox, for a ``DeadLetterPublisher`` (Kafka: the dead-letters topic) or the log; the stream goes on.
+Only a broken connection or stream (a line that is not JSON or not a watch event) makes a stream reconnect;
+any other error of a stream's loop stops the watcher (``WatchFatal``) rather than reconnecting for ever.
 Changes are handled synchronously, never across an await, so a snapshot of the watcher's state always
 falls between two whole changes.
 
@@ -76,7 +80,7 @@ from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import aiohttp
 import structlog
@@ -86,7 +90,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from tracker.core import extract as x
 from tracker.core.correlate import Correlator, Held, link
-from tracker.core.model import LABEL_CONTROLLER_UID, LABEL_RAY_CLUSTER
+from tracker.core.model import LABEL_CONTROLLER_UID, LABEL_RAY_CLUSTER, DeadLetter
 from tracker.shell import jsonio
 from tracker.shell.bus import InProcessBus
 from tracker.shell.capture import Record
@@ -200,7 +204,10 @@ class KubeApi:
             data = await resp.read()
         finally:
             resp.release()
-        out = jsonio.loads(data)
+        try:
+            out = jsonio.loads(data)
+        except ValueError as exc:  # a proxy's error page, a cut body
+            raise ApiError(resp.status, "response is not JSON", f"{exc}: {data[:200]!r}") from exc
         if not isinstance(out, dict):
             raise ApiError(resp.status, "unexpected response", repr(out)[:200])
         return out
@@ -302,6 +309,15 @@ class Publisher(Protocol):
     async def flush(self) -> None: ...
 
 
+@runtime_checkable
+class DeadLetterPublisher(Publisher, Protocol):
+    """A publisher that also takes dead letters: records the watcher could not handle (``dead_letter`` may
+    return before delivery too; ``flush`` waits for them as well). A watcher whose publisher is not one logs its
+    dead letters instead."""
+
+    async def dead_letter(self, letter: DeadLetter) -> None: ...
+
+
 class BusPublisher:
     """Changes as ``(capture Record, run key)`` on an in-process bus: iterated, the bus is a source for
     ``tracker serve`` (``tracker.runtime.service.Source``) or any embedded pipeline.
@@ -348,8 +364,13 @@ class Leadership(Protocol):
     def valid(self) -> bool: ...
 
 
+Keyed = tuple[str, Change, str]  # (run key, record, source)
+OutItem = Keyed | DeadLetter
+
+
 class Outbox:
-    """The bounded queue between the streams and the publishing task, counting what went through.
+    """The bounded queue between the streams and the publishing task, counting what went through: keyed records
+    and dead letters, in the order handled.
 
     ``put_nowait`` never blocks (a change's records, and what it releases, are enqueued whole); streams call
     ``wait_room`` between changes, which is where back-pressure reaches the apiserver connection.
@@ -359,7 +380,7 @@ class Outbox:
         if maxsize <= 0:
             raise ValueError("the outbox must be bounded (maxsize > 0)")
         self.maxsize = maxsize
-        self.items: deque[tuple[str, Change, str]] = deque()
+        self.items: deque[OutItem] = deque()
         self.enqueued = 0
         self.delivered = 0
         self._room = asyncio.Event()
@@ -368,7 +389,10 @@ class Outbox:
         self._progress = asyncio.Condition()
 
     def put_nowait(self, key: str, record: Change, source: str) -> None:
-        self.items.append((key, record, source))
+        self.put_item((key, record, source))
+
+    def put_item(self, item: OutItem) -> None:
+        self.items.append(item)
         self.enqueued += 1
         self._nonempty.set()
         if len(self.items) >= self.maxsize:
@@ -378,7 +402,7 @@ class Outbox:
         while len(self.items) >= self.maxsize:
             await self._room.wait()
 
-    async def get_batch(self, limit: int) -> list[tuple[str, Change, str]]:
+    async def get_batch(self, limit: int) -> list[OutItem]:
         while not self.items:
             self._nonempty.clear()
             await self._nonempty.wait()
@@ -596,6 +620,15 @@ class Gone(Exception):
     """410: the resourceVersion to resume from is older than the history the apiserver keeps."""
 
 
+class BrokenStream(Exception):
+    """The watch stream sent a line that is not JSON or not a watch event: the connection is dropped and the watch
+    resumed from the last resourceVersion seen."""
+
+
+class WatchFatal(RuntimeError):
+    """A stream's loop failed in a way no reconnect can mend (a bug outside the handling of any one record)."""
+
+
 @dataclass(slots=True)
 class WatchStats:
     published: int = 0
@@ -608,6 +641,7 @@ class WatchStats:
     reconnects: int = 0  # watches that failed and were retried
     unavailable: int = 0  # times a resource was found not served or forbidden (each reported once)
     malformed: int = 0  # objects without uid/resourceVersion, or that correlation rejects
+    dead_letters: int = 0  # records not published: malformed, or the watcher failed handling them
     known_evicted: int = 0
     largest_record: int = 0
 
@@ -634,7 +668,16 @@ class Stream:
     # ------------------------------------------------------------ state (synchronous: one whole change)
 
     def handle(self, etype: str, obj: dict[str, Any]) -> None:
-        """One ADDED/MODIFIED/DELETED change: remember it, and publish it unless it is an exact repeat."""
+        """One ADDED/MODIFIED/DELETED change: remember it, and publish it unless it is an exact repeat. A change
+        that cannot be handled (a bug in slimming or keying an unexpected object) becomes a dead letter: it costs
+        this record only, and the stream goes on."""
+        try:
+            self._handle(etype, obj)
+        except Exception as exc:
+            self.log.exception("watch_record_failed", type=etype, kind=obj.get("kind"), name=_name(obj))
+            self.watcher.dead_letter(self.source, "watcher error", f"{type(exc).__name__}: {exc}", _identity(obj))
+
+    def _handle(self, etype: str, obj: dict[str, Any]) -> None:
         meta = obj.get("metadata")
         uid = meta.get("uid") if isinstance(meta, dict) else None
         rv = meta.get("resourceVersion") if isinstance(meta, dict) else None
@@ -642,6 +685,8 @@ class Stream:
         if not isinstance(uid, str) or not uid or not isinstance(rv, str):
             stats.malformed += 1
             self.log.warning("watch_object_malformed", detail="no metadata.uid or metadata.resourceVersion")
+            self.watcher.dead_letter(self.source, f"malformed {obj.get('kind') or self.res.kind}",
+                                     "metadata.uid or metadata.resourceVersion is missing", _identity(obj))
             return
         if etype == "DELETED":
             self.forget(uid)
@@ -736,13 +781,18 @@ class Stream:
                     self.watcher.stats.reconnects += 1
                     delay = backoff.next()
                     self.log.warning("watch_failed", status=exc.status, detail=str(exc), retry_in_s=round(delay, 2))
-            except (aiohttp.ClientError, HttpProcessingError, TimeoutError, ValueError) as exc:
+            except (aiohttp.ClientError, HttpProcessingError, TimeoutError, OSError, BrokenStream) as exc:
                 # HttpProcessingError: a broken chunked stream, or a line longer than MAX_EVENT_BYTES;
-                # ValueError: a line that is not JSON
+                # BrokenStream: a line that is not JSON or not a watch event
                 self.watcher.stats.reconnects += 1
                 delay = backoff.next()
                 self.log.info("watch_reconnecting", error=type(exc).__name__, detail=str(exc)[:200],
                               retry_in_s=round(delay, 2))
+            except Exception as exc:
+                # not the connection, not one record (``handle`` dead-letters those): a bug of the loop, which
+                # reconnecting would only repeat
+                self.log.exception("watch_stream_failed")
+                raise WatchFatal(f"the watch of {self.key} failed: {type(exc).__name__}: {exc}") from exc
             await asyncio.sleep(delay)
 
     async def list(self) -> None:
@@ -772,7 +822,8 @@ class Stream:
                 if isinstance(item, dict):
                     item["kind"], item["apiVersion"] = self.res.kind, api_version
                     self.reconcile_item(item, seen)
-            meta = page.get("metadata") or {}
+            meta = page.get("metadata")
+            meta = meta if isinstance(meta, dict) else {}
             cont = meta.get("continue") or ""
             if not cont:
                 list_rv = meta.get("resourceVersion")
@@ -798,7 +849,11 @@ class Stream:
                 async for line in lines:
                     got = True
                     stats.received_bytes += len(line)
-                    self.event(jsonio.loads(line))
+                    try:
+                        ev = jsonio.loads(line)
+                    except ValueError as exc:
+                        raise BrokenStream(f"a watch line that is not JSON: {exc}: {line[:200]!r}") from exc
+                    self.event(ev)
                     await self.watcher.outbox.wait_room()
         except ApiError as exc:
             if exc.status == 410:
@@ -808,7 +863,7 @@ class Stream:
 
     def event(self, ev: Any) -> None:
         if not isinstance(ev, dict) or not isinstance(ev.get("object"), dict):
-            raise ValueError(f"not a watch event: {str(ev)[:200]}")
+            raise BrokenStream(f"not a watch event: {str(ev)[:200]}")
         etype, obj = ev.get("type"), ev["object"]
         if etype == "ERROR":
             code = obj.get("code")
@@ -822,7 +877,7 @@ class Stream:
             obj.setdefault("kind", self.res.kind)
             self.handle(etype, obj)
         elif etype != "BOOKMARK":
-            raise ValueError(f"unknown watch event type {etype!r}")
+            raise BrokenStream(f"unknown watch event type {etype!r}")
         if isinstance(rv, str) and rv:
             self.rv = rv
 
@@ -839,6 +894,7 @@ class Watcher:
         """``checkpoint``: a SQLite file, or any ``CheckpointStore`` (loaded by ``run``, closed when it ends)."""
         self.api = api
         self.publisher = publisher
+        self.letters: DeadLetterPublisher | None = publisher if isinstance(publisher, DeadLetterPublisher) else None
         self.config = config or WatchConfig()
         self.leadership = leadership
         self.rng = rng or random.Random()
@@ -862,7 +918,12 @@ class Watcher:
         except x.Malformed as exc:
             self.stats.malformed += 1
             log.warning("watch_object_uncorrelatable", source=source, detail=str(exc), kind=obj.get("kind"),
-                        name=(obj.get("metadata") or {}).get("name"))
+                        name=_name(obj))
+            self.dead_letter(source, f"malformed {obj.get('kind')}", str(exc), obj)
+            return
+        except Exception as exc:  # a bug in keying this object: it costs this record only
+            log.exception("watch_record_failed", source=source, type=etype, kind=obj.get("kind"), name=_name(obj))
+            self.dead_letter(source, "watcher error", f"{type(exc).__name__}: {exc}", obj)
             return
         for run, k_etype, k_obj, k_source in keyed:
             self.outbox.put_nowait(run, {"type": k_etype, "object": k_obj}, k_source)
@@ -873,12 +934,22 @@ class Watcher:
                             max_held=self.config.max_held)
             self.keys.just_dropped.clear()
 
+    def dead_letter(self, source: str, reason: str, detail: str, obj: Any) -> None:
+        """Queue a dead letter for a record that is not published, in order with the records around it. ``obj``
+        is its excerpt: a slimmed object, or only the identity of a raw one (whose spec may hold secrets)."""
+        try:
+            excerpt = jsonio.dumps(obj).decode(errors="replace")[:2048]
+        except (TypeError, ValueError):
+            excerpt = repr(obj)[:2048]
+        self.stats.dead_letters += 1
+        self.outbox.put_item(DeadLetter(source=source, reason=reason, detail=detail[:1024], excerpt=excerpt))
+
     # ------------------------------------------------------------ lifecycle
 
     async def run(self, stop: asyncio.Event) -> None:
         """Watch until ``stop`` is set, then drain, checkpoint and return. Raises ``LeadershipLost``
-        (wrapped in an ExceptionGroup, like any failure of its tasks) without a final checkpoint; so does a save
-        that a newer leader's store fenced."""
+        (wrapped in an ExceptionGroup, like any failure of its tasks, such as ``WatchFatal``) without a final
+        checkpoint; so does a save that a newer leader's store fenced."""
         try:
             if self.store is not None:
                 self.restore(await self.store.load())
@@ -915,9 +986,16 @@ class Watcher:
         stats, outbox, leadership = self.stats, self.outbox, self.leadership
         while True:
             batch = await outbox.get_batch(1024)
-            for key, record, source in batch:
+            for item in batch:
                 if leadership is not None and not leadership.valid():
                     raise LeadershipLost("the lease was not renewed in time; publishing stopped")
+                if isinstance(item, DeadLetter):
+                    if self.letters is not None:
+                        await self.letters.dead_letter(item)
+                    else:
+                        log.error("watch_dead_letter", **item.model_dump())
+                    continue
+                key, record, source = item
                 await self.publisher.publish(key, record, source)
                 stats.published += 1
             await outbox.mark_delivered(len(batch))
@@ -955,6 +1033,19 @@ class Watcher:
         await self.started.wait()
         for s in self.streams:
             await s.synced.wait()
+
+
+def _name(obj: dict[str, Any]) -> Any:
+    meta = obj.get("metadata")
+    return meta.get("name") if isinstance(meta, dict) else None
+
+
+def _identity(obj: dict[str, Any]) -> dict[str, Any]:
+    """What identifies a raw object, and nothing of its spec or status."""
+    meta = obj.get("metadata")
+    meta = meta if isinstance(meta, dict) else {}
+    return {"kind": obj.get("kind"), "apiVersion": obj.get("apiVersion"),
+            "metadata": {k: meta[k] for k in ("namespace", "name", "uid", "resourceVersion") if k in meta}}
 
 
 class WatchCollector:
