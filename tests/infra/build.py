@@ -15,12 +15,13 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 from tests.infra.config import (
+    COMPOSE_GO_VERSION,
     ETCD_VERSION,
     KAFKA_VERSION,
     KUBERAY_VERSION,
@@ -29,6 +30,7 @@ from tests.infra.config import (
     KWOK_VERSION,
     Component,
     cache_root,
+    with_dependencies,
 )
 from tests.infra.proc import InfraError, file_lock, format_duration, log, tail
 
@@ -295,6 +297,15 @@ def _fetch_kuberay_crds(out: Path, build_log: Path) -> None:
     _copy_files([bases / f"ray.io_{name}.yaml" for name in ("rayjobs", "rayclusters", "rayservices")], out / "crds")
 
 
+def _fetch_compose_spec(out: Path, build_log: Path) -> None:
+    """The Compose Specification's JSON schema as compose-go (the loader of `docker compose`) embeds it, with the
+    module's LICENSE and NOTICE (Apache-2.0)."""
+    source, _ = _go_module_dir(
+        "github.com/compose-spec/compose-go/v2", f"v{COMPOSE_GO_VERSION}", build_log=build_log, cwd=out
+    )
+    _copy_files([source / "schema" / "compose-spec.json", source / "LICENSE", source / "NOTICE"], out)
+
+
 def _build_kafka(out: Path, build_log: Path) -> None:
     """kafka_2.13 alone resolves the broker classpath; reload4j is the SLF4J binding 3.9 expects."""
     (out / "pom.xml").write_text(_KAFKA_POM.format(version=KAFKA_VERSION))
@@ -361,10 +372,31 @@ KUBERAY_CRDS = Artifact(
     "kuberay-crds", KUBERAY_VERSION, f"KubeRay {KUBERAY_VERSION} CRDs", "seconds", _fetch_kuberay_crds
 )
 
+COMPOSE_SPEC = Artifact(
+    "compose-spec",
+    COMPOSE_GO_VERSION,
+    f"Compose Specification JSON schema (compose-go {COMPOSE_GO_VERSION})",
+    "seconds",
+    _fetch_compose_spec,
+)
+
+#: What tests need whichever components run (no service behind them): every `up` ensures these.
+SHARED: tuple[Artifact, ...] = (COMPOSE_SPEC,)
+
 
 def artifacts_for(component: Component) -> tuple[Artifact, ...]:
+    """The artifacts of `component` alone (not of what it requires, nor the shared ones)."""
     return {
         Component.KAFKA: (KAFKA,),
         Component.KUBE: (KUBERNETES, ETCD, KUEUE_CRDS, KUBERAY_CRDS, KUEUE_V1BETA2_WORKLOAD_CRD),
         Component.CLUSTER: (KUBERNETES, KWOK, KUEUE),
     }[component]
+
+
+def required_artifacts(components: Iterable[Component]) -> tuple[Artifact, ...]:
+    """Everything `up` of `components` ensures, and what the pytest fixtures of these components require before
+    they start them: the shared artifacts, then those of each component and of what it requires, each once.
+
+    The one list both sides use, so a fixture never needs what set-up does not fetch."""
+    wanted = [*SHARED, *(a for c in with_dependencies(set(components)) for a in artifacts_for(c))]
+    return tuple(dict.fromkeys(wanted))

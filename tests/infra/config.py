@@ -22,6 +22,9 @@ KWOK_VERSION = "0.7.0"
 KUEUE_VERSION = "0.12.10"
 #: Only the CRDs are used (RayJob, RayCluster, RayService); v1.4+ needs no go.mod replaces.
 KUBERAY_VERSION = "1.4.2"
+#: The Go module that ships the Compose Specification's JSON schema (`schema/compose-spec.json`), the schema
+#: `docker compose config` validates against; tests/test_deploy.py checks docker-compose.yml with it.
+COMPOSE_GO_VERSION = "2.16.2"
 
 
 class Component(enum.StrEnum):

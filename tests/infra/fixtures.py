@@ -10,9 +10,10 @@ this order:
 3. the local processes of `python -m tests.infra up`: reused if already running, otherwise started
    here and stopped again at the end of the session.
 
-With `TRACKER_TESTENV_REQUIRED=1` (CI) a missing or failing environment fails the test; otherwise it
-is skipped with the reason. Without it, a cold cache is not built from inside pytest (that takes
-9 to 35 minutes on 2 cores); run `python -m tests.infra up` once instead.
+A missing or failing environment fails the test, always: no test is skipped for want of a service (`./run test`
+and CI provision everything first). A cold cache is not built from inside pytest (that takes 9 to 35 minutes on
+2 cores, longer than a test's timeout): an unbuilt artifact fails the test at once, naming the
+`python -m tests.infra up` command that builds it.
 """
 
 from __future__ import annotations
@@ -39,14 +40,10 @@ from tests.infra.env import Environment
 from tests.infra.kubectl import Kubectl
 from tests.infra.proc import InfraError
 
-REQUIRED = os.environ.get("TRACKER_TESTENV_REQUIRED") == "1"
-
 
 def unavailable(reason: str) -> NoReturn:
-    """Fail under TRACKER_TESTENV_REQUIRED=1, skip otherwise."""
-    if REQUIRED:
-        pytest.fail(reason, pytrace=False)
-    pytest.skip(reason)
+    """Fail the test: a service or artifact it needs is missing. Never a skip, whatever the environment says."""
+    pytest.fail(reason, pytrace=False)
 
 
 class LocalEnvironment:
@@ -60,12 +57,11 @@ class LocalEnvironment:
         entry = self.environment.running(component)
         if entry is not None:
             return entry
-        needed = {a.path.name: a for c in (*component.requires, component) for a in build.artifacts_for(c)}
-        unbuilt = [name for name, artifact in needed.items() if not artifact.is_built()]
-        if unbuilt and not REQUIRED:
+        unbuilt = [a.path.name for a in build.required_artifacts({component}) if not a.is_built()]
+        if unbuilt:
             unavailable(
                 f"{component} environment is not built ({', '.join(unbuilt)}); run "
-                f"`python -m tests.infra up --components {component}` once, or set TRACKER_TESTENV_REQUIRED=1"
+                f"`python -m tests.infra up --components {component}` first (`./run test` does)"
             )
         try:
             self.started += self.environment.up({component})
@@ -146,6 +142,17 @@ def _docker_engine_answers() -> bool:
     except OSError:
         return False
     return status_line.startswith(b"HTTP/1.") and b" 200 " in status_line
+
+
+# --- Artifacts without a service -------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def compose_schema() -> Path:
+    """The Compose Specification's JSON schema (`build.COMPOSE_SPEC`, fetched by every `up`)."""
+    if not build.COMPOSE_SPEC.is_built():
+        unavailable(f"{build.COMPOSE_SPEC.path.name} is not fetched; run `python -m tests.infra up` first")
+    return build.COMPOSE_SPEC.path / "compose-spec.json"
 
 
 # --- Kubernetes ------------------------------------------------------------------------------------

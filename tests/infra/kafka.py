@@ -6,6 +6,7 @@ import asyncio
 import base64
 import shutil
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,16 +75,32 @@ def start(state: Path) -> KafkaInstance:
         "-cp",
         classpath,
     ]
-    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
-    run(
-        [*jvm, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", properties],
-        what="formatting Kafka storage",
-    )
+    format_storage(jvm, properties, new_cluster_id())
     bootstrap = f"127.0.0.1:{port}"
     with Launcher() as launcher:
         process = launcher.spawn("kafka", [*jvm, "kafka.Kafka", properties], log_path=state / "kafka.log")
         wait_for(f"Kafka at {bootstrap}", lambda: is_ready(bootstrap), timeout=_STARTUP_TIMEOUT, process=process)
     return KafkaInstance(bootstrap=bootstrap, process=process)
+
+
+def new_cluster_id() -> str:
+    """A random KRaft cluster id: a UUID in base64url without padding, redrawn while it starts with `-` (as Kafka's
+    own `Uuid.randomUuid()` does), which command-line parsers read as an option (1 draw in 64)."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not cluster_id.startswith("-"):
+            return cluster_id
+
+
+def format_storage(
+    jvm: Sequence[str | Path], properties: Path, cluster_id: str, *extra: str, what: str = "formatting Kafka storage"
+) -> None:
+    """`kafka-storage format` of the log dirs of `properties` (`extra`: more options, e.g. `--add-scram=...`).
+    `--cluster-id=<id>` in one argument, so that even an id starting with `-` is a value and not an option."""
+    run(
+        [*jvm, "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}", f"--config={properties}", *extra],
+        what=what,
+    )
 
 
 def is_ready(bootstrap: str) -> bool:
