@@ -448,15 +448,33 @@ def test_a_foreign_database_is_refused(tmp_path: Path) -> None:
 
 def test_an_older_schema_is_migrated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "index.sqlite"
+    with monkeypatch.context() as m:  # an index written by the tracker of schema version 1
+        m.setattr(index_module, "MIGRATIONS", {1: index_module.MIGRATIONS[1]})
+        m.setattr(index_module, "SCHEMA_VERSION", 1)
+        with ExperimentIndex(path) as ix:
+            ix._db.execute("BEGIN")  # schema 1 has no reducer state tables: write the rows as it did
+            ix._write_run(index_module._encode(pending_in_admission()), 1)
+            ix._db.execute("COMMIT")
+        assert "reducer_runs" not in dump(path)
+    with ExperimentIndex(path) as ix:
+        assert ix.history("run-wait") == pending_in_admission()
+        assert ix.runs_without_state() == ["run-wait"]
+    tables = dump(path)
+    assert tables["reducer_runs"] == [] and tables["reducer_held"] == []
+    assert tables["meta"] == [("schema_version", str(SCHEMA_VERSION))]
+
+
+def test_a_later_migration_runs_after_the_current_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "index.sqlite"
     with ExperimentIndex(path) as ix:
         ix.write([pending_in_admission()])
-    v2 = "CREATE TABLE extra (run_id TEXT PRIMARY KEY);\n-- a trailing comment\n"
-    monkeypatch.setattr(index_module, "MIGRATIONS", {1: SCHEMA_SQL, 2: v2})
-    monkeypatch.setattr(index_module, "SCHEMA_VERSION", 2)
+    later = "CREATE TABLE extra (run_id TEXT PRIMARY KEY);\n-- a trailing comment\n"
+    monkeypatch.setattr(index_module, "MIGRATIONS", {**index_module.MIGRATIONS, SCHEMA_VERSION + 1: later})
+    monkeypatch.setattr(index_module, "SCHEMA_VERSION", SCHEMA_VERSION + 1)
     with ExperimentIndex(path) as ix:
         assert ix.history("run-wait") == pending_in_admission()
     tables = dump(path)
-    assert tables["extra"] == [] and tables["meta"] == [("schema_version", "2")]
+    assert tables["extra"] == [] and tables["meta"] == [("schema_version", str(SCHEMA_VERSION + 1))]
 
 
 def test_an_incomplete_migration_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -272,11 +272,13 @@ def http_get(port: int, path: str) -> tuple[int, str]:
 
 
 def index_rows(path: Path) -> dict[str, list[tuple[Any, ...]]]:
-    """Every table's rows (updated_seq and consumer offsets excluded: they are bookkeeping, not content)."""
+    """Every table's rows (updated_seq, consumer offsets and the reducer state a replay keeps excluded: they are
+    bookkeeping, not content)."""
     out: dict[str, list[tuple[Any, ...]]] = {}
     with sqlite3.connect(path) as db:
-        tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table' "
-                                           "AND name NOT IN ('meta', 'consumer_offsets') ORDER BY name")]
+        tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT IN "
+                                           "('meta', 'consumer_offsets', 'reducer_runs', 'reducer_held') "
+                                           "ORDER BY name")]
         for table in tables:
             cols = [r[1] for r in db.execute(f"PRAGMA table_info({table})") if r[1] != "updated_seq"]
             columns = ", ".join(f'"{c}"' for c in cols)  # identifiers: double quotes (single ones are literals)

@@ -91,3 +91,23 @@ def test_retirement_survives_snapshots_and_is_bounded() -> None:
     for r in records:  # a run forgotten beyond the bound starts again (the documented cost of the bound)
         red.apply(r, "late")
     assert forgotten in red.runs
+
+
+# ------------------------------------------------------------------------------------------ malformed first records
+
+
+def test_a_malformed_first_record_of_a_run_leaves_no_run_behind() -> None:
+    """The run is created only once its first object merged: a malformed Job (here a creationTimestamp that is not a
+    time) is a dead letter and nothing else, not an empty `pending` run that the sinks would write for ever."""
+    red = Reducer()
+    job = {"type": "ADDED", "object": {"apiVersion": "batch/v1", "kind": "Job", "metadata": {
+        "name": "train", "namespace": "team-a", "uid": "uid-1", "creationTimestamp": "yesterday",
+        "labels": {"taugrid.io/run-id": "run-1"}}, "spec": {}, "status": {}}}
+    red.apply(job, "capture:1")
+    out = red.flush()
+    assert out.histories == [] and red.runs == {}
+    assert [d.reason for d in out.dead_letters] == ["malformed Job"]
+    good = json.loads(json.dumps(job))
+    good["object"]["metadata"]["creationTimestamp"] = "2026-08-20T10:00:00Z"
+    red.apply(good, "capture:2")
+    assert [h.run.run_id for h in red.flush().histories] == ["run-1"]

@@ -6,14 +6,15 @@ import argparse
 import asyncio
 import json
 import re
+import sqlite3
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
 from tracker.core.model import Phase, Status
-from tracker.core.reducer import Reducer
 from tracker.runtime.gctune import tune_gc
 from tracker.runtime.pipeline import JsonlDeadLetters, PipelineReport, run_pipeline
 from tracker.shell.capture import capture_files, interleave
@@ -61,7 +62,12 @@ def replay(captures: list[Path], index_path: Path, console: Console, quiet: bool
         raise UsageError("no capture files given (expected .json or .jsonl files or directories of them)")
     total_bytes = sum(f.stat().st_size for f in files)
     dead_path = index_path.with_name(index_path.stem + ".dead-letters.jsonl")
+    from tracker.shell.reducer_state import refuse_runs_without_state, restore
+
     with ExperimentIndex(index_path) as index:
+        refuse_runs_without_state(index)
+        reducer = restore(index)
+        known = len(reducer.runs)
         progress = None
         on_progress = None
         if console.is_terminal and not quiet:
@@ -76,17 +82,19 @@ def replay(captures: list[Path], index_path: Path, console: Console, quiet: bool
 
             progress.start()
         try:
-            report = asyncio.run(run_pipeline(interleave(files), Reducer(), [index],
-                                              JsonlDeadLetters(dead_path), on_progress=on_progress))
+            report = asyncio.run(run_pipeline(interleave(files), reducer, [], JsonlDeadLetters(dead_path),
+                                              on_progress=on_progress, store=index))
         finally:
             if progress is not None:
                 progress.stop()
     if not quiet:
+        continued = f" (continuing {known} run(s) it held)" if known else ""
         console.print(f"folded {report.records} records from {len(files)} file(s) ({total_bytes / 1e6:.1f} MB) "
-                      f"into [bold]{index_path}[/]: {report.runs_written} run histories written, "
-                      f"{report.rows_changed} rows changed")
+                      f"into [bold]{escape(str(index_path))}[/]{continued}: {report.runs_written} run histories "
+                      f"written, {report.rows_changed} rows changed")
         if report.dead_letters:
-            console.print(f"[yellow]{report.dead_letters} dead letter(s)[/] with reasons in {dead_path}")
+            console.print(f"[yellow]{report.dead_letters} dead letter(s)[/] with reasons in "
+                          f"{escape(str(dead_path))}")
     return report
 
 
@@ -99,9 +107,8 @@ def cmd_runs(args: argparse.Namespace, console: Console) -> int:
     from tracker.render import runs_json, runs_table
     from tracker.shell.index import ExperimentIndex
 
-    _require_index(args.index)
     stalled = parse_duration(args.stalled_admission) if args.stalled_admission else None
-    with ExperimentIndex(args.index) as index:
+    with ExperimentIndex(args.index, readonly=True) as index:
         records = index.runs(status=args.status, phase=args.phase, stalled_admission_s=stalled,
                              now=parse_now(args.now), workspace=args.workspace, project=args.project)
     if args.json:
@@ -115,12 +122,10 @@ def cmd_show(args: argparse.Namespace, console: Console) -> int:
     from tracker.render import history_json, timeline
     from tracker.shell.index import ExperimentIndex
 
-    _require_index(args.index)
-    with ExperimentIndex(args.index) as index:
+    with ExperimentIndex(args.index, readonly=True) as index:
         history = index.history(args.run_id)
     if history is None:
-        console.print(f"[red]no run {args.run_id!r} in {args.index}[/] (list runs with: tracker runs --index "
-                      f"{args.index})")
+        _fail(f"no run {args.run_id!r} in {args.index} (list runs with: tracker runs --index {args.index})")
         return 1
     if args.json:
         sys.stdout.write(json.dumps(history_json(history), indent=2) + "\n")
@@ -134,10 +139,9 @@ def cmd_demo(args: argparse.Namespace, console: Console) -> int:
     from tracker.shell.index import ExperimentIndex
 
     index_path: Path = args.index
-    for suffix in ("", "-wal", "-shm"):
-        Path(f"{index_path}{suffix}").unlink(missing_ok=True)
-    index_path.with_name(index_path.stem + ".dead-letters.jsonl").unlink(missing_ok=True)
-    index_path.parent.mkdir(parents=True, exist_ok=True)
+    _remove_demo_index(index_path, force=args.force)
+    with ExperimentIndex(index_path) as index:
+        index.set_meta(DEMO_MARK, "true")
     console.rule("[bold]TauGrid tracker demo")
     console.print(f"Replaying the bundled captures of one cluster ({DEMO_CAPTURES}),\n"
                   "through the same bounded pipeline the service uses, into a fresh experiment index.\n")
@@ -164,9 +168,32 @@ def cmd_demo(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def _require_index(path: Path) -> None:
+DEMO_MARK = "created_by_demo"  # meta key: the demo made this index, so a later demo may replace it
+
+
+def _remove_demo_index(path: Path, force: bool) -> None:
+    """Delete the index a previous demo made (never one it did not make, unless ``force``)."""
+    from tracker.shell.index import ExperimentIndex, IndexSchemaError
+
     if not path.exists():
-        raise UsageError(f"no experiment index at {path} (create one with: tracker replay CAPTURE... --index {path})")
+        return
+    if not force:
+        try:
+            with ExperimentIndex(path, readonly=True) as index:
+                made_by_demo = index.meta(DEMO_MARK) == "true"
+        except IndexSchemaError:
+            made_by_demo = False
+        if not made_by_demo:
+            raise UsageError(f"{path} exists and was not made by `tracker demo`: the demo replaces its index, so it "
+                             "will not touch this one (give another --index, or --force to replace it)")
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    path.with_name(path.stem + ".dead-letters.jsonl").unlink(missing_ok=True)
+
+
+def _fail(message: str) -> None:
+    """One line on stderr, never read as markup."""
+    Console(stderr=True, soft_wrap=True).print(f"[red]error:[/] {escape(message)}", highlight=False)
 
 
 # ------------------------------------------------------------------------------------------ parser
@@ -201,7 +228,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_show)
 
     dm = sub.add_parser("demo", help="replay the bundled captures and show run timelines")
-    dm.add_argument("--index", type=Path, default=DEFAULT_DEMO_INDEX)
+    dm.add_argument("--index", type=Path, default=DEFAULT_DEMO_INDEX,
+                    help=f"experiment index to create (default: {DEFAULT_DEMO_INDEX}; replaced on the next demo)")
+    dm.add_argument("--force", action="store_true",
+                    help="replace --index even if the demo did not create it")
     dm.set_defaults(func=cmd_demo)
 
     # the service commands (their modules import the Kafka, Kubernetes and Azure clients)
@@ -218,15 +248,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from tracker.shell.index import IndexSchemaError
+    from tracker.shell.reducer_state import StateError
+
     args = build_parser().parse_args(argv)
     tune_gc()
     # a pipe or a CI log gets a fixed, readable width instead of rich's 80-column fallback
     console = Console(width=None if sys.stdout.isatty() else 150)
     try:
         rc: int = args.func(args, console)
-    except (UsageError, FileNotFoundError) as exc:
-        Console(stderr=True).print(f"[red]error:[/] {exc}")
+    except (UsageError, FileNotFoundError, IndexSchemaError, StateError) as exc:
+        _fail(str(exc))
         return 2
+    except (OSError, sqlite3.Error) as exc:
+        _fail(f"{exc.__class__.__name__}: {exc}")
+        return 1
     return rc
 
 

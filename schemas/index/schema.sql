@@ -1,4 +1,4 @@
--- TauGrid experiment index, schema version 1.
+-- TauGrid experiment index, schema version 2.
 -- The contract Stellar reads: every table and column is documented in README.md next to this file.
 -- Times are ISO-8601 UTC text, 'YYYY-MM-DDTHH:MM:SSZ' ('YYYY-MM-DDTHH:MM:SS.ffffffZ' when sub-second).
 -- JSON columns hold compact JSON text (query them with json_each / json_extract).
@@ -134,3 +134,17 @@ CREATE TABLE consumer_offsets (
     next_offset    INTEGER NOT NULL CHECK (next_offset >= 0),
     PRIMARY KEY (consumer_group, topic, "partition")
 ) WITHOUT ROWID;
+
+-- The tracker's own state, not part of what readers use: the reducer's facts of each run (zlib-compressed JSON)
+-- and the records still waiting for their owner object, written in the same transaction as the rows above so
+-- that a later replay into this index continues from them instead of replacing the histories.
+CREATE TABLE reducer_runs (
+    run_id TEXT PRIMARY KEY,
+    state  BLOB NOT NULL
+) WITHOUT ROWID;
+
+CREATE TABLE reducer_held (
+    seq    INTEGER PRIMARY KEY, -- arrival order among held records
+    owner  TEXT NOT NULL,       -- the uid of the owner object the record waits for
+    record BLOB NOT NULL
+);

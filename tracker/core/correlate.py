@@ -129,6 +129,21 @@ class Correlator:
         for uid in self.run_owners.pop(run_id, ()):
             self.owner_run.pop(uid, None)
 
+    def held_items(self) -> list[tuple[int, str, Held]]:
+        """The records waiting for their owner, in arrival order: (seq, owner uid, record)."""
+        return [(seq, owner, item) for (owner, seq), item in self.held.items()]
+
+    def held_version(self) -> tuple[int, int]:
+        """Changes whenever the held records change (a hold advances ``seq``; a release or drop shrinks them)."""
+        return self.seq, len(self.held)
+
+    def load_held(self, items: list[tuple[int, str, Held]]) -> None:
+        """Add records held before (by ``held_items``), keeping their order; the next ones come after them."""
+        for seq, owner, item in sorted(items, key=lambda i: i[0]):
+            self.held[(owner, seq)] = item
+            self.held_by_owner.setdefault(owner, []).append((owner, seq))
+            self.seq = max(self.seq, seq + 1)
+
     def to_json(self) -> dict[str, Any]:
         return {"owner_run": self.owner_run, "seq": self.seq,
                 "held": [[k[0], k[1], *v] for k, v in self.held.items()]}

@@ -152,7 +152,12 @@ class Reducer:
         if run_id in self.retired:
             self.stats.after_retirement += 1
             return
-        r = self._run(run_id)
+        # A run is created, and marked changed, only once its first object merged: a malformed first record
+        # (``Malformed`` is raised before anything is merged) leaves no empty run behind.
+        r = self.runs.get(run_id)
+        new = r is None
+        if r is None:
+            r = RunFacts(run_id)
         kind = ln.kind
         if kind in ROOT_KINDS and not ln.submitter:
             x.merge_root(r, kind, etype, obj)
@@ -164,6 +169,9 @@ class Reducer:
             x.merge_raycluster(r, etype, obj)
         elif kind == "Event":
             x.merge_event(r, obj, x.d(obj, "regarding") or x.d(obj, "involvedObject"))
+        if new:
+            self.runs[run_id] = r
+        self.dirty.add(run_id)
         if ln.uid:
             for held_etype, held_obj, held_source in self.corr.bind(ln.uid, run_id):
                 self.stats.released += 1

@@ -17,10 +17,18 @@ from tracker.core.model import DeadLetter, RunHistory
 from tracker.core.reducer import Reducer
 from tracker.shell.bus import InProcessBus
 from tracker.shell.capture import BadRecord, Record
+from tracker.shell.index import StateRows
+from tracker.shell.reducer_state import StateTracker
 
 
 class HistorySink(Protocol):
     def write(self, histories: Sequence[RunHistory]) -> int: ...
+
+
+class StateStore(Protocol):
+    """A sink that keeps the reducer's state with the histories, in one transaction (``ExperimentIndex``)."""
+
+    def write(self, histories: Sequence[RunHistory], offsets: None = None, state: StateRows | None = None) -> int: ...
 
 
 class DeadLetterSink(Protocol):
@@ -65,11 +73,22 @@ async def run_pipeline(
     dead_letters: DeadLetterSink | None = None,
     limits: PipelineLimits | None = None,
     on_progress: Callable[[int], None] | None = None,
+    store: StateStore | None = None,
 ) -> PipelineReport:
+    """Fold ``records`` and write the histories of the runs they change to ``store`` (with the reducer's state
+    for those runs, so that a later call continues from it) and to ``sinks``; dead letters to ``dead_letters``."""
     lim = limits or PipelineLimits()
     changes: InProcessBus[Record | BadRecord] = InProcessBus(lim.change_queue)
-    batches: InProcessBus[tuple[list[RunHistory], list[DeadLetter]]] = InProcessBus(lim.history_queue)
+    batches: InProcessBus[tuple[list[RunHistory], list[DeadLetter], StateRows | None]] = \
+        InProcessBus(lim.history_queue)
     report = PipelineReport()
+    state = StateTracker(reducer) if store is not None else None
+
+    async def flush() -> None:
+        out = reducer.flush()
+        rows = None if state is None else state.capture(h.run.run_id for h in out.histories)
+        if out.histories or out.dead_letters or (rows is not None and rows.held is not None):
+            await batches.put((out.histories, out.dead_letters, rows))
 
     async def source() -> None:
         try:
@@ -95,18 +114,16 @@ async def run_pipeline(
                 if on_progress is not None:
                     on_progress(report.records)
                 if since_flush >= lim.flush_every or changes.qsize() == 0:
-                    out = reducer.flush()
+                    await flush()
                     since_flush = 0
-                    if out.histories or out.dead_letters:
-                        await batches.put((out.histories, out.dead_letters))
-            out = reducer.flush()
-            if out.histories or out.dead_letters:
-                await batches.put((out.histories, out.dead_letters))
+            await flush()
         finally:
             await batches.close()
 
     async def sink() -> None:
-        async for histories, letters in batches:
+        async for histories, letters, rows in batches:
+            if store is not None:
+                report.rows_changed += store.write(histories, state=rows)
             for s in sinks:
                 report.rows_changed += s.write(histories)
             report.runs_written += len(histories)

@@ -12,14 +12,14 @@ from __future__ import annotations
 import json
 import math
 import sqlite3
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import Enum
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
@@ -37,17 +37,14 @@ from tracker.core.model import (
 from tracker.core.timefmt import ts
 
 BUSY_TIMEOUT_MS = 10_000  # how long a writer waits for another writer's lock before failing
+READ_RETRIES = 3  # reads again by an immutable reader whose file got a writer meanwhile
 
-SqlValue = str | int | float | None
+SqlValue = str | int | float | bytes | None
+_T = TypeVar("_T")
 Row = tuple[SqlValue, ...]
 OffsetKey = tuple[str, str, int]  # (consumer group, topic, partition)
 
-SCHEMA_SQL = """\
--- TauGrid experiment index, schema version 1.
--- The contract Stellar reads: every table and column is documented in README.md next to this file.
--- Times are ISO-8601 UTC text, 'YYYY-MM-DDTHH:MM:SSZ' ('YYYY-MM-DDTHH:MM:SS.ffffffZ' when sub-second).
--- JSON columns hold compact JSON text (query them with json_each / json_extract).
-
+_V1 = """\
 CREATE TABLE meta (
     key   TEXT PRIMARY KEY,
     value TEXT NOT NULL
@@ -181,14 +178,42 @@ CREATE TABLE consumer_offsets (
 ) WITHOUT ROWID;
 """
 
-# Migration n turns a schema of version n - 1 into version n. A new version appends a migration here and
-# updates schemas/index/schema.sql (the result of applying them all) and the README.
-MIGRATIONS: Mapping[int, str] = {1: SCHEMA_SQL}
+_V2 = """\
+
+-- The tracker's own state, not part of what readers use: the reducer's facts of each run (zlib-compressed JSON)
+-- and the records still waiting for their owner object, written in the same transaction as the rows above so
+-- that a later replay into this index continues from them instead of replacing the histories.
+CREATE TABLE reducer_runs (
+    run_id TEXT PRIMARY KEY,
+    state  BLOB NOT NULL
+) WITHOUT ROWID;
+
+CREATE TABLE reducer_held (
+    seq    INTEGER PRIMARY KEY, -- arrival order among held records
+    owner  TEXT NOT NULL,       -- the uid of the owner object the record waits for
+    record BLOB NOT NULL
+);
+"""
+
+# Migration n turns a schema of version n - 1 into version n. A new version appends a migration here (and so
+# changes schemas/index/schema.sql, generated from SCHEMA_SQL) and updates the README.
+MIGRATIONS: Mapping[int, str] = {1: _V1, 2: _V2}
 SCHEMA_VERSION = max(MIGRATIONS)
+SCHEMA_SQL = f"""\
+-- TauGrid experiment index, schema version {SCHEMA_VERSION}.
+-- The contract Stellar reads: every table and column is documented in README.md next to this file.
+-- Times are ISO-8601 UTC text, 'YYYY-MM-DDTHH:MM:SSZ' ('YYYY-MM-DDTHH:MM:SS.ffffffZ' when sub-second).
+-- JSON columns hold compact JSON text (query them with json_each / json_extract).
+
+{"".join(MIGRATIONS.values())}"""
 
 
 class IndexSchemaError(RuntimeError):
     """The file is not an experiment index this tracker can use (e.g. its schema is newer than the code)."""
+
+
+class IndexOpenError(IndexSchemaError):
+    """The index cannot be opened at all: missing, a directory, unreadable, or not an SQLite database."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,34 +283,112 @@ class _Encoded:
     children: tuple[list[Row], ...]  # aligned with _CHILDREN
 
 
-class ExperimentIndex:
-    """The experiment index at ``path`` (created, or migrated, on open).
+@dataclass(frozen=True, slots=True)
+class StateRows:
+    """The reducer's state to store with one write (see ``tracker.shell.reducer_state``).
 
-    Use as a context manager, or call ``open`` and ``close``. One connection; not for sharing between threads.
+    ``runs``: each written run's encoded state (None for a run whose state is no longer kept). ``held``: every
+    record waiting for its owner as (seq, owner uid, encoded record), or None when they did not change.
     """
 
-    def __init__(self, path: Path | str) -> None:
+    runs: Mapping[str, bytes | None]
+    held: Sequence[tuple[int, str, bytes]] | None = None
+
+
+class ExperimentIndex:
+    """The experiment index at ``path``.
+
+    A writer (the default) creates the file, or migrates it, on open. A reader (``readonly=True``) never writes:
+    it creates no file, migrates nothing, refuses a file that is not an index of a version it can read, and
+    reads while a writer writes. Use as a context manager, or call ``open`` and ``close``. One connection; not
+    for sharing between threads.
+    """
+
+    def __init__(self, path: Path | str, readonly: bool = False) -> None:
         self.path = Path(path)
+        self.readonly = readonly
         self._conn: sqlite3.Connection | None = None
+        self._immutable = False  # a reader that opened a file no writer had open (see _open_reader)
 
     # ------------------------------------------------------------------------------------ lifecycle
     def open(self) -> ExperimentIndex:
         if self._conn is not None:
             return self
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(self.path, isolation_level=None)  # autocommit: transactions are explicit
+        self._conn = self._open_reader() if self.readonly else self._open_writer()
+        return self
+
+    def _open_writer(self) -> sqlite3.Connection:
+        if self.path.is_dir():
+            raise IndexOpenError(f"{self.path} is a directory, not an experiment index file")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(self.path, isolation_level=None)  # autocommit: transactions are explicit
+        except (OSError, sqlite3.Error) as exc:
+            raise IndexOpenError(f"cannot open experiment index {self.path} for writing: {_why(exc)}") from exc
         try:
             conn.row_factory = sqlite3.Row
             conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            _check_database(conn, self.path)
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = NORMAL")
             conn.execute("PRAGMA foreign_keys = ON")
             _migrate(conn, self.path)
+        except sqlite3.OperationalError as exc:
+            conn.close()
+            raise IndexOpenError(f"cannot write to experiment index {self.path}: {_why(exc)} (is the file or its "
+                                 "directory read-only? readers need no write access, writers do)") from exc
         except BaseException:
             conn.close()
             raise
-        self._conn = conn
-        return self
+        return conn
+
+    def _open_reader(self) -> sqlite3.Connection:
+        """Open read-only, creating nothing beside the file.
+
+        While a writer has the index open its ``-wal`` and ``-shm`` files exist, and a read-only connection shares
+        them (``mode=ro``), reading a consistent snapshot while the writer writes. When no writer has it open there
+        is no ``-wal`` file, and ``mode=ro`` would create both files (and cannot, on a read-only volume), so the file
+        is opened as immutable; each read then checks that no ``-wal`` appeared meanwhile, and reads again shared
+        if one did (``_read``).
+        """
+        if not self.path.exists():
+            raise IndexOpenError(f"no experiment index at {self.path} (create one with: tracker replay CAPTURE... "
+                                 f"--index {self.path})")
+        if self.path.is_dir():
+            raise IndexOpenError(f"{self.path} is a directory, not an experiment index file")
+        self._immutable = not self._wal_exists()
+        uri = f"{self.path.resolve().as_uri()}?mode=ro" + ("&immutable=1" if self._immutable else "")
+        try:
+            conn = sqlite3.connect(uri, uri=True, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise IndexOpenError(f"cannot open experiment index {self.path}: {_why(exc)}") from exc
+        try:
+            conn.row_factory = sqlite3.Row
+            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            _check_database(conn, self.path)
+            if _schema_version(conn, self.path) == 0:
+                raise IndexSchemaError(f"{self.path} is not an experiment index (an empty database)")
+        except sqlite3.Error as exc:
+            conn.close()
+            raise IndexOpenError(f"cannot read experiment index {self.path}: {_why(exc)}") from exc
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _wal_exists(self) -> bool:
+        return Path(f"{self.path}-wal").exists()
+
+    def _read(self, query: Callable[[sqlite3.Connection], _T]) -> _T:
+        """Run a read; an immutable reader whose file got a writer meanwhile reads again, sharing the WAL."""
+        result = query(self._db)
+        for _ in range(READ_RETRIES):
+            if not (self._immutable and self._wal_exists()):
+                break
+            self.close()
+            self._conn = self._open_reader()
+            result = query(self._db)
+        return result
 
     def close(self) -> None:
         if self._conn is not None:
@@ -307,13 +410,18 @@ class ExperimentIndex:
 
     # ------------------------------------------------------------------------------------ write
     def write(self, histories: Sequence[RunHistory],
-              offsets: Mapping[OffsetKey, int] | None = None) -> int:
-        """Store each run's complete history (replacing the run's rows) and the consumer offsets, atomically.
+              offsets: Mapping[OffsetKey, int] | None = None, state: StateRows | None = None) -> int:
+        """Store each run's complete history (replacing the run's rows), the consumer offsets and the reducer's
+        state, atomically.
 
         A run given twice is written as its last history. Rows whose content is unchanged are left alone and
         a run's ``updated_seq`` moves only when one of its rows changed, so writing the same histories again
-        changes nothing. Returns the number of rows inserted, updated or deleted (offsets included).
+        changes nothing. Without ``state`` the written runs' reducer state is dropped (their histories now come
+        from elsewhere, e.g. the Kafka reducer, so a replay must not continue from it). Returns the number of
+        history rows inserted, updated or deleted (offsets included; reducer state is not counted).
         """
+        if self.readonly:
+            raise RuntimeError(f"experiment index {self.path} was opened read-only")
         encoded = [_encode(h) for h in {h.run.run_id: h for h in histories}.values()]
         offset_rows = _offset_rows(offsets or {})
         conn = self._db
@@ -321,7 +429,25 @@ class ExperimentIndex:
             seq = int(conn.execute("SELECT COALESCE(MAX(updated_seq), 0) + 1 FROM runs").fetchone()[0])
             changed = sum(self._write_run(e, seq) for e in encoded)
             changed += self._write_offsets(offset_rows)
+            if state is None:
+                conn.executemany("DELETE FROM reducer_runs WHERE run_id = ?", [(e.run_id,) for e in encoded])
+            else:
+                self._write_state(state)
         return changed
+
+    def _write_state(self, state: StateRows) -> None:
+        conn = self._db
+        conn.executemany("INSERT INTO reducer_runs (run_id, state) VALUES (?, ?) "
+                         "ON CONFLICT (run_id) DO UPDATE SET state = excluded.state",
+                         [(k, v) for k, v in state.runs.items() if v is not None])
+        conn.executemany("DELETE FROM reducer_runs WHERE run_id = ?",
+                         [(k,) for k, v in state.runs.items() if v is None])
+        if state.held is not None:
+            kept = {seq for seq, _owner, _record in state.held}
+            stale = [(seq,) for (seq,) in conn.execute("SELECT seq FROM reducer_held") if seq not in kept]
+            conn.executemany("DELETE FROM reducer_held WHERE seq = ?", stale)
+            conn.executemany("INSERT INTO reducer_held (seq, owner, record) VALUES (?, ?, ?) "
+                             "ON CONFLICT (seq) DO NOTHING", state.held)
 
     def _write_run(self, e: _Encoded, seq: int) -> int:
         conn = self._db
@@ -344,9 +470,35 @@ class ExperimentIndex:
     # ------------------------------------------------------------------------------------ read
     def offsets(self, group: str) -> dict[tuple[str, int], int]:
         """The next offset to consume per (topic, partition) for a consumer group."""
-        cur = self._db.execute('SELECT topic, "partition", next_offset FROM consumer_offsets '
-                                "WHERE consumer_group = ? ORDER BY topic, \"partition\"", (group,))
-        return {(r["topic"], r["partition"]): r["next_offset"] for r in cur}
+        def query(conn: sqlite3.Connection) -> dict[tuple[str, int], int]:
+            cur = conn.execute('SELECT topic, "partition", next_offset FROM consumer_offsets '
+                               "WHERE consumer_group = ? ORDER BY topic, \"partition\"", (group,))
+            return {(r["topic"], r["partition"]): r["next_offset"] for r in cur}
+        return self._read(query)
+
+    def reducer_state(self) -> tuple[list[tuple[str, bytes]], list[tuple[int, str, bytes]]]:
+        """The stored reducer state: (run id, encoded state) of every run kept, and the held records."""
+        conn = self._db
+        with _transaction(conn, "BEGIN"):
+            runs = [(r[0], r[1]) for r in conn.execute("SELECT run_id, state FROM reducer_runs ORDER BY run_id")]
+            held = [(r[0], r[1], r[2]) for r in conn.execute("SELECT seq, owner, record FROM reducer_held "
+                                                             "ORDER BY seq")]
+        return runs, held
+
+    def runs_without_state(self) -> list[str]:
+        """Runs whose reducer state this index does not keep (written by the Kafka sink, or before schema 2)."""
+        return [r[0] for r in self._db.execute(
+            "SELECT run_id FROM runs WHERE NOT EXISTS (SELECT 1 FROM reducer_runs s WHERE s.run_id = runs.run_id) "
+            "ORDER BY run_id")]
+
+    def meta(self, key: str) -> str | None:
+        row = self._read(lambda conn: conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone())
+        return None if row is None else str(row[0])
+
+    def set_meta(self, key: str, value: str) -> None:
+        with _transaction(self._db, "BEGIN IMMEDIATE"):
+            self._db.execute("INSERT INTO meta (key, value) VALUES (?, ?) "
+                             "ON CONFLICT (key) DO UPDATE SET value = excluded.value", (key, value))
 
     def runs(self, status: Status | str | None = None, phase: Phase | str | None = None,
              stalled_admission_s: float | None = None, now: datetime | None = None,
@@ -380,11 +532,13 @@ class ExperimentIndex:
                 raise ValueError(f"limit must be >= 1, got {limit}")
             sql += " LIMIT ?"
             params.append(limit)
-        return [_record(r) for r in self._db.execute(sql, params)]
+        return self._read(lambda conn: [_record(r) for r in conn.execute(sql, params)])
 
     def history(self, run_id: str) -> RunHistory | None:
         """The run's complete history as written (None if the index does not hold the run)."""
-        conn = self._db
+        return self._read(lambda conn: self._history(conn, run_id))
+
+    def _history(self, conn: sqlite3.Connection, run_id: str) -> RunHistory | None:
         with _transaction(conn, "BEGIN"):  # one snapshot, even while another process writes
             row = conn.execute("SELECT * FROM runs WHERE run_id = ?", (run_id,)).fetchone()
             if row is None:
@@ -400,7 +554,9 @@ class ExperimentIndex:
     def counts_by_status(self) -> dict[Status, int]:
         """Number of runs per status (every status present, zeros included)."""
         counts = dict.fromkeys(Status, 0)
-        for r in self._db.execute("SELECT status, COUNT(*) AS n FROM runs GROUP BY status"):
+        rows = self._read(lambda conn: conn.execute("SELECT status, COUNT(*) AS n FROM runs GROUP BY status")
+                          .fetchall())
+        for r in rows:
             counts[Status(r["status"])] = r["n"]
         return counts
 
@@ -418,6 +574,22 @@ def _migrate(conn: sqlite3.Connection, path: Path) -> None:
                 conn.execute(statement)
         conn.execute("INSERT INTO meta (key, value) VALUES ('schema_version', ?) "
                      "ON CONFLICT (key) DO UPDATE SET value = excluded.value", (str(SCHEMA_VERSION),))
+
+
+def _check_database(conn: sqlite3.Connection, path: Path) -> None:
+    """IndexOpenError unless the file is an SQLite database (an empty or new file is one)."""
+    try:
+        conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+    except sqlite3.DatabaseError as exc:
+        raise IndexOpenError(f"{path} is not an experiment index ({_why(exc)}): give the path of an index "
+                             "that tracker replay or tracker sink index wrote") from exc
+
+
+def _why(exc: BaseException) -> str:
+    """A one-line cause for an SQLite or OS error."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror.lower()
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
 
 def _schema_version(conn: sqlite3.Connection, path: Path) -> int:
