@@ -15,7 +15,6 @@ What must hold, crashes or not:
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import hashlib
 import io
@@ -48,7 +47,7 @@ from bench.kafka_pipeline import synthetic_stream
 from tests.infra import build
 from tests.infra import kafka as infra_kafka
 from tests.infra.fixtures import unavailable
-from tests.infra.proc import Process, free_port, run, spawn
+from tests.infra.proc import Process, free_port, spawn
 from tracker.cli import replay
 from tracker.core.model import FINAL_STATUSES, Phase, RunHistory, Status
 from tracker.core.reducer import Reducer
@@ -432,6 +431,28 @@ async def test_embedded_serve_equals_replay(tmp_path: Path, monkeypatch: pytest.
     assert index_rows(tmp_path / "serve.sqlite")["runs"]
 
 
+async def test_a_restarted_embedded_serve_continues_from_its_index(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The embedded `serve` keeps the reducer's state in its index: a restart on the next captures continues the
+    runs (and the records that wait for their owner) instead of replacing their histories."""
+    from tracker.runtime.ops import Shutdown
+
+    for name in [n for n in os.environ if n.startswith("TRACKER_KAFKA__")]:
+        monkeypatch.delenv(name)
+    captures = synthetic_captures(tmp_path / "captures", runs=40, seed=11)
+    files = sorted(captures[0].glob("*.jsonl"))
+    pods = [f for f in files if f.name == "pod.jsonl"]
+    assert pods and len(files) > 2
+    settings = load_settings()
+    index = tmp_path / "serve.sqlite"
+    for part in (pods, [f for f in files if f not in pods]):  # the pods first, the rest after a restart
+        opts = service.ServeOptions(captures=tuple(part), index_path=index)
+        await service.serve_body(settings, opts)(Metrics(), Health(), Shutdown(10))
+    await asyncio.to_thread(replay, captures, tmp_path / "replay.sqlite", Console(file=io.StringIO()), True)
+    assert index_rows(index) == index_rows(tmp_path / "replay.sqlite")
+    assert index_rows(index)["runs"]
+
+
 # ------------------------------------------------------------------------------------------ with a broker
 
 
@@ -795,9 +816,8 @@ class PrivateBroker:
             "transaction.state.log.num.partitions=1", "group.initial.rebalance.delay.ms=0", ""]))
         self.jvm = [java, "-Xms256m", "-Xmx512m", f"-Dlog4j.configuration=file:{state / 'log4j.properties'}",
                     "-cp", f"{build.KAFKA.path / 'lib'}/*"]
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
-        run([*self.jvm, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", self.properties],
-            what="formatting the private broker's storage")
+        infra_kafka.format_storage(self.jvm, self.properties, infra_kafka.new_cluster_id(),
+                                   what="formatting the private broker's storage")
         self.process: Process | None = None
 
     def start(self) -> None:

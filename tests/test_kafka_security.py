@@ -17,12 +17,10 @@ Not covered: OAUTHBEARER (its tokens come from Azure AD through azure-identity).
 
 from __future__ import annotations
 
-import base64
 import json
 import secrets
 import shutil
 import time
-import uuid
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,6 +31,7 @@ from pydantic import SecretStr
 from structlog.testing import capture_logs
 
 from bench.kafka_pipeline import synthetic_stream
+from tests.infra import kafka as infra_kafka
 from tests.infra.pki import Pki
 from tests.infra.proc import free_port, run
 from tests.test_kafka_pipeline import (
@@ -117,10 +116,9 @@ class SecureBroker(PrivateBroker):
         with self.properties.open("a") as f:
             f.write("\n".join(extra) + "\n")
         shutil.rmtree(base["log.dirs"])
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
-        run([*self.jvm, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", self.properties,
-             "--add-scram", f"SCRAM-SHA-512=[name={SCRAM_USER},password={SCRAM_PASSWORD}]"],
-            what="formatting the secure broker's storage")
+        infra_kafka.format_storage(self.jvm, self.properties, infra_kafka.new_cluster_id(),
+                                   f"--add-scram=SCRAM-SHA-512=[name={SCRAM_USER},password={SCRAM_PASSWORD}]",
+                                   what="formatting the secure broker's storage")
 
 
 @pytest.fixture(scope="module")
