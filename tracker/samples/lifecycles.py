@@ -5,14 +5,27 @@
 run), cheaply enough for millions of events: objects are assembled from shared, read-only templates with
 shallow copies, not from the deep builders the bundled scenarios use. The write sequences are those of the
 scenarios (``tracker.samples.scenarios``) with the less important intermediate writes left out.
+
+``generate_cluster(plans)`` runs several lifecycles on one cluster, with their interactions: submission times
+and timing seeds of their own (``RunParams.tight`` makes most waits 0-1 s, so many writes share a second), runs
+whose first admission is the preemption of another (the victim's ``Preempted`` eviction frees the quota the
+preemptor is admitted with, at the same instant), and names reused after a deleted run's objects are gone. The
+streams are in commit order with one resourceVersion counter, as etcd gives them.
+
+The generator also knows what each run must become: ``Cluster.expected`` holds, per run, the history the
+tracker must derive (``ExpectedRun``: status, reason, phase, finish time, attempts with their triggers, times,
+end reasons, retries and phases, evictions), written down as the writes are made, from the lifecycle itself
+and the documented rules (README.md, docs/limits.md), never from the reducer. The property tests compare
+the reducer's histories with it.
 """
 
 from __future__ import annotations
 
 import heapq
 import random
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Literal
 
 from tracker.core.model import INTAKE_SCHEMA, LABEL_CONTROLLER_UID, LABEL_QUEUE, LABEL_RAY_CLUSTER, LABEL_RUN_ID
@@ -37,6 +50,70 @@ class RunParams:
     with_events: bool = True
     progress_points: int = 2  # 0..5
     workload_api: Literal["v1beta1", "v1beta2"] = "v1beta1"
+    tight: bool = False  # every random wait 0 or 1 s: many writes share a (whole-second) timestamp
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """One run of a generated cluster (``generate_cluster``)."""
+
+    params: RunParams = RunParams()
+    index: int | None = None  # the run's identity (run id, uids, default name); default: its position
+    start: Ms | None = None  # when the tau CLI starts it; default START + index * RUN_SPACING
+    seed: int | None = None  # seed of its random waits; default its index
+    preempts: int | None = None  # position of an earlier run whose next Preempted eviction this run's first
+    #                              admission causes (admitted the moment the victim's quota is released)
+    reuses_name_of: int | None = None  # position of an earlier deleted run: same namespace and name, submitted
+    #                                    after every object of that run is gone
+
+
+@dataclass
+class ExpectedAttempt:
+    """What one attempt of a run must look like in its history (times: ms, whole seconds as objects carry)."""
+
+    trigger: str
+    queued_at: Ms | None = None
+    admitted_at: Ms | None = None
+    ended_at: Ms | None = None
+    end_reason: str | None = None
+    retries: int = 0
+    phases: list[str] = field(default_factory=list)  # phases entered in this attempt, in order
+    bound_at: Ms | None = None  # every expected pod bound (Runtime), if it was
+    progress_at: Ms | None = None  # first progress evidence (intake step or the Ray job's start)
+
+
+@dataclass
+class ExpectedRun:
+    """What a generated run must become: the oracle the reducer's histories are checked against."""
+
+    run_id: str
+    kind: str
+    namespace: str
+    name: str
+    uid: str
+    status: str = "pending"
+    reason: str | None = None
+    phase: str = "Admission"
+    finished_at: Ms | None = None
+    evictions: int = 0
+    retries: int = 0
+    attempts: list[ExpectedAttempt] = field(default_factory=list)
+    admissions: list[Ms] = field(default_factory=list)  # every Admitted=True transition written, in order
+    evicted: list[tuple[Ms, str]] = field(default_factory=list)  # every Evicted=True transition (time, reason)
+    deleted: bool = False  # the root and its objects were deleted
+
+
+@dataclass
+class Cluster:
+    """The streams of a generated cluster, and what each run must become."""
+
+    streams: dict[str, list[Obj]]
+    expected: dict[str, ExpectedRun]
+
+
+def _sec(ms: Ms) -> Ms:
+    """The time an object carries for an instant: metav1.Time has whole seconds."""
+    return ms - ms % SECOND
 
 
 # ------------------------------------------------------------------------------------ shared templates
@@ -66,14 +143,18 @@ def _set(conds: list[Obj], new: Obj) -> list[Obj]:
 
 
 class _Run:
-    """One run's writes as (time, seq, stream, record); objects are rebuilt per write from shared parts."""
+    """One run's writes as (time, seq, stream, record); objects are rebuilt per write from shared parts.
 
-    def __init__(self, index: int, p: RunParams, t0: Ms) -> None:
+    ``expected`` is written alongside: each write that the history must show records it there."""
+
+    def __init__(self, index: int, p: RunParams, t0: Ms, *, name: str | None = None, namespace: str | None = None,
+                 seed: int | None = None) -> None:
         self.p, self.t = p, t0
+        self.rng = random.Random(index if seed is None else seed)
         self.out: list[tuple[Ms, int, str, Obj]] = []
-        self.ns = "team-a" if index % 2 == 0 else "team-b"
+        self.ns = namespace or ("team-a" if index % 2 == 0 else "team-b")
         self.run_id = f"run-{index:07d}"
-        self.name = f"{'rj' if p.kind == 'RayJob' else 'job'}-{index:07d}"
+        self.name = name or f"{'rj' if p.kind == 'RayJob' else 'job'}-{index:07d}"
         self.uid = b.uid("lifecycle", str(index))
         self._prefix = self.uid[:24]
         self._n = 0
@@ -100,13 +181,24 @@ class _Run:
         self.wl_status: Obj = {}
         self.evictions: dict[str, int] = {}
         self.pods: list[Obj] = []  # live pods: {"metadata", "spec", "status"} parts
+        self.dead_pods: list[Obj] = []  # failed pods the Job controller replaced (kept until the Job is deleted)
         self.pod_owner = self.root_ref
         self.cluster_meta: Obj | None = None
+        self.cluster_live = False
         self.pod_labels: dict[str, str] = {LABEL_CONTROLLER_UID: self.uid, LABEL_RUN_ID: self.run_id}
         self.failed = 0
         self.deployments = 0
+        self.releases: list[Ms] = []  # when each non-final Preempted eviction released the quota
+        self.preemptors: list[tuple[str, str]] = []  # (workload uid, job uid) causing each Preempted eviction
+        self.expected = ExpectedRun(self.run_id, kind, self.ns, self.name, self.uid)
 
     # ---- plumbing
+
+    def wait(self, lo: int, hi: int, unit: Ms) -> Ms:
+        """A random wait of ``lo..hi-1`` units; with ``tight``, 0 or 1 s instead (the usual draw is made either
+        way: without ``tight`` the waits are those the generator always drew)."""
+        n = self.rng.randrange(lo, hi)
+        return self.rng.randrange(0, 2) * SECOND if self.p.tight else n * unit
 
     def child_uid(self) -> str:
         self._n += 1
@@ -143,18 +235,36 @@ class _Run:
         if not self.p.with_events:
             return
         when = b.ts(self.t)
-        ev_name = f"{name}.{self.t * 1_000_000:x}"
+        ev_uid = self.child_uid()
+        ev_name = f"{name}.{self.t * 1_000_000 + self._n:x}"  # unique even for two Events in one millisecond
         ev = {"apiVersion": "v1", "kind": "Event", "count": 1, "firstTimestamp": when, "lastTimestamp": when,
               "involvedObject": {"kind": about, "name": name, "namespace": self.ns, "uid": uid},
               "message": message, "reason": reason, "type": "Warning" if warning else "Normal",
               "metadata": {"creationTimestamp": when, "name": ev_name, "namespace": self.ns,
-                           "uid": self.child_uid()}, "source": {"component": "kueue-admission"}}
+                           "uid": ev_uid}, "source": {"component": "kueue-admission"}}
         self.emit("events", {"type": "ADDED", "object": ev})
 
     def intake(self, kind: str, **fields: Any) -> None:
         ev = {"schema": INTAKE_SCHEMA, "event_id": f"{self.run_id}-{len(self.out)}", "run_id": self.run_id,
               "at": b.ts(self.t), "kind": kind, **fields}
         self.emit("intake", ev)
+
+    # ---- the oracle
+
+    @property
+    def att(self) -> ExpectedAttempt:
+        return self.expected.attempts[-1]
+
+    def enter(self, phase: str, att: ExpectedAttempt | None = None) -> None:
+        att = att or self.att
+        if phase not in att.phases:
+            att.phases.append(phase)
+
+    def progress_seen(self, when: Ms) -> None:
+        att = self.att
+        if att.progress_at is None and att.bound_at is not None and _sec(when) >= att.bound_at:
+            att.progress_at = _sec(when)
+            self.enter("Progress")
 
     # ---- lifecycle pieces
 
@@ -164,6 +274,8 @@ class _Run:
         self.t += 2 * SECOND
         self.root_meta["creationTimestamp"] = b.ts(self.t)
         self.root("ADDED")
+        self.expected.attempts.append(ExpectedAttempt("Submitted", queued_at=_sec(self.t),
+                                                      phases=["Resolution", "Rendering", "Admission"]))
         self.wl_meta["creationTimestamp"] = b.ts(self.t + 300)
         self.workload("ADDED", 300)
         self.wl_cond("QuotaReserved", "False", "Pending", "couldn't assign flavors to pod set main: insufficient "
@@ -177,6 +289,9 @@ class _Run:
             {"count": self.p.pods, "flavors": _FLAVORS, "name": "main", "resourceUsage": _USAGE}]}}
         self.wl_cond("QuotaReserved", "True", "QuotaReserved", "Quota reserved in ClusterQueue gpu-cq")
         self.wl_cond("Admitted", "True", "Admitted", "The workload is admitted")
+        self.att.admitted_at = _sec(self.t)
+        self.expected.admissions.append(_sec(self.t))
+        self.enter("Scheduling")
         for t in ("Evicted", "Preempted"):
             if any(c["type"] == t and c["status"] == "True" for c in self.wl_conds):
                 self.wl_cond(t, "False", "QuotaReserved", "Previously: evicted")
@@ -189,7 +304,7 @@ class _Run:
         self.root(dt=200)
 
     def deploy(self) -> None:
-        """RayJob: a new deployment on a new RayCluster, Initializing."""
+        """RayJob: a new deployment on a new RayCluster, Initializing (a new attempt if it is a KubeRay retry)."""
         self.deployments += 1
         cluster = f"{self.name}-c{self.deployments}"
         self.cluster_meta = {"creationTimestamp": b.ts(self.t + 100), "name": cluster, "namespace": self.ns,
@@ -200,12 +315,20 @@ class _Run:
         self.root_status = {**self.root_status, "jobDeploymentStatus": "Initializing", "jobStatus": "",
                             "rayClusterName": cluster, "jobId": f"{cluster}-j", "startTime": b.ts(self.t + 100)}
         self.root(dt=100)
+        self.cluster_live = True
         self.emit("rayclusters", {"type": "ADDED", "object": {
             "apiVersion": b.RAY_API_VERSION, "kind": "RayCluster", "metadata": dict(self.cluster_meta),
             "spec": self.root_spec["rayClusterSpec"], "status": {}}})
 
+    def retry_deploy(self) -> None:
+        """RayJob: KubeRay retries on a new RayCluster; the retried deployment ends where the new one starts."""
+        self.att.ended_at, self.att.end_reason = _sec(self.t + 100), "AppFailed"
+        self.expected.attempts.append(ExpectedAttempt("RayJobRetry", phases=["Scheduling"]))
+        self.deploy()
+
     def cluster_write(self, etype: str, status: Obj) -> None:
         assert self.cluster_meta is not None
+        self.cluster_live = etype != "DELETED"
         self.emit("rayclusters", {"type": etype, "object": {
             "apiVersion": b.RAY_API_VERSION, "kind": "RayCluster", "metadata": dict(self.cluster_meta),
             "spec": self.root_spec["rayClusterSpec"], "status": status}})
@@ -232,6 +355,9 @@ class _Run:
             pod["spec"] = {**_POD_SPEC, "nodeName": node}
             sched = {"lastProbeTime": None, "lastTransitionTime": when, "status": "True", "type": "PodScheduled"}
             pod["status"] = {"phase": "Pending", "qosClass": "Burstable", "conditions": [sched]}
+            if self.att.bound_at is None and i == len(pods) - 1:
+                self.att.bound_at = _sec(self.t)  # the attempt's pods are all bound (replacements come later)
+                self.enter("Runtime")
             self.pod(pod, dt=100)
             self.event("Pod", pod["metadata"]["name"], pod["metadata"]["uid"], "Scheduled", f"assigned to {node}")
         self.t += wait
@@ -263,14 +389,15 @@ class _Run:
                                                     "finishedAt": when}}}]}
         self.pod(pod, dt=500)
 
-    def delete_pods(self) -> None:
-        for pod in self.pods:
+    def delete_pods(self, pods: list[Obj] | None = None) -> None:
+        for pod in self.pods if pods is None else pods:
             pod["metadata"] = {**pod["metadata"], "deletionTimestamp": b.ts(self.t + 30 * SECOND),
                                "deletionGracePeriodSeconds": 30}
             if pod["status"]["phase"] == "Running":
                 self.finish_pod(pod, 143, "Error")
             self.pod(pod, "DELETED", 1000)
-        self.pods = []
+        if pods is None:
+            self.pods = []
 
     def evict(self, reason: str, final: bool) -> None:
         """A Kueue eviction (or the deactivation when ``final``): stop the job, release the quota."""
@@ -278,12 +405,24 @@ class _Run:
                    f"Exceeded the PodsReady timeout {self.ns}/{self.wl_meta['name']}"}.get(
                        reason, "The workload is deactivated due to exceeding the maximum number of re-queuing "
                        "retries")
+        if reason == "Preempted" and len(self.preemptors) > len(self.releases):
+            wl_uid, job_uid = self.preemptors[len(self.releases)]
+            message += f" (UID: {wl_uid}, JobUID: {job_uid}) due to prioritization in the ClusterQueue"
         if final:
             self.wl_spec = {**self.wl_spec, "active": False}
         self.wl_cond("Evicted", "True", reason, message)
         if reason == "Preempted":
             self.wl_cond("Preempted", "True", "InClusterQueue", message)
         self.evictions[reason] = self.evictions.get(reason, 0) + 1
+        exp = self.expected
+        exp.evictions += 1
+        exp.evicted.append((_sec(self.t), reason))
+        self.att.ended_at, self.att.end_reason = _sec(self.t), reason
+        if final:
+            exp.status, exp.reason, exp.finished_at = "stopped", reason, _sec(self.t)
+            self.enter("Completion")
+        else:
+            exp.attempts.append(ExpectedAttempt(reason, queued_at=_sec(self.t), phases=["Admission"]))
         self.workload()
         self.event("Workload", self.wl_meta["name"], self.wl_meta["uid"], f"EvictedDueTo{reason}", message)
         self.root_spec = {**self.root_spec, "suspend": True}
@@ -302,35 +441,44 @@ class _Run:
         requeued = reason == "Preempted"
         self.wl_cond("Requeued", "True" if requeued else "False", reason, message)
         self.workload(dt=500)
+        if requeued and not final:
+            self.releases.append(self.t)
 
-    def run_job(self, rng: random.Random) -> None:
+    def run_job(self) -> None:
         """The last admission of a batch Job: pods, failures with replacements, progress, the outcome."""
         p = self.p
-        self.schedule(self.create_pods(p.pods), True, rng.randrange(5, 60) * SECOND)
+        self.schedule(self.create_pods(p.pods), True, self.wait(5, 60, SECOND))
         for i in range(p.pod_failures):
-            self.t += rng.randrange(1, 20) * MINUTE
+            self.t += self.wait(1, 20, MINUTE)
             victim = self.pods[i % len(self.pods)]
             self.finish_pod(victim, 137, "OOMKilled")
             self.pods.remove(victim)
+            self.dead_pods.append(victim)
             self.failed += 1
+            self.att.retries += 1
+            self.expected.retries += 1
             self.root_status = {**self.root_status, "failed": self.failed}
             self.root(dt=300)
             self.t += 10 * SECOND
             self.schedule(self.create_pods(1), True, 3 * SECOND)
-        self.progress(rng)
-        self.end(rng)
+        self.progress()
+        self.end()
 
-    def run_rayjob(self, rng: random.Random) -> None:
+    def run_rayjob(self) -> None:
         p = self.p
         for n in range(p.ray_retries + 1):
-            self.deploy()
-            self.schedule(self.create_pods(p.pods), True, rng.randrange(20, 60) * SECOND)
+            if n:
+                self.retry_deploy()
+            else:
+                self.deploy()
+            self.schedule(self.create_pods(p.pods), True, self.wait(20, 60, SECOND))
             self.cluster_write("MODIFIED", {"state": "ready", "stateTransitionTimes": {"ready": b.ts(self.t)}})
             self.root_status = {**self.root_status, "jobDeploymentStatus": "Running", "jobStatus": "RUNNING",
                                 "rayJobInfo": {"startTime": b.ts(self.t + 5 * SECOND)}}
+            self.progress_seen(self.t + 5 * SECOND)  # the Ray job's own start
             self.root(dt=5 * SECOND)
             if n < p.ray_retries:
-                self.t += rng.randrange(2, 30) * MINUTE
+                self.t += self.wait(2, 30, MINUTE)
                 self.root_status = {**self.root_status, "jobDeploymentStatus": "Retrying", "jobStatus": "FAILED",
                                     "failed": n + 1, "reason": "AppFailed", "message": "exit code 1"}
                 self.root()
@@ -338,25 +486,26 @@ class _Run:
                 self.cluster_write("DELETED", {"state": "ready"})
                 self.root_status = {"failed": n + 1, "jobDeploymentStatus": ""}
                 self.root(dt=500)
-        self.progress(rng)
-        self.end(rng)
+        self.progress()
+        self.end()
 
-    def progress(self, rng: random.Random) -> None:
+    def progress(self) -> None:
         for i in range(self.p.progress_points):
-            self.t += rng.randrange(1, 10) * MINUTE
+            self.t += self.wait(1, 10, MINUTE)
             ckpt = {"checkpoint_uri": f"abfss://runs/{self.run_id}/step-{i}"} if i == 2 else {}
+            self.progress_seen(self.t)
             self.intake("Progress", step=100 * (i + 1), metrics={"loss": 2.0 / (i + 1), "accuracy": 0.1 * i},
                         **ckpt)
 
-    def end(self, rng: random.Random) -> None:
+    def end(self) -> None:
         p = self.p
-        self.t += rng.randrange(1, 30) * MINUTE
+        exp = self.expected
+        self.t += self.wait(1, 30, MINUTE)
         if p.outcome == "running":
+            exp.status = "running"
             return
         if p.outcome == "deleted":
-            self.root("DELETED")
-            self.delete_pods()
-            self.workload("DELETED", 500)
+            self.delete_everything()
             return
         ok = p.outcome == "succeeded"
         for pod in self.pods:
@@ -371,51 +520,173 @@ class _Run:
             if ok:
                 self.root_status["completionTime"] = b.ts(self.t + 500)
         else:
+            reason = "Succeeded" if ok else "AppFailed"  # a RayJob's success carries no reason of its own
             self.root_status = {**self.root_status, "jobDeploymentStatus": "Complete" if ok else "Failed",
                                 "jobStatus": "SUCCEEDED" if ok else "FAILED", "endTime": b.ts(self.t + 500),
                                 "reason": "" if ok else "AppFailed", "message": message}
+        exp.status, exp.reason, exp.finished_at = "succeeded" if ok else "failed", reason, _sec(self.t + 500)
+        self.att.ended_at, self.att.end_reason = exp.finished_at, reason
+        self.enter("Completion")
         self.root(dt=500)
         self.wl_cond("Finished", "True", "Succeeded" if ok else "Failed", message)
         self.workload(dt=300)
 
+    def delete_everything(self) -> None:
+        """``kubectl delete`` of the root: it goes at once (no finalizer), the garbage collector takes the rest."""
+        exp = self.expected
+        # docs/limits.md, "Deleted without a trace": a root deleted without a deletionTimestamp is stamped with
+        # the latest time the object itself carries; phases after that stamp are not shown
+        stamp = _carried_time(self.root_meta, self.root_status)
+        att = self.att
+        att.phases = [ph for ph in att.phases if ph not in ("Runtime", "Progress")]
+        if att.bound_at is not None and att.bound_at <= stamp:
+            self.enter("Runtime")
+            if att.progress_at is not None and (self.p.kind == "RayJob" or att.progress_at <= stamp):
+                self.enter("Progress")
+        exp.status, exp.reason, exp.finished_at, exp.deleted = "stopped", "Deleted", stamp, True
+        att.ended_at, att.end_reason = stamp, "Deleted"
+        self.enter("Completion")
+        self.root("DELETED")
+        self.delete_pods()
+        self.delete_pods(self.dead_pods)
+        self.dead_pods = []
+        if self.cluster_live:
+            self.cluster_write("DELETED", {"state": "ready"})
+        self.workload("DELETED", 500)
 
-def _events(index: int, p: RunParams, t0: Ms) -> list[tuple[Ms, int, str, Obj]]:
-    rng = random.Random(index)
-    r = _Run(index, p, t0)
+    def finish(self) -> ExpectedRun:
+        """The run-level phase, once every write is made."""
+        exp = self.expected
+        last = exp.attempts[-1].phases
+        exp.phase = "Completion" if "Completion" in last else max(last, key=_PHASES.index)
+        return exp
+
+
+_PHASES = ["Resolution", "Rendering", "Admission", "Scheduling", "Runtime", "Progress", "Completion"]
+
+
+def _carried_time(meta: Obj, status: Obj) -> Ms:
+    """The latest time an object carries: its creation, condition transitions, start/completion/end times."""
+    times = [meta["creationTimestamp"], *(c["lastTransitionTime"] for c in status.get("conditions", ())),
+             *(status[k] for k in ("startTime", "completionTime", "endTime") if status.get(k))]
+    return max(_parse_ts(t) for t in times)
+
+
+def _parse_ts(text: str) -> Ms:
+    return int(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()) * SECOND
+
+
+def _events(index: int, p: RunParams, t0: Ms, *, name: str | None = None, namespace: str | None = None,
+            seed: int | None = None, admit_at: Ms | None = None,
+            preemptors: Sequence[tuple[str, str]] = ()) -> _Run:
+    """Every write of one run; ``admit_at`` forces the time of its first admission (a preemptor's)."""
+    r = _Run(index, p, t0, name=name, namespace=namespace, seed=seed)
+    r.preemptors = list(preemptors)
     r.submit()
     final = p.outcome == "deactivated"
     reason = p.eviction_reason
+    first = True
+
+    def admission_wait(lo: int, hi: int) -> Ms:
+        nonlocal first
+        w = r.wait(lo, hi, SECOND)
+        if first and admit_at is not None:
+            if admit_at < r.t:
+                raise ValueError(f"{r.run_id}: cannot be admitted at {admit_at}, submitted at {r.t}")
+            w = admit_at - r.t
+        first = False
+        return w
+
     for _ in range(p.evictions):
-        r.admit(rng.randrange(1, 120) * SECOND)
+        r.admit(admission_wait(1, 120))
         if p.kind == "RayJob":
             r.deploy()
-        r.schedule(r.create_pods(p.pods), reason == "Preempted", rng.randrange(5, 30) * SECOND)
-        r.t += (10 * MINUTE if reason == "PodsReadyTimeout" else rng.randrange(1, 40) * MINUTE)
+        r.schedule(r.create_pods(p.pods), reason == "Preempted", r.wait(5, 30, SECOND))
+        r.t += (10 * MINUTE if reason == "PodsReadyTimeout" else r.wait(1, 40, MINUTE))
         r.evict(reason, False)
-    r.admit(rng.randrange(1, 600) * SECOND)
+    r.admit(admission_wait(1, 600))
     if final:
         if p.kind == "RayJob":
             r.deploy()
         r.schedule(r.create_pods(p.pods), False, 10 * MINUTE)
         r.evict("DeactivatedDueToRequeuingLimitExceeded", True)
     elif p.kind == "Job":
-        r.run_job(rng)
+        r.run_job()
     else:
-        r.run_rayjob(rng)
+        r.run_rayjob()
     r.out.sort(key=lambda e: (e[0], e[1]))
-    return r.out
+    r.finish()
+    return r
 
 
 def generate_run(index: int, params: RunParams) -> dict[str, list[Obj]]:
     """One run's watch and intake events, per stream, each stream in commit order (deterministic)."""
     out: dict[str, list[Obj]] = {s: [] for s in STREAMS}
     rv = 1000 + index * 1000
-    for _t, _seq, stream, record in _events(index, params, START + index * RUN_SPACING):
+    for _t, _seq, stream, record in _events(index, params, START + index * RUN_SPACING).out:
         if stream != "intake":
             rv += 1
             record["object"]["metadata"]["resourceVersion"] = str(rv)
         out[stream].append(record)
     return out
+
+
+def expected_run(index: int, params: RunParams) -> ExpectedRun:
+    """What the run ``generate_run(index, params)`` gives must become."""
+    return _events(index, params, START + index * RUN_SPACING).expected
+
+
+def generate_cluster(plans: Sequence[RunPlan]) -> Cluster:
+    """Several runs on one cluster (see ``RunPlan``): every stream in commit order, one resourceVersion counter
+    across them (as etcd), and what each run must become."""
+    indexes = [i if plan.index is None else plan.index for i, plan in enumerate(plans)]
+    if len(set(indexes)) != len(indexes):
+        raise ValueError(f"run indexes must be distinct: {indexes}")
+    # who preempts whom: the k-th preemptor of a victim causes its k-th Preempted eviction
+    preemptors: dict[int, list[tuple[str, str]]] = {}
+    claimed: dict[int, int] = {}  # preemptor position -> the victim's eviction it causes
+    for pos, plan in enumerate(plans):
+        victim = plan.preempts
+        if victim is None:
+            continue
+        if not 0 <= victim < pos:
+            raise ValueError(f"run {pos} can only preempt an earlier run, not {victim}")
+        if plan.reuses_name_of is not None:
+            raise ValueError(f"run {pos}: a preemptor's submission time is set by its victim, not by a name")
+        vp = plans[victim].params
+        n = len(preemptors.setdefault(victim, []))
+        if vp.eviction_reason != "Preempted" or n >= vp.evictions:
+            raise ValueError(f"run {victim} has no Preempted eviction left for run {pos} to cause")
+        uid = b.uid("lifecycle", str(indexes[pos]))
+        preemptors[victim].append((f"{uid[:24]}{1:012x}", uid))  # its Workload is its first child
+        claimed[pos] = n
+    runs: list[_Run] = []
+    for pos, plan in enumerate(plans):
+        index = indexes[pos]
+        start = START + index * RUN_SPACING if plan.start is None else plan.start
+        name = namespace = None
+        admit_at = None
+        if plan.reuses_name_of is not None:
+            old = plan.reuses_name_of
+            if not 0 <= old < pos or not runs[old].expected.deleted:
+                raise ValueError(f"run {pos} can only reuse the name of an earlier deleted run, not {old}")
+            name, namespace = runs[old].name, runs[old].ns
+            start = max(start, runs[old].out[-1][0] + SECOND)  # after its last object is gone
+        if plan.preempts is not None:
+            admit_at = runs[plan.preempts].releases[claimed[pos]]
+            lead = random.Random(index if plan.seed is None else plan.seed).randrange(0, 60) * SECOND
+            start = admit_at - 3 * SECOND - (0 if plan.params.tight else lead)  # submitting takes 3 s
+        runs.append(_events(index, plan.params, start, name=name, namespace=namespace, seed=plan.seed,
+                            admit_at=admit_at, preemptors=preemptors.get(pos, ())))
+    merged = sorted((t, pos, seq, stream, record) for pos, r in enumerate(runs) for t, seq, stream, record in r.out)
+    streams: dict[str, list[Obj]] = {s: [] for s in STREAMS}
+    rv = 1000
+    for _t, _pos, _seq, stream, record in merged:
+        if stream != "intake":
+            rv += 1
+            record["object"]["metadata"]["resourceVersion"] = str(rv)
+        streams[stream].append(record)
+    return Cluster(streams, {r.run_id: r.expected for r in runs})
 
 
 def random_params(rng: random.Random) -> RunParams:
@@ -446,7 +717,7 @@ def generate_stream(n_runs: int, seed: int) -> Iterator[Obj]:
                 rv += 1
                 record["object"]["metadata"]["resourceVersion"] = str(rv)
             yield record
-        for t, _i, _stream, record in _events(index, random_params(rng), t0):
+        for t, _i, _stream, record in _events(index, random_params(rng), t0).out:
             seq += 1
             heapq.heappush(heap, (t, seq, record))
     while heap:
