@@ -6,10 +6,13 @@
 Figures, in one run against the same broker and topic layout (4 partitions):
 
 1. raw consume: an aiokafka consumer (read_committed, no processing) reading the changes topic: records/s;
-2. reduce: ``tracker reduce`` (a subprocess, 4 partitions, transactions) folding the same changes, from ready to
-   every offset committed: changes/s, and its ratio to (1);
+2. reduce: ``tracker reduce`` (a subprocess, 4 partitions, transactions) folding the same changes: the changes it
+   folded and committed between ready and every offset committed, divided by that interval (what it did while
+   starting, before it was ready, counts on neither side): changes/s, and its ratio to (1);
 3. end to end: progress changes offered at fixed rates (one phase per rate) while ``tracker reduce`` and the index
-   sink run; latency from a change produced to the experiment-index row that reflects it committed (p50/p95/p99);
+   sink run; latency from a change produced to the experiment-index row that reflects it committed (p50/p95/p99).
+   A change not indexed within ``--miss-after`` seconds (default 60) of the phase's last send is a miss: it counts
+   as an infinite latency in the percentiles, and the misses are reported;
 4. memory per active run: tracemalloc growth of a Reducer holding runs that are
    still running, divided by their number.
 5. scale-out: N ``tracker reduce`` processes in one consumer group (default 1 and 2), each N on fresh topics
@@ -57,7 +60,7 @@ from tracker.runtime.sinks import OffsetKey, index_sink_runner  # noqa: E402
 from tracker.samples import builders as b  # noqa: E402
 from tracker.shell import kafka  # noqa: E402
 from tracker.shell.capture import Record  # noqa: E402
-from tracker.shell.index import ExperimentIndex  # noqa: E402
+from tracker.shell.index import ExperimentIndex, StateRows  # noqa: E402
 
 Event = dict[str, Any]
 QUEUE = "gpu-a"
@@ -233,8 +236,18 @@ def environment(bootstrap: str, prefix: str, metrics_port: int) -> dict[str, str
 
 
 def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile; misses are in ``values`` as ``inf`` (so a p99 with more than 1% misses is inf)."""
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered)) - 1))]
+
+
+def consumed_total(port: int) -> int:
+    """Changes the reducer process folded and committed so far (its ``tracker_changes_consumed_total``)."""
+    total = 0.0
+    for line in (http_get(port, "/metrics") or "").splitlines():
+        if line.startswith("tracker_changes_consumed_total{"):
+            total += float(line.rpartition(" ")[2])
+    return int(total)
 
 
 async def raw_consume(settings: Settings, expected: int) -> float:
@@ -373,8 +386,9 @@ class TimedIndex(ExperimentIndex):
         self.sent = sent  # run -> [(step, perf_counter when produced)], shared with the producing loop
         self.latencies = latencies
 
-    def write(self, histories: Sequence[RunHistory], offsets: Mapping[OffsetKey, int] | None = None) -> int:
-        changed = super().write(histories, offsets)
+    def write(self, histories: Sequence[RunHistory], offsets: Mapping[OffsetKey, int] | None = None,
+              state: StateRows | None = None) -> int:
+        changed = super().write(histories, offsets, state)
         now = time.perf_counter()
         for h in histories:
             latest = next((m.latest_step for m in h.metrics if m.metric == "loss"), None)
@@ -386,9 +400,10 @@ class TimedIndex(ExperimentIndex):
 
 
 async def end_to_end(settings: Settings, producer: Any, tmp: Path, rates: Sequence[float], seconds: float,
-                     seed: int, runs_before: int) -> dict[float, list[float]]:
+                     seed: int, runs_before: int, miss_after: float) -> dict[float, tuple[list[float], int]]:
     """Per offered load (changes/s, one phase each): seconds from a progress change produced to the index row
-    showing it committed."""
+    showing it committed, with ``inf`` for each change not indexed within ``miss_after`` seconds of the phase's
+    last send; and how many such misses there were."""
     warm = keyed(synthetic_stream(LATENCY_RUNS, seed + 1, start=100_000, outcomes=["running"]), "warm")
     await service.publish(as_source(warm), settings)
     run_ids = sorted({key for _, key in warm if key})
@@ -403,7 +418,7 @@ async def end_to_end(settings: Settings, producer: Any, tmp: Path, rates: Sequen
             if len(idx.runs()) >= runs_before + LATENCY_RUNS:
                 break
         await asyncio.sleep(0.2)
-    results: dict[float, list[float]] = {}
+    results: dict[float, tuple[list[float], int]] = {}
     k = 0
     for rate in rates:
         latencies.clear()
@@ -418,11 +433,14 @@ async def end_to_end(settings: Settings, producer: Any, tmp: Path, rates: Sequen
                      "at": "2026-08-20T12:00:00Z", "kind": "Progress", "step": step, "metrics": {"loss": 1 / step}}
             sent.setdefault(run_id, []).append((step, time.perf_counter()))
             await producer.send(settings.kafka.topics.changes, json.dumps(event).encode(), key=run_id.encode())
-        while time.perf_counter() - started < seconds + 60:  # the last changes reach the index
+        last_send = time.perf_counter()
+        while time.perf_counter() - last_send < miss_after:  # the last changes reach the index
             if not any(sent.values()):
                 break
             await asyncio.sleep(0.1)
-        results[rate] = list(latencies)
+        misses = sum(len(waiting) for waiting in sent.values())
+        sent.clear()  # a miss is not measured later, in another phase
+        results[rate] = ([*latencies, *[float("inf")] * misses], misses)
     runner.request_stop()
     await task
     return results
@@ -448,6 +466,9 @@ async def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rates", type=float, nargs="+", default=[50.0, 200.0, 500.0],
                         help="offered loads of the latency phases, changes/s")
     parser.add_argument("--seconds", type=float, default=10.0, help="length of each latency phase")
+    parser.add_argument("--miss-after", type=float, default=60.0, metavar="SECONDS",
+                        help="a change of a latency phase not indexed this long after the phase's last send is a "
+                        "miss (an infinite latency)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--scale-out", type=int, nargs="*", default=[1, 2], metavar="N",
                         help="also measure N reduce processes in one group, each N on fresh topics (none: skip)")
@@ -485,14 +506,22 @@ async def main(argv: list[str] | None = None) -> int:
             if reducer.returncode is not None:
                 raise RuntimeError(f"the reducer exited, see {tmp / 'reduce.log'}")
             await asyncio.sleep(0.02)
+        # measured from ready: what the reducer folded while it started counts neither as work nor as time
+        before = consumed_total(port)
         started = time.perf_counter()
         while True:
             if await committed_total(admin, settings.reduce.group_id) >= produced:
                 break
             await asyncio.sleep(0.02)
-        reduce_rate = produced / (time.perf_counter() - started)
+        elapsed = time.perf_counter() - started
+        measured = consumed_total(port) - before
+        if measured + before != produced:
+            print(f"warning: the reducer counted {measured + before} changes folded for {produced} produced",
+                  file=sys.stderr)
+        reduce_rate = measured / elapsed
 
-        latencies = await end_to_end(settings, producer, tmp, args.rates, args.seconds, args.seed, args.runs)
+        latencies = await end_to_end(settings, producer, tmp, args.rates, args.seconds, args.seed, args.runs,
+                                     args.miss_after)
         stages = histogram_means(http_get(port, "/metrics") or "")
         rss = rss_mib(reducer.pid)
     finally:
@@ -511,15 +540,18 @@ async def main(argv: list[str] | None = None) -> int:
     print(f"  produce (idempotent, acks=all):          {produce_rate:9,.0f} changes/s")
     print(f"  raw consume (read_committed):            {raw_rate:9,.0f} records/s  (baseline)")
     print(f"  tracker reduce (1 process, transactions): {reduce_rate:8,.0f} changes/s  "
-          f"= {reduce_rate / raw_rate:.1%} of raw consume")
+          f"= {reduce_rate / raw_rate:.1%} of raw consume  ({measured:,} changes in {elapsed:.2f} s from ready; "
+          f"{before:,} folded before it was ready are not counted)")
     print(f"      per poll batch and partition: fold+flush {stages.get('tracker_fold_seconds', 0) * 1e3:.1f} ms, "
           f"transaction {stages.get('tracker_transaction_seconds', 0) * 1e3:.1f} ms (means)")
     print(f"  end to end, progress changes to {LATENCY_RUNS} running runs, produced -> index row committed "
           f"({args.seconds:g} s per load):")
-    for rate, values in latencies.items():
+    for rate, (values, misses) in latencies.items():
         print(f"      {rate:6,.0f} changes/s offered: p50 {percentile(values, 50) * 1e3:5.0f} ms   "
               f"p95 {percentile(values, 95) * 1e3:5.0f} ms   p99 {percentile(values, 99) * 1e3:5.0f} ms   "
-              f"max {max(values) * 1e3:5.0f} ms   ({len(values)} changes)")
+              f"max {max(values) * 1e3:5.0f} ms   ({len(values)} changes, "
+              + (f"MISSED {misses}: not indexed within {args.miss_after:g} s, counted as inf)" if misses else
+                 "none missed)"))
     for n, rate in scaled.items():
         print(f"  scale-out: {n} reduce process{'es' if n > 1 else ''} in one group: {rate:9,.0f} changes/s"
               + (f"  = {rate / scaled[1]:.2f}x one process" if 1 in scaled and n != 1 else "")
