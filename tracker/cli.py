@@ -6,8 +6,10 @@ import argparse
 import asyncio
 import json
 import re
+import signal
 import sqlite3
 import sys
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -82,11 +84,16 @@ def replay(captures: list[Path], index_path: Path, console: Console, quiet: bool
 
             progress.start()
         try:
-            report = asyncio.run(run_pipeline(interleave(files), reducer, [], JsonlDeadLetters(dead_path),
-                                              on_progress=on_progress, store=index))
+            report = asyncio.run(_until_signalled(lambda stop: run_pipeline(
+                interleave(files), reducer, [], JsonlDeadLetters(dead_path), on_progress=on_progress, store=index,
+                stop=stop)))
         finally:
             if progress is not None:
                 progress.stop()
+    if report.stopped:
+        _fail(f"replay stopped by {_signal_name(report.stopped_by)} after {report.records} records (the last from "
+              f"{report.last_source or 'nowhere'}); everything folded is committed to {index_path}: run the same "
+              "replay again to finish (it continues from the index)")
     if not quiet:
         continued = f" (continuing {known} run(s) it held)" if known else ""
         console.print(f"folded {report.records} records from {len(files)} file(s) ({total_bytes / 1e6:.1f} MB) "
@@ -98,16 +105,50 @@ def replay(captures: list[Path], index_path: Path, console: Console, quiet: bool
     return report
 
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+async def _until_signalled(body: Callable[[asyncio.Event], Awaitable[PipelineReport]]) -> PipelineReport:
+    """Run ``body(stop)`` with SIGINT, SIGTERM and SIGHUP setting ``stop`` (the pipeline then stops taking records,
+    folds and commits what it took); a second signal ends the process at once, by the signal's default action."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    received: list[int] = []
+
+    def on_signal(signum: int) -> None:
+        if received:
+            for sig in STOP_SIGNALS:
+                loop.remove_signal_handler(sig)
+            signal.raise_signal(signum)
+        received.append(signum)
+        stop.set()
+
+    for sig in STOP_SIGNALS:
+        loop.add_signal_handler(sig, on_signal, sig)
+    try:
+        report = await body(stop)
+    finally:
+        for sig in STOP_SIGNALS:
+            loop.remove_signal_handler(sig)
+    if received:
+        report.stopped_by = received[0]
+    return report
+
+
+def _signal_name(signum: int) -> str:
+    return signal.Signals(signum).name if signum else "a stop request"
+
+
 def cmd_replay(args: argparse.Namespace, console: Console) -> int:
-    replay(args.captures, args.index, console)
-    return 0
+    report = replay(args.captures, args.index, console)
+    return 128 + report.stopped_by if report.stopped and report.stopped_by else 0
 
 
 def cmd_runs(args: argparse.Namespace, console: Console) -> int:
     from tracker.render import runs_json, runs_table
     from tracker.shell.index import ExperimentIndex
 
-    stalled = parse_duration(args.stalled_admission) if args.stalled_admission else None
+    stalled = parse_duration(args.stalled_admission) if args.stalled_admission is not None else None
     with ExperimentIndex(args.index, readonly=True) as index:
         records = index.runs(status=args.status, phase=args.phase, stalled_admission_s=stalled,
                              now=parse_now(args.now), workspace=args.workspace, project=args.project)

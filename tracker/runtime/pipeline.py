@@ -49,6 +49,9 @@ class PipelineReport:
     rows_changed: int = 0
     dead_letters: int = 0
     stats: dict[str, int] = field(default_factory=dict)
+    stopped: bool = False  # a stop request ended the intake before the records did
+    stopped_by: int = 0  # the signal that asked to stop, when one did
+    last_source: str = ""  # where the last record folded came from ("path:line")
 
 
 class JsonlDeadLetters:
@@ -74,9 +77,13 @@ async def run_pipeline(
     limits: PipelineLimits | None = None,
     on_progress: Callable[[int], None] | None = None,
     store: StateStore | None = None,
+    stop: asyncio.Event | None = None,
 ) -> PipelineReport:
     """Fold ``records`` and write the histories of the runs they change to ``store`` (with the reducer's state
-    for those runs, so that a later call continues from it) and to ``sinks``; dead letters to ``dead_letters``."""
+    for those runs, so that a later call continues from it) and to ``sinks``; dead letters to ``dead_letters``.
+
+    Once ``stop`` is set no further record is taken: what was taken is folded and written, and the report says
+    ``stopped`` and the source of the last record folded."""
     lim = limits or PipelineLimits()
     changes: InProcessBus[Record | BadRecord] = InProcessBus(lim.change_queue)
     batches: InProcessBus[tuple[list[RunHistory], list[DeadLetter], StateRows | None]] = \
@@ -90,16 +97,25 @@ async def run_pipeline(
         if out.histories or out.dead_letters or (rows is not None and rows.held is not None):
             await batches.put((out.histories, out.dead_letters, rows))
 
+    def stopping() -> bool:
+        if stop is not None and stop.is_set():
+            report.stopped = True
+        return report.stopped
+
     async def source() -> None:
         try:
             if isinstance(records, AsyncIterable):
                 async for rec in records:
+                    if stopping():
+                        break
                     await changes.put(rec)
             else:
                 for n, rec in enumerate(records, start=1):
+                    if stopping():
+                        break
                     await changes.put(rec)
                     if n % 1024 == 0:
-                        await asyncio.sleep(0)  # let the reducer run while the source is fast
+                        await asyncio.sleep(0)  # let the reducer (and a stop request) run while the source is fast
         finally:
             await changes.close()
 
@@ -111,6 +127,7 @@ async def run_pipeline(
                     _fold(reducer, item)
                     report.records += 1
                     since_flush += 1
+                report.last_source = item.source
                 if on_progress is not None:
                     on_progress(report.records)
                 if since_flush >= lim.flush_every or changes.qsize() == 0:

@@ -522,9 +522,13 @@ class ExperimentIndex:
         if stalled_admission_s is not None:
             if not math.isfinite(stalled_admission_s) or stalled_admission_s < 0:
                 raise ValueError(f"stalled_admission_s must be finite and >= 0, got {stalled_admission_s!r}")
-            cutoff = _aware(now or datetime.now(UTC)) - timedelta(seconds=stalled_admission_s)
+            try:
+                cutoff = (_aware(now or datetime.now(UTC)) - timedelta(seconds=stalled_admission_s)).astimezone(UTC)
+                text = cutoff.replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"  # '0001-...' too
+            except OverflowError:  # before year 1: no run was queued that long ago
+                text = ""
             where.append(f"status = 'pending' AND phase = 'Admission' AND {_exact('queued_at')} < ?")
-            params.append(cutoff.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"))
+            params.append(text)
         sql = f"SELECT * FROM runs{' WHERE ' + ' AND '.join(where) if where else ''} " \
               f"ORDER BY created_at IS NULL, {_exact('created_at')} DESC, run_id"
         if limit is not None:

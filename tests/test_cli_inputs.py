@@ -1,0 +1,58 @@
+"""Odd but possible command-line input: one clear line and a documented exit code, never a traceback."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from tracker.cli import DEMO_CAPTURES, main, replay
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("idx") / "index.sqlite"
+    replay([DEMO_CAPTURES], path, Console(quiet=True), quiet=True)
+    return path
+
+
+def one_error_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in err, err
+    return lines[0]
+
+
+def test_an_empty_duration_is_an_error_not_every_run(index: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["runs", "--index", str(index), "--stalled-admission", "", "--json"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "not a duration: ''" in one_error_line(err)
+
+
+@pytest.mark.parametrize("args", [["--stalled-admission", "99999999999d"],
+                                  ["--stalled-admission", "1s", "--now", "0001-01-01"],
+                                  ["--stalled-admission", "0s", "--now", "0001-01-01T00:00:00Z"]])
+def test_a_cutoff_before_year_one_matches_no_run(index: Path, capsys: pytest.CaptureFixture[str],
+                                                 args: list[str]) -> None:
+    assert main(["runs", "--index", str(index), "--json", *args]) == 0
+    assert json.loads(capsys.readouterr().out) == []
+
+
+def test_a_cutoff_at_the_end_of_time_matches_every_run_waiting_in_admission(
+        index: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["runs", "--index", str(index), "--json", "--status", "pending"]) == 0
+    pending = [r for r in json.loads(capsys.readouterr().out) if r["phase"] == "Admission"]
+    assert main(["runs", "--index", str(index), "--json", "--stalled-admission", "1s", "--now", "9999-12-31"]) == 0
+    assert [r["run_id"] for r in json.loads(capsys.readouterr().out)] == [r["run_id"] for r in pending]
+
+
+def test_a_run_id_that_looks_like_markup_is_printed_as_given(index: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["show", "[red]x[/red] [/]", "--index", str(index)]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and "no run '[red]x[/red] [/]'" in one_error_line(err)
+
+
+def test_replay_of_a_missing_capture_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["replay", str(tmp_path / "nope.jsonl"), "--index", str(tmp_path / "i.sqlite")]) == 2
+    assert "nope.jsonl" in one_error_line(capsys.readouterr().err)

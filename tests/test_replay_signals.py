@@ -1,0 +1,76 @@
+"""`tracker replay` stopped by SIGINT, SIGTERM or SIGHUP stops at a record boundary, commits what it folded, says
+where it stopped in one line and exits 128 + the signal; the same replay run again finishes the index."""
+
+from __future__ import annotations
+
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from tests.test_replay_incremental import contents
+from tracker.cli import main, replay
+from tracker.samples.lifecycles import generate_stream
+from tracker.shell import jsonio
+
+RUNS = 400  # about 10,000 records: long enough to be signalled while replaying, on a busy machine too
+
+
+@pytest.fixture(scope="module")
+def capture(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("capture") / "cluster.jsonl"
+    path.write_bytes(b"".join(jsonio.dumps(r) + b"\n" for r in generate_stream(RUNS, 5)))
+    return path
+
+
+@pytest.fixture(scope="module")
+def whole(capture: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[tuple[object, ...]]]:
+    path = tmp_path_factory.mktemp("whole") / "index.sqlite"
+    replay([capture], path, Console(quiet=True), quiet=True)
+    return contents(path)
+
+
+def committed_runs(index: Path) -> int:
+    try:
+        conn = sqlite3.connect(f"file:{index}?mode=ro", uri=True)
+    except sqlite3.Error:
+        return 0
+    try:
+        return int(conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0])
+    except sqlite3.Error:
+        return 0
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_a_signalled_replay_commits_says_where_and_a_second_one_finishes(
+        capture: Path, whole: dict[str, list[tuple[object, ...]]], tmp_path: Path, sig: signal.Signals,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    index = tmp_path / "index.sqlite"
+    code = "import sys; from tracker.cli import main; sys.exit(main(sys.argv[1:]))"
+    proc = subprocess.Popen([sys.executable, "-c", code, "replay", str(capture), "--index", str(index)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while committed_runs(index) == 0 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert proc.poll() is None, "the replay ended before it could be signalled"
+    proc.send_signal(sig)
+    _out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + sig, (proc.returncode, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert f"replay stopped by {sig.name} after" in lines[0] and f"{capture}:" in lines[0]
+    assert "Traceback" not in err
+    partial = contents(index)
+    assert 0 < len(partial["runs"]) < len(whole["runs"]) or partial != whole
+    conn = sqlite3.connect(index)
+    assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    conn.close()
+    assert main(["replay", str(capture), "--index", str(index)]) == 0
+    assert contents(index) == whole
