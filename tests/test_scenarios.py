@@ -7,16 +7,26 @@ tracker/captures/demo/README.md for its timeline); the expected rows below were 
 
 from __future__ import annotations
 
+import copy
 import json
+import random
 import sqlite3
+from collections.abc import Iterable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
+from rich.console import Console
 
+from tests.laws import by_object, fold, histories
 from tracker.cli import DEMO_CAPTURES, main
+from tracker.core.derive import may_reopen
+from tracker.core.model import RunHistory
 from tracker.core.reducer import Reducer
-from tracker.samples.scenarios import SCENARIOS
+from tracker.render import timeline
+from tracker.samples.builders import at
+from tracker.samples.scenarios import SCENARIOS, Write, _cluster
 from tracker.shell.index import ExperimentIndex
 
 # scenario -> run id -> (run fields, transitions (attempt, phase, HH:MM:SS, reason),
@@ -114,7 +124,8 @@ EXPECTED: dict[str, dict[str, tuple[dict[str, Any], list[tuple[int, str, str, st
     },
     'deactivated': {
         'gpt-moe-6wz8r': (
-            {'status': 'stopped', 'reason': 'DeactivatedDueToRequeuingLimitExceeded', 'phase': 'Completion', 'attempts': 2, 'retries': 0, 'evictions': 2, 'admission_wait_s': 61.0},
+            {'status': 'stopped', 'reason': 'DeactivatedDueToRequeuingLimitExceeded', 'phase': 'Completion', 'attempts': 2, 'retries': 0, 'evictions': 2, 'admission_wait_s': 61.0,
+             'finished_at': '2026-08-20T11:41:03Z'},
             [
                 (1, 'Resolution', '11:19:56', 'ResolutionStarted'),
                 (1, 'Rendering', '11:19:57', 'RenderingStarted'),
@@ -209,6 +220,50 @@ EXPECTED: dict[str, dict[str, tuple[dict[str, Any], list[tuple[int, str, str, st
                 (1, 'Completion', '09:50:02', 'ValidationFailed'),
             ],
             [
+            ],
+        ),
+    },
+    'reactivated': {
+        'mixtral-sft-8pz3c': (
+            {'status': 'succeeded', 'reason': 'CompletionsReached', 'phase': 'Completion', 'attempts': 2, 'retries': 0, 'evictions': 1, 'admission_wait_s': 785.0,
+             'queued_at': '2026-08-20T10:20:00Z', 'admitted_at': '2026-08-20T10:33:05Z', 'finished_at': '2026-08-20T10:54:24Z'},
+            [
+                (1, 'Resolution', '09:05:56', 'ResolutionStarted'),
+                (1, 'Rendering', '09:05:57', 'RenderingStarted'),
+                (1, 'Admission', '09:05:59', 'Submitted'),
+                (1, 'Scheduling', '09:06:02', 'Admitted'),
+                (1, 'Runtime', '09:06:03', 'PodsScheduled'),
+                (1, 'Progress', '09:10:00', 'FirstStep'),
+                (1, 'Completion', '09:40:00', 'Deactivated'),
+                (2, 'Admission', '10:20:00', 'Reactivated'),
+                (2, 'Scheduling', '10:33:05', 'Admitted'),
+                (2, 'Runtime', '10:33:06', 'PodsScheduled'),
+                (2, 'Progress', '10:35:00', 'FirstStep'),
+                (2, 'Completion', '10:54:24', 'CompletionsReached'),
+            ],
+            [
+                ('Submitted', 'Deactivated', None, 0, []),
+                ('Deactivated', 'CompletionsReached', None, 0, []),
+            ],
+        ),
+    },
+    'reactivated-waiting': {
+        'qwen-rm-5vt2j': (
+            {'status': 'pending', 'reason': 'Pending', 'phase': 'Admission', 'attempts': 2, 'retries': 0, 'evictions': 1, 'admission_wait_s': None,
+             'queued_at': '2026-08-20T12:24:00Z', 'admitted_at': None, 'finished_at': None, 'pending_reason': 'Pending'},
+            [
+                (1, 'Resolution', '11:49:56', 'ResolutionStarted'),
+                (1, 'Rendering', '11:49:57', 'RenderingStarted'),
+                (1, 'Admission', '11:49:59', 'Submitted'),
+                (1, 'Scheduling', '11:50:02', 'Admitted'),
+                (1, 'Runtime', '11:50:03', 'PodsScheduled'),
+                (1, 'Progress', '11:54:00', 'FirstStep'),
+                (1, 'Completion', '12:05:00', 'Deactivated'),
+                (2, 'Admission', '12:24:00', 'Reactivated'),
+            ],
+            [
+                ('Submitted', 'Deactivated', None, 0, []),
+                ('Deactivated', None, None, 0, []),
             ],
         ),
     },
@@ -321,14 +376,19 @@ def test_runs_json_and_show_json(tmp_path: Path, capsys: pytest.CaptureFixture[s
     capsys.readouterr()
     assert main(["runs", "--index", str(index_path), "--json", "--status", "pending"]) == 0
     runs = json.loads(capsys.readouterr().out)
-    assert [r["run_id"] for r in runs] == list(SCENARIOS["unschedulable"].run_ids)
+    pending = {*SCENARIOS["unschedulable"].run_ids, *SCENARIOS["reactivated-waiting"].run_ids}
+    assert {r["run_id"] for r in runs} == pending
     required = {"run_id", "kind", "namespace", "name", "status", "reason", "phase", "attempts", "retries",
                 "evictions", "queued_at", "admitted_at", "started_at", "finished_at", "admission_wait_s"}
     assert required <= set(runs[0])
     assert runs[0]["queued_at"].endswith("Z") and runs[0]["finished_at"] is None
     assert main(["runs", "--index", str(index_path), "--json", "--stalled-admission", "30m",
                  "--now", "2026-08-20T09:55:00Z"]) == 0
-    assert json.loads(capsys.readouterr().out) == []  # nothing is pending in Admission at the end
+    assert json.loads(capsys.readouterr().out) == []  # nothing was pending in Admission that long at 09:55
+    assert main(["runs", "--index", str(index_path), "--json", "--stalled-admission", "30m",
+                 "--now", "2026-08-20T13:00:00Z"]) == 0
+    # queued again at its reactivation (12:24): waiting 36 minutes when the capture ends (the demo's example)
+    assert [r["run_id"] for r in json.loads(capsys.readouterr().out)] == list(SCENARIOS["reactivated-waiting"].run_ids)
     assert main(["show", "bert-pt-2c5nw", "--index", str(index_path), "--json"]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert [(t["attempt"], t["phase"]) for t in shown["transitions"]][-1] == (2, "Completion")
@@ -341,3 +401,188 @@ def test_demo_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert main(["demo", "--index", str(index_path)]) == 0
     out = capsys.readouterr().out
     assert "bert-pt-2c5nw" in out and "RayJobRetry" in out and str(index_path.resolve()) in out
+
+
+# ------------------------------------------------------------------------------------------ deactivation, reactivation
+
+
+def _writes(name: str) -> list[Write]:
+    return sorted((w for stream in _cluster().by_scenario[name].values() for w in stream), key=lambda w: w.at)
+
+
+def _fold_writes(writes: Iterable[Write]) -> Reducer:
+    red = Reducer()
+    for w in writes:
+        red.apply(w.record, "t")
+    assert red.stats.dead_letters == 0
+    return red
+
+
+def _history(red: Reducer, run_id: str) -> RunHistory:
+    h = red.history(run_id)
+    assert h is not None
+    return h
+
+
+def _last(name: str, kind: str) -> dict[str, Any]:
+    return copy.deepcopy(next(w.record["object"] for w in reversed(_writes(name)) if w.stream != "intake"
+                              and w.record["object"]["kind"] == kind))
+
+
+def _set_condition(obj: dict[str, Any], type_: str, status: str, reason: str, message: str, when: str) -> None:
+    conds = [c for c in obj["status"]["conditions"] if c["type"] != type_]
+    obj["status"]["conditions"] = [*conds, {"type": type_, "status": status, "reason": reason, "message": message,
+                                            "lastTransitionTime": when}]
+
+
+def test_reactivation_reopens_a_deactivated_run_and_clears_its_end() -> None:
+    """While deactivated the run is stopped; reactivated, it is pending in Admission again, in a new attempt
+    queued at the reactivation; and the stale 'The workload is deactivated' is not what it waits for."""
+    writes = _writes("reactivated")
+    [run_id] = SCENARIOS["reactivated"].run_ids
+    deactivated = _history(_fold_writes(w for w in writes if w.at < at("10:00:00")), run_id)
+    assert (deactivated.run.status, deactivated.run.phase, deactivated.run.reason) == ("stopped", "Completion",
+                                                                                       "Deactivated")
+    assert deactivated.run.finished_at == datetime(2026, 8, 20, 9, 40, tzinfo=UTC)
+    # reactivated, and the scheduler has not tried it yet
+    queued = _history(_fold_writes(w for w in writes if w.at <= at("10:20:00.300")), run_id)
+    assert (queued.run.status, queued.run.phase, queued.run.attempts) == ("pending", "Admission", 2)
+    assert queued.run.finished_at is None
+    assert queued.run.queued_at == datetime(2026, 8, 20, 10, 20, tzinfo=UTC)
+    assert (queued.run.reason, queued.run.pending_reason, queued.run.pending_message) == ("Queued", None, "")
+    assert [(a.trigger, a.queued_at, a.end_reason) for a in queued.attempts][1:] == [
+        ("Deactivated", datetime(2026, 8, 20, 10, 20, tzinfo=UTC), None)]
+    # and it says why once Kueue's scheduler has tried
+    waiting = _history(_fold_writes(w for w in writes if w.at <= at("10:21:00")), run_id)
+    assert waiting.run.pending_reason == "Pending" and "insufficient unused quota" in waiting.run.pending_message
+
+
+def test_a_relist_that_lost_the_deactivation_still_reopens_at_the_reactivation() -> None:
+    """Workload states between the deactivation and the re-admission unseen (a relist): the re-admitted
+    Workload still carries Requeued=True/Reactivated, so the new attempt is queued at the reactivation."""
+    [run_id] = SCENARIOS["reactivated"].run_ids
+    lost = [w for w in _writes("reactivated")
+            if not (w.stream == "workloads" and at("09:39:00") < w.at < at("10:33:05"))]
+    h = _history(_fold_writes(lost), run_id)
+    assert [(a.trigger, a.queued_at, a.admitted_at, a.end_reason) for a in h.attempts] == [
+        ("Submitted", datetime(2026, 8, 20, 9, 5, 59, tzinfo=UTC), datetime(2026, 8, 20, 9, 6, 2, tzinfo=UTC), None),
+        ("Deactivated", datetime(2026, 8, 20, 10, 20, tzinfo=UTC), datetime(2026, 8, 20, 10, 33, 5, tzinfo=UTC),
+         "CompletionsReached")]
+    assert h.run.evictions == 1 and h.run.admission_wait_s == 785.0
+
+
+def test_a_readmission_after_a_deactivation_is_a_new_attempt_even_without_the_reactivation() -> None:
+    """No Requeued=True/Reactivated in any record (e.g. it was overwritten before the watcher saw it): the
+    re-admission still opens an attempt triggered by the deactivation, with no queue time to report."""
+    [run_id] = SCENARIOS["reactivated"].run_ids
+    writes = []
+    for w in _writes("reactivated"):
+        if w.stream == "workloads":
+            w = copy.deepcopy(w)
+            status = w.record["object"].get("status") or {}
+            status["conditions"] = [c for c in status.get("conditions", ()) if c["reason"] != "Reactivated"]
+        writes.append(w)
+    h = _history(_fold_writes(writes), run_id)
+    assert [(a.trigger, a.queued_at is None, a.end_reason) for a in h.attempts] == [
+        ("Submitted", False, "Deactivated"), ("Deactivated", True, "CompletionsReached")]
+    assert [(t.attempt, t.phase.value, t.reason) for t in h.transitions][6:8] == [
+        (1, "Completion", "Deactivated"), (2, "Scheduling", "Admitted")]
+
+
+def test_a_derived_deactivation_reason_reopens_too() -> None:
+    """Kueue before kubernetes-sigs/kueue#14874 (v0.12-v0.17) writes Requeued=True/Reactivated only when the
+    deactivation reason is exactly Deactivated; with the fix, DeactivatedDueTo<Cause> is reactivated as well."""
+    [run_id] = SCENARIOS["deactivated"].run_ids
+    wl = _last("deactivated", "Workload")
+    wl["spec"]["active"] = True
+    _set_condition(wl, "Requeued", "True", "Reactivated", "The workload was reactivated", "2026-08-20T12:30:00Z")
+    red = _fold_writes(_writes("deactivated"))
+    red.apply({"type": "MODIFIED", "object": wl}, "t")
+    h = _history(red, run_id)
+    assert (h.run.status, h.run.phase, h.run.finished_at, h.run.evictions) == ("pending", "Admission", None, 2)
+    assert [(a.trigger, a.end_reason) for a in h.attempts][2:] == [("DeactivatedDueToRequeuingLimitExceeded", None)]
+
+
+def test_deletion_stays_final() -> None:
+    """A deactivated run whose Job is deleted is stopped for good: a later reactivation of its (finalizer-held)
+    Workload does not reopen it. A reactivated run deleted while it waits is stopped as Deleted."""
+    [run_id] = SCENARIOS["deactivated"].run_ids
+    job = _last("deactivated", "Job")
+    job["metadata"]["deletionTimestamp"] = "2026-08-20T12:00:00Z"
+    wl = _last("deactivated", "Workload")
+    _set_condition(wl, "Requeued", "True", "Reactivated", "The workload was reactivated", "2026-08-20T12:00:05Z")
+    red = _fold_writes(_writes("deactivated"))
+    for rec in ({"type": "DELETED", "object": job}, {"type": "MODIFIED", "object": wl}):
+        red.apply(rec, "t")
+    h = _history(red, run_id)
+    assert (h.run.status, h.run.reason, h.run.phase) == ("stopped", "DeactivatedDueToRequeuingLimitExceeded",
+                                                         "Completion")
+    assert h.run.finished_at == datetime(2026, 8, 20, 11, 41, 3, tzinfo=UTC) and h.run.attempts == 2
+
+    [waiting_id] = SCENARIOS["reactivated-waiting"].run_ids
+    job = _last("reactivated-waiting", "Job")
+    job["metadata"]["deletionTimestamp"] = "2026-08-20T12:50:00Z"
+    red = _fold_writes(_writes("reactivated-waiting"))
+    red.apply({"type": "DELETED", "object": job}, "t")
+    h = _history(red, waiting_id)
+    assert (h.run.status, h.run.reason, h.run.phase, h.run.attempts) == ("stopped", "Deleted", "Completion", 2)
+    assert [(t.attempt, t.phase.value, t.reason) for t in h.transitions][-3:] == [
+        (1, "Completion", "Deactivated"), (2, "Admission", "Reactivated"), (2, "Completion", "Deleted")]
+
+
+@pytest.mark.parametrize("name", ["reactivated", "reactivated-waiting"])
+def test_reactivation_histories_do_not_depend_on_arrival_order(name: str) -> None:
+    """Each object's records kept in order, the objects interleaved at random, everything delivered twice."""
+    seqs = by_object(SCENARIOS[name].streams())
+    want = histories(fold(ev for seq in seqs for ev in seq))
+    for seed in range(5):
+        rng = random.Random(seed)
+        queues = [list(seq) * 2 for seq in seqs]
+        order = []
+        while any(queues):
+            q = rng.choice([q for q in queues if q])
+            order.append(q.pop(0))
+        assert histories(fold(order)) == want
+
+
+def test_the_timeline_shows_the_deactivated_interval() -> None:
+    [run_id] = SCENARIOS["reactivated"].run_ids
+    h = fold_scenario("reactivated").history(run_id)
+    assert h is not None
+    console = Console(record=True, width=140, color_system=None)
+    console.print(timeline(h, width=140))
+    lines = console.export_text().splitlines()
+    stopped = next(line for line in lines if line.lstrip().startswith("Completion") and "┄" in line)
+    assert "40m00s" in stopped and "stopped until reactivated: Deactivated" in stopped
+    header = next(line for line in lines if "attempt 2" in line)
+    assert "trigger Deactivated" in header and "waited 13m05s for admission" in header
+    assert any("Reactivated: The workload was reactivated" in line for line in lines)
+    assert "┄ deactivated" in lines[lines.index(stopped) + 7]  # the legend, after attempt 2's five phases
+
+
+def test_a_deactivated_run_may_reopen_until_its_job_is_deleted() -> None:
+    """What a consumer that frees finished runs (the Kafka reducer's retirement) must ask before it does."""
+    [run_id] = SCENARIOS["deactivated"].run_ids
+    red = fold_scenario("deactivated")
+    assert may_reopen(red.runs[run_id], _history(red, run_id).run)
+    job = _last("deactivated", "Job")
+    job["metadata"]["deletionTimestamp"] = "2026-08-20T12:00:00Z"
+    red.apply({"type": "DELETED", "object": job}, "t")
+    assert not may_reopen(red.runs[run_id], _history(red, run_id).run)
+    for name in ("quick-success", "backoff-limit", "reactivated", "reactivated-waiting", "unschedulable"):
+        done = fold_scenario(name)
+        assert not any(may_reopen(done.runs[rid], _history(done, rid).run) for rid in SCENARIOS[name].run_ids)
+
+
+def test_a_requeued_attempt_runs_no_pod_before_it_is_admitted() -> None:
+    """Pods placed in the waiting attempt by their creation times (here, as an API server that received the writes
+    hours later stamps them) do not make it run: Kueue keeps the Job suspended until it admits it again."""
+    [run_id] = SCENARIOS["reactivated-waiting"].run_ids
+    writes = []
+    for w in _writes("reactivated-waiting"):
+        if w.stream == "pods":
+            w = copy.deepcopy(w)
+            w.record["object"]["metadata"]["creationTimestamp"] = "2026-08-20T15:00:00Z"
+        writes.append(w)
+    h = _history(_fold_writes(writes), run_id)
+    assert (h.run.status, h.run.phase, h.attempts[-1].started_at) == ("pending", "Admission", None)

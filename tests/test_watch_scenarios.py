@@ -1,7 +1,8 @@
 """Every bundled lifecycle scenario written through a real kube-apiserver, watched by the real watcher (``kube``).
 
-``tracker/samples/scenarios.py`` holds what the controllers of one cluster wrote for eleven runs (quota waits,
-preemption, PodsReady timeouts, deactivation, OOM and pod retries, unschedulable pods, RayJob retries, ...), and
+``tracker/samples/scenarios.py`` holds what the controllers of one cluster wrote for fourteen runs (quota waits,
+preemption, PodsReady timeouts, deactivation and reactivation, OOM and pod retries, unschedulable pods, RayJob
+retries, ...), and
 ``tests/test_scenarios.py`` the exact histories they fold to. Here each scenario is *driven* through the API as
 the controllers would: objects created with POST, specs and metadata changed with PUT, statuses with PUT on the
 ``status`` subresource, pods bound with the ``binding`` subresource, graceful deletes with a grace period and

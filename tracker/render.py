@@ -50,6 +50,7 @@ PHASE_STYLE: dict[Phase, str] = {
 }
 BAR = "█"
 WAIT_BAR = "▒"  # Admission: the run is waiting for quota
+STOPPED_BAR = "┄"  # Completion that did not last: deactivated by Kueue until it was reactivated
 POINT = "◆"  # a phase entered at the end of the run (Completion)
 NOW = "▶"  # the phase a live run is in, when no `now` was given to measure it against
 
@@ -152,7 +153,8 @@ def timeline(history: RunHistory, width: int, now: datetime | None = None) -> Re
     """The run at a glance: one bar per (attempt, phase) on a shared time axis, then provenance and metrics.
 
     The axis runs from the first transition to the last one, or to ``now`` while the run is live (not
-    succeeded, failed or stopped). Each bar spans from its phase's entry to the next entry.
+    succeeded, failed or stopped). Each bar spans from its phase's entry to the next entry. A Completion that is not
+    the last entry is the time a run was stopped by a Kueue deactivation, until it was reactivated (drawn dashed).
     """
     run = history.run
     parts: list[RenderableType] = [_header(run)]
@@ -210,6 +212,7 @@ def _bars(history: RunHistory, width: int, now: datetime | None) -> list[Text]:
     lines.append(Text(lead + "├" + "─" * max(0, bar_w - 2) + "┤", style="dim"))
 
     attempts = {a.attempt: a for a in history.attempts}
+    stopped_between = any(t.phase is Phase.COMPLETION for t in trs[:-1])
     groups: dict[int, list[int]] = {}
     for i, t in enumerate(trs):
         groups.setdefault(t.attempt, []).append(i)
@@ -226,6 +229,8 @@ def _bars(history: RunHistory, width: int, now: datetime | None) -> list[Text]:
         if a is not None:
             lines.extend(_attempt_end(a, [trs[i] for i in groups.get(n, [])], width))
     legend = f"{lead}{BAR} in phase   {WAIT_BAR} waiting for admission   {POINT} end of run"
+    if stopped_between:
+        legend += f"   {STOPPED_BAR} deactivated"
     if live and now is None:
         legend += f"   {NOW} in this phase since"
     lines.append(Text(legend, style="dim", no_wrap=True, overflow="ellipsis"))
@@ -246,15 +251,20 @@ def _bar_line(t: Transition, seg_end: datetime | None, ongoing: bool, col: Calla
         line.append(" " * (bar_w - x0 - 1))
         duration = _clock(t.at, "%H:%M:%S")
     else:
+        # a Completion followed by more transitions: the run was stopped (deactivated) until it was reactivated
+        stopped = t.phase is Phase.COMPLETION and not ongoing
+        glyph = WAIT_BAR if t.phase is Phase.ADMISSION else STOPPED_BAR if stopped else BAR
         x1 = min(bar_w, max(col(seg_end), x0 + 1))
         line.append(" " * x0)
-        line.append((WAIT_BAR if t.phase is Phase.ADMISSION else BAR) * (x1 - x0), style=style)
+        line.append(glyph * (x1 - x0), style=style)
         line.append(" " * (bar_w - x1))
         duration = human_duration((seg_end - t.at).total_seconds()) + ("+" if ongoing else "")
     line.append(" ")
     line.append(f"{duration:>{DURATION_WIDTH}}", style="bold yellow" if t.phase is Phase.ADMISSION else "bold")
     line.append("  ")
     reason = _reason(t.reason, t.message) + (" (ongoing)" if ongoing else "")
+    if t.phase is Phase.COMPLETION and seg_end is not None and not ongoing:
+        reason = "stopped until reactivated: " + reason
     line.append(reason)
     line.truncate(width, overflow="ellipsis")
     return line

@@ -34,10 +34,20 @@ from tracker.core.model import (
 )
 
 DEACTIVATION_REASONS = ("InactiveWorkload", "Deactivated")
+# Requeued=True/Reactivated: Kueue's workload controller queues a deactivated Workload again after spec.active
+# went back to true (pkg/controller/core/workload_controller.go)
+REACTIVATED = "Reactivated"
 
 
-def is_deactivation(reason: str) -> bool:
-    return reason.startswith(DEACTIVATION_REASONS)
+def is_deactivation(reason: str | None) -> bool:
+    return reason is not None and reason.startswith(DEACTIVATION_REASONS)
+
+
+def may_reopen(r: RunFacts, run: RunRecord) -> bool:
+    """Whether a run that looks finished may still come back: stopped by a Kueue deactivation while its Job or
+    RayJob still exists, so that a reactivation reopens it. Such a run is not finished for good (a consumer
+    that frees finished runs must keep it); once its root is deleted it is."""
+    return run.status is Status.STOPPED and is_deactivation(run.reason) and r.root_deleted is None
 
 
 @dataclass(slots=True)
@@ -55,6 +65,8 @@ class _Att:
     ray_cluster: str | None = None
     ray_start: int | None = None
     pods: list[str] = field(default_factory=list)
+    # (reason, message) of the Admission transition when it is not the trigger: a reactivation
+    reopened: tuple[str, str] | None = None
 
 
 @dataclass(slots=True)
@@ -106,6 +118,10 @@ def derive(r: RunFacts) -> RunHistory:
         scheduled_at = sched_times[r.expected_pods - 1] if len(sched_times) >= r.expected_pods else None
         if scheduled_at is None and a.ray_cluster and a.ray_cluster in r.ray_clusters:
             scheduled_at = r.ray_clusters[a.ray_cluster][2]
+        if i > 1 and a.start is None:
+            # re-queued (after an eviction or a reactivation) and not admitted yet: Kueue keeps the Job suspended,
+            # so no pod runs for this attempt, whatever creation times say of the pods placed in it
+            scheduled_at = None
         progress_at = None
         lo = scheduled_at if scheduled_at is not None else a.start
         if lo is not None:
@@ -117,7 +133,8 @@ def derive(r: RunFacts) -> RunHistory:
         failures, retries = _failures(r, a)
         total_retries += retries
         if a.queued is not None:
-            add(i, Phase.ADMISSION, a.queued, a.trigger, a.trigger_message, wl_src if i > 1 else root_src)
+            reason, msg = a.reopened or (a.trigger, a.trigger_message)
+            add(i, Phase.ADMISSION, a.queued, reason, msg, wl_src if i > 1 else root_src)
         if a.start is not None:
             if a.admitted is not None and a.start == a.admitted:
                 reason, msg, src = "Admitted", f"Admitted by ClusterQueue {a.cq}" if a.cq else "", wl_src
@@ -134,6 +151,9 @@ def derive(r: RunFacts) -> RunHistory:
                 ray_app = a.ray_start is not None and progress_at == r.ray[a.ray_start].app_started
                 add(i, Phase.PROGRESS, progress_at, "RayJobRunning" if ray_app else "FirstStep", "",
                     root_src if ray_app else "TauGrid/intake")
+        if i < len(atts) and is_deactivation(a.end_reason):
+            # stopped by a deactivation that did not last: the run was in Completion until the next attempt
+            add(i, Phase.COMPLETION, a.end, a.end_reason or "", a.end_message, wl_src)
         placements = [PodPlacement(pod=p.name, node=p.node, created_at=utc(p.created), scheduled_at=utc(p.scheduled),
                                    finished_at=utc(p.finished[0]) if p.finished else None)
                       for p in sorted(pods, key=lambda p: (p.created or 0, p.name))]
@@ -150,6 +170,10 @@ def derive(r: RunFacts) -> RunHistory:
     if final is not None:
         add(max(1, len(atts)), Phase.COMPLETION, final.at, final.reason, final.message, final.source)
 
+    pending = r.wl_pending
+    if pending and atts and atts[-1].reopened and atts[-1].admitted is None and pending[1] == atts[-1].trigger_message:
+        # Kueue leaves the deactivation's message in QuotaReserved=False until its scheduler has tried again
+        pending = None
     if final is not None:
         status, reason, message = final.status, final.reason, final.message
     else:
@@ -157,7 +181,7 @@ def derive(r: RunFacts) -> RunHistory:
         started = bool(attempts_out) and (attempts_out[-1].progress_at is not None or any(
             r.pods[u].started is not None for u in atts[-1].pods))
         status = Status.RUNNING if last_phase in (Phase.RUNTIME, Phase.PROGRESS) and started else Status.PENDING
-        reason, message = _pending_reason(r, atts, last_phase)
+        reason, message = _pending_reason(r, atts, last_phase, pending)
     phase = transitions[-1].phase if transitions else (Phase.ADMISSION if r.kind else Phase.RESOLUTION)
 
     cur = attempts_out[-1] if attempts_out else None
@@ -185,10 +209,8 @@ def derive(r: RunFacts) -> RunHistory:
         started_at=next((a.started_at for a in attempts_out if a.started_at is not None), None),
         finished_at=utc(final.at) if final else None,
         admission_wait_s=queued_cur.admission_wait_s if queued_cur else None,
-        pending_reason=r.wl_pending[0] if r.wl_pending and final is None and cur and cur.admitted_at is None
-        else None,
-        pending_message=r.wl_pending[1] if r.wl_pending and final is None and cur and cur.admitted_at is None
-        else "",
+        pending_reason=pending[0] if pending and final is None and cur and cur.admitted_at is None else None,
+        pending_message=pending[1] if pending and final is None and cur and cur.admitted_at is None else "",
         git_commit=ann.get(ANN_GIT_COMMIT) or prov.get("git_commit"),
         config_digest=ann.get(ANN_CONFIG_DIGEST) or prov.get("config_digest"),
         config_ref=ann.get(ANN_CONFIG_REF) or prov.get("config_ref"),
@@ -222,7 +244,12 @@ def _intake(r: RunFacts) -> dict[str, Any]:
 
 
 def _kueue_attempts(r: RunFacts) -> list[_Att]:
-    """Attempts from the Workload's admission and eviction cycles (or one attempt without Kueue)."""
+    """Attempts from the Workload's admission and eviction cycles (or one attempt without Kueue).
+
+    A deactivation ends an attempt; a later reactivation (``Requeued=True/Reactivated``) opens the next one,
+    queued at the reactivation and triggered by the deactivation. A re-admission after a deactivation whose
+    reactivation was not seen opens it too, without a queue time. Nothing reopens a run after its root was
+    deleted."""
     queued0 = r.created if r.created is not None else r.wl_created
     if not r.wl_conds and not r.wl_uid:
         if r.kind is None:
@@ -234,6 +261,9 @@ def _kueue_attempts(r: RunFacts) -> list[_Att]:
     if not admits and not any(k[0] == "Admitted" for k in r.wl_conds):
         admits = sorted({k[3] for k in r.wl_conds if k[0] == "QuotaReserved" and k[1] == "True"})
     evicts = sorted((k[3], k[2], msg) for k, msg in r.wl_conds.items() if k[0] == "Evicted" and k[1] == "True")
+    reactivations = sorted((k[3], msg) for k, msg in r.wl_conds.items()
+                           if k[0] == "Requeued" and k[1] == "True" and k[2] == REACTIVATED
+                           and (r.root_deleted is None or k[3] < r.root_deleted))
     causes: dict[str, list[str]] = {}
     for key in sorted(r.wl_evictions):
         reason, _, cause = key.partition("\x1f")
@@ -241,18 +271,44 @@ def _kueue_attempts(r: RunFacts) -> list[_Att]:
     seen_reasons: dict[str, int] = {}
     timeline = sorted([(t, 0, "", "") for t in admits] + [(t, 1, reason, msg) for t, reason, msg in evicts])
     atts = [_Att("Submitted", queued=queued0)]
+    todo = list(reversed(reactivations))  # the earliest last
+
+    def reopen(until: int | None, inclusive: bool) -> _Att | None:
+        """The attempt a reactivation up to ``until`` opens after the current one, if there is one."""
+        cur = atts[-1]
+        if cur.end is not None and is_deactivation(cur.end_reason):
+            after, trigger, message = cur.end, cur.end_reason or "", cur.end_message
+        elif cur.end is None and cur.admitted is not None:
+            # admitted, and reactivated later: deactivated in between, and the eviction was not seen
+            after, trigger, message = cur.admitted, "Deactivated", ""
+        else:
+            return None
+        while todo and todo[-1][0] < after:
+            todo.pop()  # a reactivation of an earlier cycle, or one that nothing we saw was deactivated for
+        if not todo or (until is not None and (todo[-1][0] > until or (todo[-1][0] == until and not inclusive))):
+            return None
+        at, msg = todo.pop()
+        return _Att(trigger, trigger_message=message, queued=at, reopened=(REACTIVATED, msg))
+
     for at, kind, reason, msg in timeline:
+        nxt = reopen(at, inclusive=kind == 0)
+        if nxt is not None:
+            atts.append(nxt)
         cur = atts[-1]
         if kind == 0:
             if cur.admitted is not None:
-                # re-admitted without an observed eviction (intermediate states lost to a relist)
-                atts.append(_Att("EvictionNotObserved"))
+                if cur.end is not None and is_deactivation(cur.end_reason):
+                    # re-admitted after a deactivation whose reactivation was not seen
+                    atts.append(_Att(cur.end_reason or "", trigger_message=cur.end_message))
+                else:
+                    # re-admitted without an observed eviction (intermediate states lost to a relist)
+                    atts.append(_Att("EvictionNotObserved"))
                 cur = atts[-1]
             cur.admitted = cur.start = at
             cur.cq = r.cq_by_admission.get(at)
             continue
         if cur.end is not None:
-            continue  # a deactivated run: nothing after counts as a new attempt
+            continue  # deactivated: nothing counts as a new attempt until it is reactivated
         if cur.admitted is None and not is_deactivation(reason):
             continue
         n = seen_reasons.get(reason, 0)
@@ -262,6 +318,9 @@ def _kueue_attempts(r: RunFacts) -> list[_Att]:
         cur.cause = cause_list[min(n, len(cause_list) - 1)] or None
         if not is_deactivation(reason):
             atts.append(_Att(reason, trigger_message=msg, queued=at))
+    nxt = reopen(None, inclusive=True)
+    if nxt is not None:
+        atts.append(nxt)
     return atts
 
 
@@ -383,11 +442,12 @@ def _latest_warning(r: RunFacts, phase: Phase, since: int | None) -> tuple[str, 
     return (hits[0][1], hits[0][2]) if hits else None
 
 
-def _pending_reason(r: RunFacts, atts: list[_Att], phase: Phase) -> tuple[str | None, str]:
+def _pending_reason(r: RunFacts, atts: list[_Att], phase: Phase, pending: tuple[str, str] | None
+                    ) -> tuple[str | None, str]:
     cur = atts[-1] if atts else None
     since = None if cur is None else (cur.start if phase != Phase.ADMISSION else cur.queued)
     if phase == Phase.ADMISSION:
-        return r.wl_pending or _latest_warning(r, phase, since) or ("Queued", "")
+        return pending or _latest_warning(r, phase, since) or ("Queued", "")
     pods = [r.pods[u] for u in cur.pods] if cur else []
     if phase == Phase.SCHEDULING:
         unsched = sorted((p.unschedulable for p in pods if p.unschedulable and p.scheduled is None), reverse=True)

@@ -146,13 +146,16 @@ class _Row(BaseModel):
 
 
 class Transition(_Row):
-    """One phase entry of one attempt of a run. Keyed by (run_id, attempt, phase)."""
+    """One phase entry of one attempt of a run. Keyed by (run_id, attempt, phase).
+
+    Completion is the last entry of a finished run, or of an attempt stopped by a Kueue deactivation that a
+    reactivation later undid (the run is then in Completion until the next attempt's Admission)."""
 
     run_id: str
     attempt: int = Field(ge=1)
     phase: Phase
     at: datetime
-    reason: str = Field(description="Machine-readable cause, e.g. Queued, Admitted, Preempted, OOMKilled.")
+    reason: str = Field(description="Machine-readable cause, e.g. Queued, Admitted, Preempted, Reactivated, OOMKilled.")
     message: str = ""
     source: str = Field(description="Object that evidences it, as Kind/namespace/name.")
 
@@ -178,7 +181,8 @@ class Attempt(_Row):
 
     run_id: str
     attempt: int = Field(ge=1)
-    trigger: str = Field(description="Why this attempt began: Submitted, a Kueue eviction reason, RayJobRetry.")
+    trigger: str = Field(description="Why this attempt began: Submitted, a Kueue eviction reason (a deactivation "
+                                     "when the Workload was reactivated), RayJobRetry.")
     queued_at: datetime | None
     admitted_at: datetime | None
     scheduled_at: datetime | None

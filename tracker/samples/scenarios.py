@@ -2,7 +2,9 @@
 
 Each scenario drives small simulators of the controllers involved (the Job controller, Kueue, KubeRay, the
 scheduler and the kubelet) through the write sequences of ``shared/reference/lifecycle.md`` (§1.7 a to e, §2,
-§3, §4.3 to 4.5). Every status write is one MODIFIED watch event carrying the whole object, a delete is a
+§3, §4.3 to 4.5), and a deactivation by hand and its reactivation as Kueue v0.12-v0.17 write them
+(``pkg/controller/core/workload_controller.go``, ``pkg/controller/jobframework/reconciler.go``,
+``pkg/workload/workload.go``). Every status write is one MODIFIED watch event carrying the whole object, a delete is a
 DELETED event with the last state, and a repeated Event is the same Event object MODIFIED with a higher
 count. TauGrid's own intake events (Resolution, Rendering, Progress) come with them.
 
@@ -494,11 +496,27 @@ class WorkloadSim:
         self.cond(when, "PodsReady", True, "Started", "All pods reached readiness and the workload is running")
         self.write(when)
 
-    def evict(self, when: Ms, reason: str, message: str, cause: str = "", component: str = KUEUE_WORKLOAD) -> None:
+    def evict(self, when: Ms, reason: str, message: str, cause: str = "", component: str = KUEUE_WORKLOAD,
+              stats_reason: str | None = None) -> None:
+        """Evicted=True and schedulingStats.evictions[(stats_reason or reason, cause)] += 1 in one write."""
         self.cond(when, "Evicted", True, reason, message)
-        self.evictions[(reason, cause)] = self.evictions.get((reason, cause), 0) + 1
+        key = (stats_reason or reason, cause)
+        self.evictions[key] = self.evictions.get(key, 0) + 1
         self.write(when)
         self._event(when, f"EvictedDueTo{reason}", message, component)
+
+    def set_active(self, when: Ms, active: bool) -> None:
+        """A person (or Kueue itself) sets spec.active: a spec update, so the generation goes up."""
+        self.active = active
+        self.generation += 1
+        self.write(when)
+
+    def reactivated(self, when: Ms) -> None:
+        """The workload controller sees spec.active=true with Requeued=False/Deactivated: Requeued=True/Reactivated.
+        Kueue measures the queueing time from this condition."""
+        self.cond(when, "Requeued", True, "Reactivated", "The workload was reactivated")
+        self.queued_since = when
+        self.write(when)
 
     def preempted(self, when: Ms, message: str, event_suffix: str) -> None:
         """Evicted=True/Preempted and Preempted=True/InClusterQueue in one scheduler write."""
@@ -1284,19 +1302,99 @@ def deactivated(rec: Rec) -> None:
     wl.cond(t, "DeactivationTarget", True, "RequeuingLimitExceeded",
             "exceeding the maximum number of re-queuing retries")
     wl.write(t)
-    wl.active = False
-    wl.generation += 1
-    wl.write(t + 200)
+    wl.set_active(t + 200, False)
     message = "The workload is deactivated due to exceeding the maximum number of re-queuing retries"
     wl.conds = b.without_condition(wl.conds, "DeactivationTarget")
     wl.requeue = None
-    wl.evict(t + 400, "DeactivatedDueToRequeuingLimitExceeded", message)
+    wl.evict(t + 400, "DeactivatedDueToRequeuingLimitExceeded", message, "RequeuingLimitExceeded",
+             stats_reason="Deactivated")
     job.note(t, "DeactivationTarget=True/RequeuingLimitExceeded; spec.active=false; "
                 "Evicted=True/DeactivatedDueToRequeuingLimitExceeded")
     gone = job.stop(t + 700, message)
-    wl.release(gone + 300, "Deactivated", "The workload is deactivated",
-               (False, "DeactivatedDueToRequeuingLimitExceeded", message))
-    job.note(gone + 300, "QuotaReserved=False/Deactivated; the Job stays suspended (run stopped)")
+    wl.release(gone + 300, "Pending", message, (False, "DeactivatedDueToRequeuingLimitExceeded", message))
+    job.note(gone + 300, "QuotaReserved=False/Pending, Requeued=False/DeactivatedDueToRequeuingLimitExceeded; "
+                         "the Job stays suspended (run stopped)")
+
+
+DEACTIVATED_MESSAGE = "The workload is deactivated"
+
+
+def _deactivate_by_hand(job: JobSim, when: Ms) -> Ms:
+    """A person sets spec.active=false on an admitted Workload (v0.12-v0.17 writes, integration-tested upstream in
+    test/integration/singlecluster/controller/jobs/job/job_controller_test.go). Returns when the quota is released."""
+    wl = job.wl
+    wl.set_active(when, False)
+    # workload controller, inactive branch: workload.Evict (requeueState cleared, no DeactivationTarget)
+    wl.requeue = None
+    wl.evict(when + 120, "Deactivated", DEACTIVATED_MESSAGE)
+    job.note(when, "spec.active=false (by hand); Evicted=True/Deactivated")
+    # job reconciler: stop the Job; once its pods are gone, clear the admission
+    gone = job.stop(when + 300, DEACTIVATED_MESSAGE)
+    wl.release(gone + 300, "Pending", DEACTIVATED_MESSAGE, (False, "Deactivated", DEACTIVATED_MESSAGE))
+    job.note(gone + 300, "quota released: QuotaReserved=False/Pending, Requeued=False/Deactivated (run stopped)")
+    return gone + 300
+
+
+def _reactivate_by_hand(job: JobSim, when: Ms) -> Ms:
+    """spec.active=true; the workload controller flips Requeued=False/Deactivated to True/Reactivated, which
+    puts the Workload back in its queue. Returns when it is queued."""
+    job.wl.set_active(when, True)
+    job.wl.reactivated(when + 150)
+    job.note(when, "spec.active=true (by hand); Requeued=True/Reactivated: queued again")
+    return when + 150
+
+
+def _wait_for_quota(job: JobSim, first: Ms, until: Ms, needed: int) -> None:
+    """Kueue's scheduler finds no quota: the message in QuotaReserved=False/Pending, a Pending event per try."""
+    msg = ("couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu in flavor h100, "
+           f"{needed} more needed")
+    t = first
+    while t < until:
+        job.wl.pending(t, msg)
+        t += 4 * MINUTE
+    job.note(first, f"QuotaReserved=False/Pending ({needed} GPUs short); Warning Pending events repeat")
+
+
+REACTIVATED_RUN = "mixtral-sft-8pz3c"
+
+
+def reactivated(rec: Rec) -> None:
+    tau = _tau(REACTIVATED_RUN, "llm", "team-b", "mixtral-8x7b/sft-code.yaml")
+    created = tau_submit(rec, tau, at("09:05:56"), "Job", "team-b", tau.run_id)
+    job = _job(rec, tau, "team-b", "llm-train:2026.08.18", backoff_limit=3)
+    job.create(created)
+    job.admit(at("09:06:02"))
+    job.start(at("09:06:02.300"))
+    job.bind(at("09:06:03"), NODES[6:8])
+    job.run(at("09:06:40"), 35.1)
+    progress(rec, tau, _curve(at("09:10:00"), 8 * MINUTE, (300, 900, 1500, 2100), 1.74, 0.48), checkpoint_at=3)
+    _deactivate_by_hand(job, at("09:40:00"))
+    queued = _reactivate_by_hand(job, at("10:20:00"))
+    _wait_for_quota(job, queued + 450, at("10:33:00"), 16)
+    job.admit(at("10:33:05"))
+    job.start(at("10:33:05.300"))
+    job.bind(at("10:33:06"), NODES[6:8])
+    job.run(at("10:33:31"), 2.3)
+    progress(rec, tau, _curve(at("10:35:00"), 6 * MINUTE, (2400, 2900, 3400), 0.92, 0.71))
+    job.succeed(at("10:54:20"))
+
+
+REACTIVATED_WAITING_RUN = "qwen-rm-5vt2j"
+
+
+def reactivated_waiting(rec: Rec) -> None:
+    tau = _tau(REACTIVATED_WAITING_RUN, "llm", "team-a", "qwen2-7b/reward-model.yaml")
+    created = tau_submit(rec, tau, at("11:49:56"), "Job", "team-a", tau.run_id)
+    job = _job(rec, tau, "team-a", "llm-train:2026.08.20", backoff_limit=3)
+    job.create(created)
+    job.admit(at("11:50:02"))
+    job.start(at("11:50:02.300"))
+    job.bind(at("11:50:03"), NODES[2:4])
+    job.run(at("11:50:41"), 36.0)
+    progress(rec, tau, _curve(at("11:54:00"), 4 * MINUTE, (100, 300, 500), 0.69, 0.55))
+    _deactivate_by_hand(job, at("12:05:00"))
+    queued = _reactivate_by_hand(job, at("12:24:00"))
+    _wait_for_quota(job, queued + 400, at("12:59:55"), 8)
 
 
 def resumed(rec: Rec) -> None:
@@ -1465,6 +1563,11 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              ("seg-sam-4nb8x",), render_failed),
     Scenario("resumed", f"Resumes {DEACTIVATED_RUN} (taugrid.io/resume-of) with the image fixed; succeeds.",
              ("gpt-moe-tq3vb",), resumed),
+    Scenario("reactivated", "A person deactivates the running Workload (spec.active=false): Kueue evicts it and "
+             "stops the Job. Reactivated 40 min later, it waits for quota again, is re-admitted and succeeds.",
+             (REACTIVATED_RUN,), reactivated),
+    Scenario("reactivated-waiting", "Deactivated by hand while running, reactivated 19 min later; still waiting "
+             "for quota when the capture ends, 36 min after.", (REACTIVATED_WAITING_RUN,), reactivated_waiting),
 )}
 
 
