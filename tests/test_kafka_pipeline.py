@@ -705,6 +705,39 @@ async def test_finished_runs_are_retired_after_their_grace_also_across_a_restart
         (set(expected) - done) | {f"tick-{p}" for p in range(PARTITIONS)}
 
 
+@pytest.mark.kafka
+async def test_a_deactivated_run_is_not_retired_and_its_reactivation_reopens_it(
+        kafka_bootstrap: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run stopped by a Kueue deactivation whose Job still exists may come back: `tracker reduce` keeps it (no
+    grace at all here) until a later batch brings the reactivation, re-admission and success."""
+    from tracker.samples.scenarios import SCENARIOS, _cluster
+
+    settings = configure(monkeypatch, kafka_bootstrap, REDUCE__RETIRE_AFTER_S="0")
+    await create_topics(settings)
+    writes = sorted((w for ws in _cluster().by_scenario["reactivated"].values() for w in ws), key=lambda w: w.at)
+
+    def reactivated(record: dict[str, Any]) -> bool:
+        conds = record.get("object", {}).get("status", {}).get("conditions", []) \
+            if record.get("object", {}).get("kind") == "Workload" else []
+        return any(c.get("type") == "Requeued" and c.get("reason") == "Reactivated" for c in conds)
+
+    cut = next(i for i, w in enumerate(writes) if reactivated(w.record))
+    records = [w.record for w in writes]
+    run_id = SCENARIOS["reactivated"].run_ids[0]
+    expected = fault_free(records)[run_id]
+    assert expected.run.status is Status.SUCCEEDED and expected.run.attempts >= 2
+    assert fault_free(records[:cut])[run_id].run.status is Status.STOPPED
+    await service.publish(items(keyed(records[:cut]), 10_000), settings)
+    await drain_reducer(settings)
+    assert not (await latest_run_state(settings))[run_id].get("retired")  # stopped, but it may come back
+    await service.publish(items(keyed(records[cut:]), 10_000), settings)
+    await drain_reducer(settings)
+    assert (await latest_run_state(settings))[run_id].get("retired")  # succeeded: finished for good
+    out = await read_topic(settings, settings.kafka.topics.transitions, PARTITIONS)
+    latest = RunHistory.model_validate_json([r.value for r in out if r.key == run_id.encode()][-1])
+    assert latest == expected
+
+
 class RefusingSink:
     """A sink without offsets of its own (as the ADX sink): it refuses one run's history with a ValueError."""
 

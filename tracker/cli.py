@@ -190,10 +190,13 @@ def cmd_demo(args: argparse.Namespace, console: Console) -> int:
     with ExperimentIndex(index_path) as index:
         records = index.runs()
         console.print(runs_table(records))
-        # the most telling runs: a preemption, a RayJob retry, a deactivation (else whatever there is)
+        # the most telling runs: a preemption, a RayJob retry, a deactivation, a run waiting for quota again
+        # after a reactivation (else whatever there is)
         picks = [next((r for r in records if r.evictions and r.status == "succeeded"), None),
                  next((r for r in records if r.kind == "RayJob" and r.attempts > 1), None),
-                 next((r for r in records if r.status == "stopped"), None)]
+                 next((r for r in records if r.status == "stopped"), None),
+                 next((r for r in records if r.status == "pending" and r.phase == Phase.ADMISSION
+                       and r.attempts > 1), None)]
         shown = [r for r in picks if r is not None] or records[:1]
         for rec in shown:
             history = index.history(rec.run_id)

@@ -49,6 +49,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPa
 from aiokafka.errors import KafkaError, ProducerFenced
 from pydantic import BaseModel, ConfigDict, Field
 
+from tracker.core.derive import may_reopen
 from tracker.core.model import FINAL_STATUSES, DeadLetter, Phase, RunHistory, Status, utc
 from tracker.core.reducer import Flushed, Reducer, ReducerLimits
 from tracker.core.timefmt import ts
@@ -319,7 +320,7 @@ class ReduceService:
             if history is not None:
                 shell.status = history.run.status
                 self._track_waiting(part, history)
-                if history.run.status in FINAL_STATUSES:  # finished, not yet retired: retire after the grace
+                if _finished_for_good(part, history):  # finished, not yet retired: retire after the grace
                     part.finished[run_id] = (_us(history.run.finished_at) if history.run.finished_at
                                              else part.watermark_us)
         return part
@@ -414,7 +415,7 @@ class ReduceService:
                 plan.phases.update(t.phase.value for t in h.transitions[shell.transitions:])
                 shell.content_hash, shell.transitions = digest, len(h.transitions)
             self._track_waiting(part, h)
-            if h.run.status in FINAL_STATUSES:
+            if _finished_for_good(part, h):
                 part.finished[run_id] = _us(h.run.finished_at) if h.run.finished_at else part.watermark_us
             else:
                 part.finished.pop(run_id, None)
@@ -608,6 +609,12 @@ def _keyless(record: Any, source: str) -> list[DeadLetter]:
                            excerpt=json.dumps(record, sort_keys=True, default=str)[:2048])]
     return []  # bookmarks, watch errors, objects of no run: nothing to fold
 
+
+
+def _finished_for_good(part: _Partition, h: RunHistory) -> bool:
+    """A final status that nothing can reopen (a deactivated run whose Job still exists may be reactivated)."""
+    facts = part.reducer.runs.get(h.run.run_id)
+    return h.run.status in FINAL_STATUSES and not (facts is not None and may_reopen(facts, h.run))
 
 def _us(at: datetime) -> int:
     value = ts(at)
