@@ -8,6 +8,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -72,6 +73,36 @@ async def test_a_fatal_error_inside_nested_task_groups_is_the_one_stopped_line(
     assert len(stopped) == 1, err
     assert stopped[0]["error_type"] == "OSError" and "No space left on device" in stopped[0]["error"]
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("content", [b"my notes\n", b""])
+async def test_embedded_serve_on_a_file_that_is_not_an_index_is_the_one_stopped_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, content: bytes) -> None:
+    from tracker.cli import DEMO_CAPTURES
+
+    for name in [n for n in os.environ if n.startswith("TRACKER_KAFKA__")]:
+        monkeypatch.delenv(name)
+    index = tmp_path / "notes.sqlite"
+    index.write_bytes(content)
+    if not content:  # an index of runs a replay cannot continue (written as the Kafka sink writes)
+        from tracker.shell.capture import Record, read_capture
+        from tracker.shell.index import ExperimentIndex
+
+        red = Reducer()
+        for rec in read_capture(DEMO_CAPTURES / "jobs.json"):
+            assert isinstance(rec, Record)
+            red.apply(rec.value)
+        with ExperimentIndex(index) as ix:
+            ix.write(red.flush().histories)
+    opts = service.ServeOptions(captures=(DEMO_CAPTURES / "jobs.json",), index_path=index, exit_when_done=True)
+    body = service.serve_body(Settings(), opts)
+    assert await asyncio.wait_for(service.run_process(Settings(), "serve", body), 60) == 1
+    err = capsys.readouterr().err
+    stopped = [line for line in log_lines(err) if line["event"] == "stopped by an error"]
+    assert len(stopped) == 1 and "Traceback" not in err, err
+    assert stopped[0]["error_type"] in ("IndexOpenError", "StateError")
+    if content:
+        assert index.read_bytes() == content
 
 
 async def test_a_bug_inside_a_task_group_is_not_taken_for_a_fatal_error() -> None:

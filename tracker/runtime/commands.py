@@ -91,8 +91,8 @@ def _settings(args: argparse.Namespace, **sections: dict[str, Any]) -> Settings:
     return load_settings(args.config, overrides)
 
 
-def _run(settings: Settings, name: str, body: service.Body) -> int:
-    return asyncio.run(service.run_process(settings, name, body))
+def _run(settings: Settings, name: str, body: service.Body, fatal: service.Errors = service.FATAL) -> int:
+    return asyncio.run(service.run_process(settings, name, body, fatal=fatal))
 
 
 def _needs_kafka(settings: Settings, command: str) -> None:
@@ -123,10 +123,13 @@ def cmd_sink_index(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_sink_adx(args: argparse.Namespace, console: Console) -> int:
+    from tracker.shell.adx import AdxSettingsError, load_adx_settings
+
     try:
         settings = _settings(args, sink={"group_instance_id": args.instance_id})
         _needs_kafka(settings, "sink adx")
-    except SettingsError as exc:
+        load_adx_settings()  # checked before the process starts: one line naming the field, never a secret
+    except (SettingsError, AdxSettingsError) as exc:
         return _usage(exc)
     return _run(settings, "sink-adx", service.sink_body(settings, None, kind="adx", group=args.group))
 
@@ -145,7 +148,9 @@ def cmd_serve(args: argparse.Namespace, console: Console) -> int:
     except SettingsError as exc:
         return _usage(exc)
     if args.watch:
-        return _run(settings, "serve", _serve_watching(settings, opts, args))
+        from tracker.runtime.watch_cmd import WATCH_FATAL  # the watcher's own fatal errors stop it in one line too
+
+        return _run(settings, "serve", _serve_watching(settings, opts, args), fatal=WATCH_FATAL)
     return _run(settings, "serve", service.serve_body(settings, opts))
 
 
@@ -199,7 +204,7 @@ def cmd_topics_create(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def _usage(exc: SettingsError) -> int:
+def _usage(exc: ValueError) -> int:
     _error(exc)
     return 2
 

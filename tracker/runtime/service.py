@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import queue
+import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,17 +23,20 @@ from typing import Any
 import structlog
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
+from prometheus_client import Counter
 
 from tracker.core import extract as x
 from tracker.core.correlate import KINDS, Correlator, link
 from tracker.core.model import DeadLetter
 from tracker.runtime.ops import Health, Metrics, OpsServer, Shutdown, configure_logging
-from tracker.runtime.pipeline import JsonlDeadLetters, PipelineReport, run_pipeline
+from tracker.runtime.pipeline import PipelineReport, run_pipeline
 from tracker.runtime.reduce import SOURCE_HEADER, ReduceFatal, ReduceService
 from tracker.runtime.settings import KafkaSettings, Settings, redacted
 from tracker.runtime.sinks import SinkFatal, SinkRunner, adx_sink_runner, index_sink_runner
 from tracker.shell import jsonio, kafka
 from tracker.shell.capture import BadRecord, Record, capture_files, interleave
+from tracker.shell.index import IndexSchemaError
+from tracker.shell.reducer_state import StateError
 
 log = structlog.get_logger("tracker.service")
 
@@ -187,7 +191,8 @@ async def _delivered(producer: AIOKafkaProducer, window: list[tuple[SourceItem, 
 
 Body = Callable[[Metrics, Health, Shutdown], Awaitable[None]]
 Errors = tuple[type[BaseException], ...]
-FATAL: Errors = (ReduceFatal, SinkFatal, kafka.TopicLayoutError, KafkaError, TimeoutError, OSError, ValueError)
+FATAL: Errors = (ReduceFatal, SinkFatal, kafka.TopicLayoutError, KafkaError, TimeoutError, OSError, ValueError,
+                 IndexSchemaError, StateError, sqlite3.Error)
 
 
 async def run_process(settings: Settings, name: str, body: Body, *, fatal: Errors = FATAL) -> int:
@@ -277,7 +282,7 @@ def serve_body(settings: Settings, opts: ServeOptions, source: Source | None = N
         else:
             if intake is None:
                 raise ValueError("serve without Kafka needs an intake source (--from-capture PATH)")
-            await _serve_embedded(settings, opts, intake, health, shutdown)
+            await _serve_embedded(settings, opts, intake, metrics, health, shutdown)
     return body
 
 
@@ -332,7 +337,7 @@ async def _intake(settings: Settings, source: Source) -> None:
 EMBEDDED_POLL_S = 0.005  # how often the embedded pipeline looks for new changes when its input is empty
 
 
-async def _serve_embedded(settings: Settings, opts: ServeOptions, intake: Source, health: Health,
+async def _serve_embedded(settings: Settings, opts: ServeOptions, intake: Source, metrics: Metrics, health: Health,
                           shutdown: Shutdown) -> PipelineReport:
     """The embedded pipeline on its own thread (its sinks are synchronous), fed through a bounded queue."""
     from tracker.shell import reducer_state
@@ -356,8 +361,12 @@ async def _serve_embedded(settings: Settings, opts: ServeOptions, intake: Source
                 return
             yield item
 
+    dropped = Counter("tracker_dead_letters_dropped_total",
+                      "Dead letters deleted with the oldest dead-letter file when the files were rotated.",
+                      registry=metrics.registry)
+    dead = settings.embedded.dead_letters(index_path, on_drop=dropped.inc)
+
     def pipeline() -> PipelineReport:
-        dead = JsonlDeadLetters(index_path.with_name(index_path.stem + ".dead-letters.jsonl"))
         with ExperimentIndex(index_path) as index:  # continue from the reducer state the index keeps
             reducer_state.refuse_runs_without_state(index)
             reducer = reducer_state.restore(index, settings.reduce.reducer_limits())
@@ -387,7 +396,7 @@ async def _serve_embedded(settings: Settings, opts: ServeOptions, intake: Source
         await put(None)  # stop intake; the pipeline drains what is queued, flushes and closes the index
     report = await running
     log.info("embedded pipeline done", records=report.records, runs_written=report.runs_written,
-             dead_letters=report.dead_letters)
+             dead_letters=report.dead_letters, dead_letters_dropped=dead.dropped, dead_letter_file=str(dead.path))
     return report
 
 
