@@ -1,11 +1,19 @@
-"""Capture reading: both formats, bad values, oversized values, round-robin across files."""
+"""Capture reading: both formats, bad values, oversized values, round-robin across files; byte-order marks, gzip,
+standard input, and directory entries that are not capture files."""
 
 from __future__ import annotations
 
+import gzip
+import io
 import json
+import os
+import socket
+import sys
 from pathlib import Path
 
-from tracker.shell.capture import BadRecord, Record, capture_files, interleave, read_capture
+import pytest
+
+from tracker.shell.capture import BadRecord, Record, capture_files, capture_size, interleave, read_capture
 
 
 def test_json_lines_and_kubectl_pretty_output(tmp_path: Path) -> None:
@@ -45,3 +53,91 @@ def test_directories_expand_and_files_interleave_in_their_own_order(tmp_path: Pa
     assert [f.name for f in files] == ["x.jsonl", "y.json"]
     got = [(r.value["f"], r.value["i"]) for r in interleave(files) if isinstance(r, Record)]
     assert got == [("x", 0), ("y", 0), ("x", 1), ("x", 2)]
+
+
+# ------------------------------------------------------------------------------ input as people have it
+
+
+def _values(records: list[Record | BadRecord]) -> list[object]:
+    return [r.value for r in records if isinstance(r, Record)]
+
+
+def test_a_byte_order_mark_is_skipped(tmp_path: Path) -> None:
+    p = tmp_path / "bom.jsonl"
+    p.write_bytes(b"\xef\xbb\xbf" + b'{"n": 1}\n{"n": 2}\n')
+    got = list(read_capture(p))
+    assert _values(got) == [{"n": 1}, {"n": 2}] and len(got) == 2
+
+
+def test_gzip_captures_are_read_in_directories_and_by_name(tmp_path: Path) -> None:
+    (tmp_path / "pods.jsonl.gz").write_bytes(gzip.compress(b'{"f": "pods", "i": 0}\n{"f": "pods", "i": 1}\n'))
+    (tmp_path / "jobs.json.gz").write_bytes(gzip.compress(
+        b"\xef\xbb\xbf" + json.dumps({"f": "jobs", "i": 0}, indent=4).encode()))
+    files = capture_files([tmp_path])
+    assert [f.name for f in files if isinstance(f, Path)] == ["jobs.json.gz", "pods.jsonl.gz"]
+    assert _values(list(interleave(files))) == [{"f": "jobs", "i": 0}, {"f": "pods", "i": 0}, {"f": "pods", "i": 1}]
+    # recognised by content: a gzip capture by any name (a pipe carries no name)
+    (tmp_path / "plain-name.jsonl").write_bytes(gzip.compress(b'{"n": 1}\n'))
+    assert _values(list(read_capture(tmp_path / "plain-name.jsonl"))) == [{"n": 1}]
+
+
+def test_a_truncated_gzip_capture_keeps_what_it_holds_and_reports_the_rest(tmp_path: Path) -> None:
+    data = gzip.compress(b"".join(b'{"n": %d}\n' % i for i in range(2000)))
+    p = tmp_path / "cut.jsonl.gz"
+    p.write_bytes(data[: len(data) * 2 // 3])
+    got = list(read_capture(p))
+    assert 0 < len(_values(got)) < 2000
+    assert isinstance(got[-1], BadRecord) and got[-1].reason.startswith("capture not read to its end")
+    assert got[-1].source == str(p)
+
+
+def test_standard_input_is_a_capture_given_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(gzip.compress(b'{"n": 1}\n{"n": 2}\n'))))
+    files = capture_files([Path("-"), Path("-")])
+    assert files == [Path("-")]
+    got = list(interleave(files))
+    assert _values(got) == [{"n": 1}, {"n": 2}] and [r.source for r in got] == ["stdin:1", "stdin:2"]
+    assert capture_size(files[0]) == 0
+
+
+def test_what_a_directory_holds_that_is_not_a_capture_file_is_reported(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    (tmp_path / "a.jsonl").write_text('{"n": 1}\n')
+    os.mkfifo(tmp_path / "fifo.jsonl")  # opening it would wait for a writer forever
+    (tmp_path / "dangling.json").symlink_to(tmp_path / "gone.json")
+    (tmp_path / "sub.json").mkdir()
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(tmp_path / "sock.json"))
+    (tmp_path / "notes.txt").write_text("not named like a capture: not read, not reported")
+    try:
+        files = capture_files([tmp_path])
+        got = list(interleave(files))
+    finally:
+        sock.close()
+    assert _values(got) == [{"n": 1}]
+    bad = {Path(r.source).name: r.reason for r in got if isinstance(r, BadRecord)}
+    assert bad == {"dangling.json": "capture not read: a symbolic link to nothing",
+                   "fifo.jsonl": "capture not read: a FIFO, not a regular file",
+                   "sock.json": "capture not read: a socket, not a regular file",
+                   "sub.json": "capture not read: a directory, not a regular file"}
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warned) == 4 and all(any(name in w for w in warned) for name in bad)
+    assert sum(capture_size(f) for f in files) == len('{"n": 1}\n')
+
+
+def test_a_value_nested_too_deeply_or_with_a_huge_integer_is_reported_and_reading_resumes(tmp_path: Path) -> None:
+    p = tmp_path / "odd.jsonl"
+    p.write_text('{"n": 1}\n' + "[" * 5000 + "]" * 5000 + '\n{"n": 2}\n{"big": ' + "9" * 5000 + '}\n{"n": 3}\n')
+    got = list(read_capture(p))
+    assert _values(got) == [{"n": 1}, {"n": 2}, {"n": 3}]
+    bad = [r for r in got if isinstance(r, BadRecord)]
+    assert [(r.source, r.reason[:40]) for r in bad] == [(f"{p}:2", "invalid JSON: nested too deeply"),
+                                                        (f"{p}:4", "invalid JSON: Exceeds the limit (4300 di")]
+
+
+def test_a_capture_named_that_is_not_there_is_one_error(tmp_path: Path) -> None:
+    (tmp_path / "dangling.jsonl").symlink_to(tmp_path / "gone.jsonl")
+    with pytest.raises(FileNotFoundError, match="symbolic link to nothing"):
+        capture_files([tmp_path / "dangling.jsonl"])
+    with pytest.raises(FileNotFoundError, match="capture not found"):
+        capture_files([tmp_path / "nope.jsonl"])

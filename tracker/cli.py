@@ -19,7 +19,7 @@ from rich.markup import escape
 from tracker.core.model import Phase, Status
 from tracker.runtime.gctune import tune_gc
 from tracker.runtime.pipeline import JsonlDeadLetters, PipelineReport, run_pipeline
-from tracker.shell.capture import capture_files, interleave
+from tracker.shell.capture import capture_files, capture_size, interleave
 
 DEMO_CAPTURES = Path(__file__).parent / "captures" / "demo"
 DEFAULT_DEMO_INDEX = Path("out") / "demo-index.sqlite"
@@ -62,7 +62,7 @@ def replay(captures: list[Path], index_path: Path, console: Console, quiet: bool
     files = capture_files(captures)
     if not files:
         raise UsageError("no capture files given (expected .json or .jsonl files or directories of them)")
-    total_bytes = sum(f.stat().st_size for f in files)
+    total_bytes = sum(capture_size(f) for f in files)
     dead_path = index_path.with_name(index_path.stem + ".dead-letters.jsonl")
     from tracker.shell.reducer_state import refuse_runs_without_state, restore
 
@@ -248,7 +248,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     r = sub.add_parser("replay", help="fold capture files into the experiment index")
-    r.add_argument("captures", nargs="+", type=Path, help="capture files or directories (.json, .jsonl)")
+    r.add_argument("captures", nargs="+", type=Path, help="capture files or directories (.json, .jsonl, "
+                   "also gzip-compressed); - for standard input")
     r.add_argument("--index", type=Path, required=True, help="SQLite experiment index (created if missing)")
     r.set_defaults(func=cmd_replay)
 

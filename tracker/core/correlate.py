@@ -7,6 +7,10 @@ KubeRay submitter Job through their RayJob; an Event through the object it is ab
 
 An object seen before its owner is held (bounded, oldest dropped first with a reason) and handed back when
 the owner is bound. Both the watcher (to key Kafka records by run) and the reducer use this one class.
+
+A run id is TauGrid's identity for a run, and only one root has it: when a second Job or RayJob (another uid)
+carries the same label, the reducer keeps the run for the root created first (then the smaller uid) and binds the
+other's uids to ``lost_key(run_id)``, which is no run: what belongs to it is a dead letter.
 """
 
 from __future__ import annotations
@@ -21,6 +25,17 @@ from tracker.core.model import LABEL_CONTROLLER_UID, LABEL_JOB_UID, LABEL_RUN_ID
 ROOT_KINDS = ("Job", "RayJob")
 HOLDABLE_EVENT_KINDS = frozenset({"Job", "Pod", "Workload", "RayJob", "RayCluster"})
 KINDS = frozenset({"Job", "RayJob", "Workload", "Pod", "RayCluster", "Event"})
+_LOST = "\x00lost\x00"  # no label has a NUL (they are [-A-Za-z0-9_.]); the reducer refuses intake run ids with it
+
+
+def lost_key(run_id: str) -> str:
+    """What the uids of a root that lost ``run_id`` to another root (and of its objects) are bound to."""
+    return _LOST + run_id
+
+
+def taken_run_id(key: str) -> str | None:
+    """The run id a ``lost_key`` is for; None for a run id."""
+    return key[len(_LOST):] if key.startswith(_LOST) else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +136,13 @@ class Correlator:
         self.run_owners.setdefault(run_id, set()).add(uid)
         keys = self.held_by_owner.pop(uid, None)
         return [self.held.pop(k) for k in keys] if keys else []
+
+    def rebind_run(self, run_id: str, to: str) -> None:
+        """Bind every uid bound to ``run_id`` to ``to`` instead."""
+        uids = self.run_owners.pop(run_id, set())
+        for uid in uids:
+            self.owner_run[uid] = to
+        self.run_owners.setdefault(to, set()).update(uids)
 
     def owners_of(self, run_id: str) -> list[str]:
         return sorted(self.run_owners.get(run_id, ()))

@@ -32,6 +32,7 @@ from tracker.core.model import (
     Transition,
     utc,
 )
+from tracker.core.timefmt import micros
 
 DEACTIVATION_REASONS = ("InactiveWorkload", "Deactivated")
 # Requeued=True/Reactivated: Kueue's workload controller queues a deactivated Workload again after spec.active
@@ -100,7 +101,7 @@ def derive(r: RunFacts) -> RunHistory:
         if at is None:
             return
         if transitions and transitions[-1].attempt == attempt:
-            prev = int(transitions[-1].at.timestamp() * 1_000_000)
+            prev = micros(transitions[-1].at)
             at = max(at, prev)
         transitions.append(Transition(run_id=r.run_id, attempt=attempt, phase=phase, at=utc(at),
                                       reason=reason, message=message, source=source))

@@ -11,7 +11,7 @@ from typing import Any
 
 from tracker.core.facts import EventFacts, RunFacts, _max, _min
 from tracker.core.model import LABEL_QUEUE
-from tracker.core.timefmt import BadTimestamp, ts
+from tracker.core.timefmt import BadTimestamp, in_range, ts
 
 
 class Malformed(ValueError):
@@ -75,15 +75,19 @@ def t(obj: dict[str, Any], key: str) -> int | None:
     return parsed
 
 
+_INT32 = 2**31
+
+
 def num(obj: dict[str, Any], key: str, default: int = 0) -> int:
+    """A count or code: every one the tracker reads is an int32 in its API, so sums of them stay in int64."""
     v = obj.get(key)
-    if v.__class__ is int:
+    if v.__class__ is int and -_INT32 <= v < _INT32:
         return v
     if v is None:
         return default
     if isinstance(v, bool) or not isinstance(v, int):
         raise Malformed(f"{key} must be an integer, got {type(v).__name__}")
-    return v
+    raise Malformed(f"{key} is out of the 32-bit integer range")
 
 
 def conditions(status: dict[str, Any]) -> list[tuple[str, str, str, int, str]]:
@@ -158,16 +162,30 @@ def merge_root(r: RunFacts, kind: str, etype: str, obj: dict[str, Any]) -> None:
 def deletion_time(meta: dict[str, Any], conds: list[tuple[str, str, str, int, str]],
                   status: dict[str, Any]) -> int | None:
     """When a deleted object went away: its deletionTimestamp, else the latest time it carries."""
-    when = t(meta, "deletionTimestamp")
+    when = deletion_requested(meta)
     if when is not None:
-        grace = meta.get("deletionGracePeriodSeconds")
-        return when - (grace * 1_000_000 if isinstance(grace, int) else 0)
+        return when
     latest = t(meta, "creationTimestamp")
     for c in conds:
         latest = _max(latest, c[3])
     for key in ("startTime", "completionTime", "endTime"):
         latest = _max(latest, t(status, key))
     return latest
+
+
+def deletion_requested(meta: dict[str, Any]) -> int | None:
+    """When the deletion was asked for: the deletionTimestamp less the grace period (None if not deleted)."""
+    when = t(meta, "deletionTimestamp")
+    if when is None:
+        return None
+    grace = meta.get("deletionGracePeriodSeconds")
+    if grace is None:
+        return when
+    if grace.__class__ is not int:
+        raise Malformed(f"deletionGracePeriodSeconds must be an integer, got {type(grace).__name__}")
+    if grace < 0 or not in_range(when - grace * 1_000_000):
+        raise Malformed("deletionGracePeriodSeconds is negative or puts the deletion before the year 0001")
+    return when - grace * 1_000_000
 
 
 def ray_expected_pods(spec: dict[str, Any]) -> int:
@@ -305,10 +323,7 @@ def merge_pod(r: RunFacts, etype: str, obj: dict[str, Any], owner_uid: str | Non
                 fail = (s(term, "reason") or "Error", code, s(term, "message"))
         if wait and s(wait, "reason") not in ("", "ContainerCreating", "PodInitializing"):
             waiting = s(wait, "reason")
-    delete_req = None
-    if t(meta, "deletionTimestamp") is not None:
-        grace = meta.get("deletionGracePeriodSeconds")
-        delete_req = t(meta, "deletionTimestamp") - (grace * 1_000_000 if isinstance(grace, int) else 0)  # type: ignore[operator]
+    delete_req = deletion_requested(meta)
     finished = None
     if phase in ("Succeeded", "Failed"):
         # a pod failed without any container terminating was stopped from outside: when deleted, that is

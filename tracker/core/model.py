@@ -6,7 +6,7 @@ that the JSON Schemas under ``schemas/`` are generated from exactly these classe
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
@@ -61,10 +61,14 @@ FINAL_STATUSES = frozenset({Status.SUCCEEDED, Status.FAILED, Status.STOPPED})
 
 
 def utc(ts_us: int | None) -> datetime | None:
-    """Microseconds since the epoch to an aware UTC datetime (None stays None)."""
+    """Microseconds since the epoch to an aware UTC datetime (None stays None); exact, in integers (through a float
+    the microseconds of a time near year 1 or 9999 are lost, and the last of year 9999 rounds up into year 10000)."""
     if ts_us is None:
         return None
-    return datetime.fromtimestamp(ts_us / 1_000_000, tz=UTC)
+    return _EPOCH + timedelta(microseconds=ts_us)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def iso(ts_us: int | None) -> str | None:
@@ -123,7 +127,7 @@ class ProgressEvent(_Intake):
     """The training process reports a step with metric points (and optionally a checkpoint)."""
 
     kind: Literal["Progress"]
-    step: int = Field(ge=0)
+    step: int = Field(ge=0, le=2**63 - 1, description="Training step: a signed 64-bit integer, as stored.")
     metrics: dict[str, Annotated[float, Field(allow_inf_nan=False)]] = Field(default_factory=dict, max_length=256)
     checkpoint_uri: str | None = None
 

@@ -21,7 +21,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from tracker.core import extract as x
-from tracker.core.correlate import KINDS, ROOT_KINDS, Correlator, link
+from tracker.core import validate as v
+from tracker.core.correlate import KINDS, ROOT_KINDS, Correlator, link, lost_key, taken_run_id
 from tracker.core.derive import derive
 from tracker.core.facts import MetricFacts, RunFacts
 from tracker.core.model import (
@@ -30,8 +31,9 @@ from tracker.core.model import (
     IntakeEnvelope,
     ProgressEvent,
     RunHistory,
+    iso,
 )
-from tracker.core.timefmt import ts
+from tracker.core.timefmt import BadTimestamp, ts
 
 SNAPSHOT_VERSION = 1
 
@@ -56,6 +58,7 @@ class Stats:
     released: int = 0
     dropped_uncorrelated: int = 0
     after_retirement: int = 0
+    run_id_conflicts: int = 0  # records of a Job or RayJob whose run id another root, created earlier, has
 
     def as_dict(self) -> dict[str, int]:
         return {k: getattr(self, k) for k in self.__slots__}
@@ -85,8 +88,10 @@ class Reducer:
         only when the reducer cannot correlate the object itself, so records need not wait for their owner.
         """
         self.stats.records += 1
+        # A record may be any JSON value: nothing below looks at one whole except through ``validate`` (a dead
+        # letter's excerpt and a held record are pruned, a reason shows values by ``brief``).
         if not isinstance(record, dict):
-            self._dead(source, "not a JSON object", record)
+            self._dead(source, "not a JSON object", v.pruned(record))
             return
         if "schema" in record:
             self._intake(record, source)
@@ -100,19 +105,20 @@ class Reducer:
             self.stats.watch_errors += 1
             return
         if etype not in ("ADDED", "MODIFIED", "DELETED"):
-            self._dead(source, "not a watch event", record, f"type={etype!r}")
+            self._dead(source, "not a watch event", v.pruned(record), f"type={v.brief(etype)}")
             return
         if not isinstance(obj, dict):
-            self._dead(source, "watch event without an object", record)
+            self._dead(source, "watch event without an object", v.pruned(record))
             return
         kind = obj.get("kind")
-        if kind not in KINDS:
-            self._dead(source, "unknown kind", record, f"apiVersion={obj.get('apiVersion')!r} kind={kind!r}")
+        if kind.__class__ is not str or kind not in KINDS:
+            self._dead(source, "unknown kind", v.pruned(record),
+                       f"apiVersion={v.brief(obj.get('apiVersion'))} kind={v.brief(kind)}")
             return
         try:
             self._object(etype, obj, source, run_hint)
         except x.Malformed as exc:
-            self._dead(source, f"malformed {kind}", record, str(exc))
+            self._dead(source, f"malformed {kind}", v.pruned(record), str(exc))
 
     def reject(self, source: str, reason: str, excerpt: str) -> None:
         """Count an input the shell could not even decode (bad JSON, oversized value) as a dead letter."""
@@ -144,10 +150,18 @@ class Reducer:
         if run_id is None:
             assert ln.owner is not None
             self.stats.held += 1
-            for owner, (_e, old_obj, old_src) in self.corr.hold(ln.owner, (etype, obj, source)):
+            for owner, (_e, old_obj, old_src) in self.corr.hold(ln.owner, (etype, v.pruned(obj), source)):
                 self.stats.dropped_uncorrelated += 1
                 self._dead(old_src, "uncorrelated", {"object": old_obj},
                            f"owner uid {owner} was not seen while {self.limits.max_held} records were held")
+            return
+        taken = taken_run_id(run_id)
+        if taken is not None:
+            # its root lost the run id to another one: this record, and the ones waiting for it, are dead letters
+            self._conflict(source, {"type": etype, "object": v.pruned(obj)},
+                           f"its owner (uid {ln.owner}) claims taugrid.io/run-id {taken!r}, which belongs to a root "
+                           "created before it")
+            self._release(ln.uid, run_id)
             return
         if run_id in self.retired:
             self.stats.after_retirement += 1
@@ -160,7 +174,13 @@ class Reducer:
             r = RunFacts(run_id)
         kind = ln.kind
         if kind in ROOT_KINDS and not ln.submitter:
-            x.merge_root(r, kind, etype, obj)
+            if r.uid is not None and r.uid != ln.uid:
+                r = self._claim(r, kind, etype, obj, source)
+                if r is None:
+                    self._release(ln.uid, lost_key(run_id))
+                    return
+            else:
+                x.merge_root(r, kind, etype, obj)
         elif kind == "Workload":
             x.merge_workload(r, etype, obj)
         elif kind == "Pod":
@@ -172,22 +192,76 @@ class Reducer:
         if new:
             self.runs[run_id] = r
         self.dirty.add(run_id)
-        if ln.uid:
-            for held_etype, held_obj, held_source in self.corr.bind(ln.uid, run_id):
-                self.stats.released += 1
+        self._release(ln.uid, run_id)
+
+    def _release(self, uid: str, run_id: str) -> None:
+        """Bind ``uid`` to ``run_id`` and fold the records that were waiting for it; each one that cannot be used
+        is a dead letter of its own (it was held before it was read)."""
+        if not uid:
+            return
+        for held_etype, held_obj, held_source in self.corr.bind(uid, run_id):
+            self.stats.released += 1
+            try:
                 self._object(held_etype, held_obj, held_source, None)
+            except x.Malformed as exc:
+                self._dead(held_source, f"malformed {held_obj.get('kind')}", {"type": held_etype, "object": held_obj},
+                           str(exc))
+
+    def _claim(self, r: RunFacts, kind: str, etype: str, obj: dict[str, Any], source: str) -> RunFacts | None:
+        """A second root (another uid) claims the run id of ``r``: the root created first keeps it (then the smaller
+        uid), whatever arrived first. Returns the run's facts with ``obj`` merged when it wins (the facts of the root
+        it displaces are dropped: only the intake events, which belong to the run id, are kept), None when it loses.
+        Either way the loser is a dead letter, and its uids are bound to ``lost_key`` so that its records are too."""
+        meta = x.d(obj, "metadata")
+        mine = _claim_key(x.t(meta, "creationTimestamp"), x.s(meta, "uid"))
+        theirs = _claim_key(r.created, r.uid or "")
+        newcomer = f"{kind} {x.s(meta, 'namespace')}/{x.s(meta, 'name')} (uid {mine[2]}, created " \
+                   f"{'never' if mine[0] else iso(mine[1])})"
+        holder = f"{r.kind} {r.namespace}/{r.name} (uid {r.uid}, created {iso(r.created) or 'never'})"
+        rule = "the root created first keeps a run id (at the same time: the smaller uid)"
+        if mine > theirs:
+            x.merge_root(RunFacts(r.run_id), kind, etype, obj)  # a malformed root is a malformed one first
+            self._conflict(source, {"type": etype, "object": v.pruned(obj)},
+                           f"taugrid.io/run-id {r.run_id!r} belongs to {holder}, not to this {newcomer}: {rule}")
+            return None
+        fresh = RunFacts(r.run_id)
+        x.merge_root(fresh, kind, etype, obj)
+        # the intake events belong to the run id, whichever root has it
+        fresh.intake, fresh.progress_seen, fresh.progress_buckets = r.intake, r.progress_seen, r.progress_buckets
+        fresh.metrics, fresh.checkpoint = r.metrics, r.checkpoint
+        self.corr.rebind_run(r.run_id, lost_key(r.run_id))
+        self._conflict(source, {"object": {"kind": r.kind, "metadata": {
+            "namespace": r.namespace, "name": r.name, "uid": r.uid}}},
+            f"taugrid.io/run-id {r.run_id!r} belongs to {newcomer}, not to {holder}, which had it until then: {rule}; "
+            "what was folded from its objects is dropped")
+        self.runs[r.run_id] = fresh
+        return fresh
+
+    def _conflict(self, source: str, record: dict[str, Any], detail: str) -> None:
+        self.stats.run_id_conflicts += 1
+        self._dead(source, "run id taken by another root", record, detail)
 
     def _intake(self, record: dict[str, Any], source: str) -> None:
         if record.get("schema") != INTAKE_SCHEMA:
-            self._dead(source, "unknown intake schema version", record, f"schema={record.get('schema')!r}")
+            self._dead(source, "unknown intake schema version", v.pruned(record),
+                       f"schema={v.brief(record.get('schema'))}")
+            return
+        if v.too_deep(record):
+            self._dead(source, "invalid intake event", v.pruned(record), f"nested more than {v.MAX_DEPTH} levels")
             return
         try:
             ev = IntakeEnvelope.model_validate({"event": record}).event
+            at = ts(ev.at)
         except ValidationError as exc:
             self._dead(source, "invalid intake event", record, _validation_detail(exc))
             return
-        at = ts(ev.at)
+        except BadTimestamp as exc:
+            self._dead(source, "invalid intake event", record, f"at: {exc}")
+            return
         assert at is not None
+        if taken_run_id(ev.run_id) is not None:
+            self._dead(source, "invalid intake event", record, "run_id: starts with a NUL character")
+            return
         if ev.run_id in self.retired:
             self.stats.after_retirement += 1
             return
@@ -233,16 +307,23 @@ class Reducer:
             oldest = next(iter(self.retired))
             del self.retired[oldest]
             self.corr.forget_run(oldest)
+            self.corr.forget_run(lost_key(oldest))
 
     def snapshot_run(self, run_id: str) -> dict[str, Any] | None:
-        """One run's state (facts and owner bindings), for a per-run changelog."""
+        """One run's state (facts and owner bindings, and the uids of roots that lost its run id to another and of
+        their objects, when there are any), for a per-run changelog."""
         owners = self.corr.owners_of(run_id)
+        lost = self.corr.owners_of(lost_key(run_id))
         if run_id in self.retired:
-            return {"version": SNAPSHOT_VERSION, "run_id": run_id, "retired": True, "owners": owners}
-        r = self.runs.get(run_id)
-        if r is None:
-            return None
-        return {"version": SNAPSHOT_VERSION, "run_id": run_id, "facts": r.to_json(), "owners": owners}
+            snap = {"version": SNAPSHOT_VERSION, "run_id": run_id, "retired": True, "owners": owners}
+        else:
+            r = self.runs.get(run_id)
+            if r is None:
+                return None
+            snap = {"version": SNAPSHOT_VERSION, "run_id": run_id, "facts": r.to_json(), "owners": owners}
+        if lost:
+            snap["lost"] = lost
+        return snap
 
     def restore_run(self, snap: dict[str, Any]) -> None:
         """Load one run's state written by ``snapshot_run`` (replacing what was known of it)."""
@@ -255,8 +336,9 @@ class Reducer:
         else:
             self.runs[run_id] = RunFacts.from_json(snap["facts"])
         for uid in snap["owners"]:
-            for etype, obj, source in self.corr.bind(uid, run_id):
-                self._object(etype, obj, source, None)
+            self._release(uid, run_id)
+        for uid in snap.get("lost", ()):
+            self._release(uid, lost_key(run_id))
 
     # ------------------------------------------------------------------------------------ snapshot
     def snapshot(self) -> dict[str, Any]:
@@ -286,6 +368,11 @@ def _excerpt(record: Any) -> str:
     except (TypeError, ValueError):
         text = repr(record)
     return text[:2048]
+
+
+def _claim_key(created: int | None, uid: str) -> tuple[bool, int, str]:
+    """Order of two roots claiming one run id: the one created first (one without a creation time last), then uid."""
+    return created is None, created or 0, uid
 
 
 def _validation_detail(exc: ValidationError) -> str:

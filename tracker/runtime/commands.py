@@ -50,7 +50,7 @@ def add_service_commands(subparsers: Any) -> None:
     s = subparsers.add_parser("serve", help="intake, reducer and sinks in one process (Kafka or embedded bus)")
     _common(s)
     s.add_argument("--from-capture", dest="captures", nargs="+", type=Path, default=[], metavar="PATH",
-                   help="replay capture files or directories as the intake source")
+                   help="replay capture files or directories as the intake source (- for standard input)")
     s.add_argument("--index", type=Path, help="SQLite experiment index to keep up to date")
     s.add_argument("--create-topics", action="store_true", help="create missing topics first (Kafka only)")
     s.add_argument("--exit-when-done", action="store_true",

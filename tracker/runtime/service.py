@@ -65,8 +65,9 @@ class RunKeyer:
         etype, obj = value.get("type"), value.get("object")
         if etype in ("BOOKMARK", "ERROR"):
             return []
-        if etype not in ("ADDED", "MODIFIED", "DELETED") or not isinstance(obj, dict) or obj.get("kind") not in KINDS:
-            return [(item, None)]
+        if etype not in ("ADDED", "MODIFIED", "DELETED") or not isinstance(obj, dict) \
+                or not isinstance(obj.get("kind"), str) or obj["kind"] not in KINDS:
+            return [(item, None)]  # the reducer makes it a dead letter
         try:
             ln = link(obj)
         except x.Malformed:

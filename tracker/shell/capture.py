@@ -2,20 +2,41 @@
 ``kubectl get <resource> -A -w --output-watch-events -o json`` prints.
 
 Reading is streaming and bounded: one JSON value at a time, and a value larger than ``max_value_bytes`` is
-reported as a dead letter instead of being buffered without end. A value that does not parse is reported
-with its position and reading resumes at the next line that starts a value.
+reported as a dead letter instead of being buffered without end. A value that does not parse (bad JSON, nested
+deeper than the decoder goes, an integer of thousands of digits) is reported with its position and reading resumes
+at the next line that starts a value.
+
+Input as people have it: a UTF-8 byte-order mark is skipped; a gzip-compressed capture (``pods.jsonl.gz``; it is
+recognised by its content, so a pipe may carry one too) is decompressed; ``-`` is standard input. In a directory,
+the files named like captures (``.json``, ``.jsonl``, and those with ``.gz``) are read in name order; an entry named
+like one that is not a regular file (a FIFO, a socket, a device, a dangling symbolic link, a directory), or a file
+that cannot be opened or read to its end (permissions, a truncated gzip), is reported (a dead letter, and a warning
+naming it) and the rest is read. A path given by name may be a pipe (``<(zcat today.jsonl.gz)``).
 """
 
 from __future__ import annotations
 
+import codecs
+import gzip
+import io
 import json
-from collections.abc import Iterator
+import logging
+import stat
+import sys
+import zlib
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 MAX_VALUE_BYTES = 8 * 1024 * 1024  # a Kubernetes object is at most ~1.5 MiB in etcd; leave room
 READ_CHUNK = 1 << 16
+CAPTURE_SUFFIXES = (".json", ".jsonl", ".json.gz", ".jsonl.gz")
+STDIN = Path("-")
+STDIN_NAME = "stdin"
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,53 +52,139 @@ class BadRecord:
     excerpt: str
 
 
+@dataclass(frozen=True, slots=True)
+class Unreadable:
+    """An entry of a capture directory that is not read, and why: it is reported as a dead letter."""
+
+    path: Path
+    why: str
+
+
+Capture = Path | Unreadable
+
 _decoder = json.JSONDecoder()
 
 
-def read_capture(path: Path, max_value_bytes: int = MAX_VALUE_BYTES) -> Iterator[Record | BadRecord]:
-    """Yield every JSON value in ``path`` in file order."""
-    name = str(path)
-    with path.open("r", encoding="utf-8", errors="replace") as fh:
-        buf = ""
-        line = 1  # line number of buf[0]
-        eof = False
-        while True:
-            stripped = buf.lstrip()
-            line += buf.count("\n", 0, len(buf) - len(stripped))
-            buf = stripped
-            if not buf:
-                if eof:
-                    return
-                chunk = fh.read(READ_CHUNK)
-                if not chunk:
-                    return
-                buf = chunk
-                continue
+class _ReadError(Exception):
+    """Reading the capture's bytes failed; the message says why."""
+
+
+def read_capture(path: Capture, max_value_bytes: int = MAX_VALUE_BYTES) -> Iterator[Record | BadRecord]:
+    """Yield every JSON value in ``path`` (``-``: standard input) in file order; what cannot be read is a BadRecord."""
+    if isinstance(path, Unreadable):
+        _log.warning("capture %s not read: %s", path.path, path.why)
+        yield BadRecord(str(path.path), f"capture not read: {path.why}", "")
+        return
+    name = STDIN_NAME if path == STDIN else str(path)
+    with ExitStack() as stack:
+        try:
+            fh = _open(path, stack)
+        except OSError as exc:
+            why = _why(exc)
+            _log.warning("capture %s not read: %s", name, why)
+            yield BadRecord(name, f"capture not read: {why}", "")
+            return
+        try:
+            yield from _values(fh, name, max_value_bytes)
+        except _ReadError as exc:
+            _log.warning("capture %s not read to its end: %s", name, exc)
+            yield BadRecord(name, f"capture not read to its end: {exc}", "")
+
+
+class _Text:
+    """A capture's bytes as text: decompressed when they are gzip, decoded as UTF-8 without a byte-order mark.
+
+    Bytes are read with ``read1`` (what is available, at most a chunk), so that a read that fails (a truncated
+    gzip) loses nothing that came before it."""
+
+    def __init__(self, raw: io.BufferedReader) -> None:
+        try:
+            magic = raw.peek(2)[:2]
+        except OSError:
+            magic = b""  # the first read reports it
+        self._stream: io.BufferedIOBase = gzip.GzipFile(fileobj=raw, mode="rb") if magic == b"\x1f\x8b" else raw
+        self._decoder = codecs.getincrementaldecoder("utf-8-sig")(errors="replace")
+        self._done = False
+
+    def read(self) -> str:
+        """The next chunk of text; "" at the end. Raises _ReadError."""
+        while not self._done:
             try:
-                value, end = _decoder.raw_decode(buf)
-            except json.JSONDecodeError as exc:
-                # Top-level values start at column 0 in both formats, so a later line starting with
-                # '{' or '[' means this value is complete and invalid; otherwise it may be cut short.
-                nxt = _next_start(buf, 1)
-                if nxt < 0 and not eof and len(buf) <= max_value_bytes:
-                    chunk = fh.read(READ_CHUNK)
-                    if chunk:
-                        buf += chunk
-                    else:
-                        eof = True
-                    continue
-                too_large = nxt < 0 and len(buf) > max_value_bytes
-                reason = "value too large" if too_large else f"invalid JSON: {exc.msg}"
-                yield BadRecord(f"{name}:{line}", reason, buf[: min(256, nxt if nxt > 0 else 256)])
-                if nxt < 0:
-                    buf = _drain_to_line_start(fh) if too_large else ""
-                    continue
-                line += buf.count("\n", 0, nxt)
-                buf = buf[nxt:]
+                data = self._stream.read1(READ_CHUNK)
+            except (OSError, EOFError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError
+                raise _ReadError(_why(exc)) from exc
+            self._done = not data
+            text = self._decoder.decode(data, final=self._done)
+            if text:
+                return text
+        return ""
+
+
+def _open(path: Path, stack: ExitStack) -> _Text:
+    """Standard input for ``-``, else the file (closed by ``stack``)."""
+    if path == STDIN:
+        stdin = sys.stdin.buffer
+        raw = stdin if isinstance(stdin, io.BufferedReader) else io.BufferedReader(cast(io.RawIOBase, stdin))
+    else:
+        raw = stack.enter_context(path.open("rb"))
+    return _Text(raw)
+
+
+def _why(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc) or type(exc).__name__
+
+
+def _values(fh: _Text, name: str, max_value_bytes: int) -> Iterator[Record | BadRecord]:
+    buf = ""
+    line = 1  # line number of buf[0]
+    eof = False
+    while True:
+        stripped = buf.lstrip()
+        line += buf.count("\n", 0, len(buf) - len(stripped))
+        buf = stripped
+        if not buf:
+            if eof:
+                return
+            chunk = fh.read()
+            if not chunk:
+                return
+            buf = chunk
+            continue
+        try:
+            value, end = _decoder.raw_decode(buf)
+        except (ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError, as is a 5000-digit integer
+            # Top-level values start at column 0 in both formats, so a later line starting with
+            # '{' or '[' means this value is complete and invalid; otherwise it may be cut short.
+            nxt = _next_start(buf, 1)
+            if nxt < 0 and not eof and len(buf) <= max_value_bytes:
+                chunk = fh.read()
+                if chunk:
+                    buf += chunk
+                else:
+                    eof = True
                 continue
-            yield Record(f"{name}:{line}", value)
-            line += buf.count("\n", 0, end)
-            buf = buf[end:]
+            too_large = nxt < 0 and len(buf) > max_value_bytes
+            reason = "value too large" if too_large else f"invalid JSON: {_json_error(exc)}"
+            yield BadRecord(f"{name}:{line}", reason, buf[: min(256, nxt if nxt > 0 else 256)])
+            if nxt < 0:
+                buf = _drain_to_line_start(fh) if too_large else ""
+                continue
+            line += buf.count("\n", 0, nxt)
+            buf = buf[nxt:]
+            continue
+        yield Record(f"{name}:{line}", value)
+        line += buf.count("\n", 0, end)
+        buf = buf[end:]
+
+
+def _json_error(exc: BaseException) -> str:
+    if isinstance(exc, json.JSONDecodeError):
+        return exc.msg
+    if isinstance(exc, RecursionError):
+        return "nested too deeply"
+    return str(exc)  # e.g. "Exceeds the limit (4300 digits) for integer string conversion: value has 5000 digits"
 
 
 def _next_start(buf: str, pos: int) -> int:
@@ -90,10 +197,10 @@ def _next_start(buf: str, pos: int) -> int:
     return -1
 
 
-def _drain_to_line_start(fh: Any) -> str:
+def _drain_to_line_start(fh: _Text) -> str:
     """Skip input until a line that starts a JSON value; return the buffer from there."""
     while True:
-        chunk = fh.read(READ_CHUNK)
+        chunk = fh.read()
         if not chunk:
             return ""
         i = _next_start("\n" + chunk, 1)
@@ -101,20 +208,63 @@ def _drain_to_line_start(fh: Any) -> str:
             return str(chunk[i - 1:])
 
 
-def capture_files(paths: list[Path]) -> list[Path]:
-    """Expand directories to the capture files inside them (sorted), keep files as given."""
-    out: list[Path] = []
+def capture_files(paths: Sequence[Path]) -> list[Capture]:
+    """Expand directories to the capture files inside them (sorted), keep files (and ``-``, standard input, once)
+    as given. An entry of a directory named like a capture that cannot be read as one is kept as ``Unreadable``, so
+    that reading reports it; a path given that does not exist raises FileNotFoundError."""
+    out: list[Capture] = []
     for p in paths:
-        if p.is_dir():
-            out.extend(sorted(q for q in p.iterdir() if q.suffix in (".json", ".jsonl") and q.is_file()))
-        elif p.is_file():
+        if p == STDIN:
+            if STDIN not in out:
+                out.append(STDIN)
+        elif p.is_dir():
+            try:
+                entries = sorted(q for q in p.iterdir() if q.name.endswith(CAPTURE_SUFFIXES))
+            except OSError as exc:
+                out.append(Unreadable(p, f"the directory cannot be listed: {_why(exc)}"))
+                continue
+            for q in entries:
+                problem = _not_a_capture_file(q)
+                out.append(q if problem is None else Unreadable(q, problem))
+        elif p.exists():  # a file, or a pipe or device named on purpose (e.g. <(zcat today.jsonl.gz))
             out.append(p)
+        elif p.is_symlink():
+            raise FileNotFoundError(f"capture not found: {p} is a symbolic link to nothing")
         else:
             raise FileNotFoundError(f"capture not found: {p}")
     return out
 
 
-def interleave(paths: list[Path]) -> Iterator[Record | BadRecord]:
+_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a directory"))
+
+
+def _not_a_capture_file(path: Path) -> str | None:
+    """Why a directory entry cannot be read as a capture file (None if it can)."""
+    try:
+        mode = path.stat().st_mode  # follows a symbolic link
+    except FileNotFoundError:
+        return "a symbolic link to nothing" if path.is_symlink() else "gone"
+    except OSError as exc:
+        return _why(exc)
+    if stat.S_ISREG(mode):
+        return None
+    kind = next((k for test, k in _KINDS if test(mode)), "not a regular file")
+    return f"{kind}, not a regular file"
+
+
+def capture_size(path: Capture) -> int:
+    """Bytes of a capture file as stored (0 for standard input and what is not a regular file)."""
+    if isinstance(path, Unreadable) or path == STDIN:
+        return 0
+    try:
+        st = path.stat()
+    except OSError:
+        return 0
+    return st.st_size if stat.S_ISREG(st.st_mode) else 0
+
+
+def interleave(paths: Sequence[Capture]) -> Iterator[Record | BadRecord]:
     """Round-robin over several captures: each file stays in its own order, none is read ahead."""
     its = [read_capture(p) for p in paths]
     while its:
