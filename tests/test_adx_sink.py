@@ -9,6 +9,9 @@ import base64
 import hashlib
 import io
 import json
+import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -20,8 +23,9 @@ from xml.etree import ElementTree
 import pytest
 from azure.kusto.data import KustoClient, KustoConnectionStringBuilder
 from pydantic import ValidationError
+from structlog.testing import capture_logs
 
-from tests.adx_standin import KustoStandIn
+from tests.adx_standin import KustoStandIn, _Refused
 from tracker.cli import DEMO_CAPTURES
 from tracker.core.model import (
     Attempt,
@@ -39,7 +43,7 @@ from tracker.core.reducer import Reducer
 from tracker.runtime.pipeline import PipelineLimits, run_pipeline
 from tracker.shell.adx import STATE_COLUMNS, TABLES, AdxSettings, AdxSink, connection, history_rows
 from tracker.shell.capture import BadRecord, capture_files, interleave
-from tracker.shell.kusto_apply import add_kusto_commands, apply_schema, schema_commands
+from tracker.shell.kusto_apply import PROBE, ApplyError, add_kusto_commands, apply_schema, schema_commands
 
 SCHEMA = json.loads((Path(__file__).parents[1] / "schemas" / "kusto" / "schema.json").read_text())
 DB = "TauGridTest"
@@ -502,6 +506,31 @@ def test_full_spool_blocks_write_until_kusto_is_back(standin: KustoStandIn,
     assert delivered(standin) == 17 and sink.stats.spooled_rows == 0
 
 
+def test_foreign_files_in_the_spool_are_ignored_with_one_warning_never_deleted(
+        standin: KustoStandIn, make_sink: Callable[..., AdxSink], tmp_path: Path) -> None:
+    spool = tmp_path / "spool"
+    (spool / "rejected").mkdir(parents=True)
+    foreign = {"notes.jsonl": b'{"a": 1}', "12.jsonl": b"x", "0000000000000009.NotATable.jsonl": b'{"RunId": "x"}',
+               "rejected/kept-by-an-operator.jsonl": b"y", "0000000000000005.TaugridRunState.jsonl.bak": b"z"}
+    for name, data in foreign.items():
+        (spool / name).write_bytes(data)
+    standin.outage = 503
+    with capture_logs() as logs:
+        sink = make_sink()
+    warnings = [e for e in logs if e["event"] == "adx spool: ignoring files the sink did not write"]
+    assert len(warnings) == 1 and warnings[0]["log_level"] == "warning"
+    assert warnings[0]["files"] == sorted(n for n in foreign if n.endswith(".jsonl"))
+    assert sink.stats.spool_files == 0 and sink.spool_bytes == 0
+
+    assert sink.write([pending_run()]) == 3
+    assert sink.flush(60)
+    assert sink.stats.spool_files == 3, "its own rows are spooled beside the foreign files"
+    standin.outage = None
+    wait_until(lambda: sink.stats.spool_files == 0 and delivered(standin) == 3)
+    assert {(spool / name).read_bytes() for name in foreign} == set(foreign.values()), "left as they were"
+    assert {r["RunId"] for t in TABLES for r in standin.tables[t]} == {"run-pending"}, "never sent"
+
+
 def test_spool_left_by_a_previous_process_is_drained_first(standin: KustoStandIn,
                                                            make_sink: Callable[..., AdxSink]) -> None:
     standin.outage = 503
@@ -598,7 +627,8 @@ def test_kusto_apply_sends_the_commands_in_order(standin: KustoStandIn) -> None:
     settings = AdxSettings(cluster_uri=standin.url, auth="none", database=DB, mgmt_timeout_s=90)
     out = io.StringIO()
     commands = apply_schema(settings, dry_run=False, out=out)
-    sent = [r.json() for r in standin.of("mgmt")]
+    probe, *sent = [r.json() for r in standin.of("mgmt")]
+    assert probe["csl"] == PROBE and json.loads(probe["properties"])["Options"]["servertimeout"] == "0:00:30"
     assert [s["csl"] for s in sent] == [c.text for c in commands]
     assert {s["db"] for s in sent} == {DB}
     assert all(json.loads(s["properties"])["Options"]["servertimeout"] == "0:01:30" for s in sent)
@@ -610,10 +640,79 @@ def test_kusto_apply_stops_at_the_first_failure(standin: KustoStandIn, monkeypat
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     for k, v in {"CLUSTER_URI": standin.url, "AUTH": "none", "DATABASE": DB}.items():
         monkeypatch.setenv(f"TRACKER_ADX_{k}", v)
-    standin.fail("mgmt", 400)
+    answer = standin._mgmt
+
+    def refuse_the_second_command(req: Any) -> Any:
+        if len(standin.of("mgmt")) == 3:  # the probe, the first command, then this one
+            raise _Refused("no")
+        return answer(req)
+
+    monkeypatch.setattr(standin, "_mgmt", refuse_the_second_command)
     parser = argparse.ArgumentParser()
     add_kusto_commands(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["kusto", "apply"])
     assert args.func(args, None) == 1
-    assert len(standin.of("mgmt")) == 1
-    assert "error: kusto apply:" in capsys.readouterr().err
+    assert len(standin.of("mgmt")) == 3
+    captured = capsys.readouterr()
+    assert "error: kusto apply:" in captured.err
+    assert "[2/" in captured.out and "[3/" not in captured.out
+
+
+def test_kusto_apply_gives_up_after_the_connect_phase_when_the_cluster_does_not_answer(
+        standin: KustoStandIn) -> None:
+    assert AdxSettings().connect_timeout_s == 30 < AdxSettings().mgmt_timeout_s == 600
+    standin.stall("mgmt", 20)  # the first request is answered only after 20 s
+    settings = AdxSettings(cluster_uri=standin.url, auth="none", database=DB, connect_timeout_s=1)
+    out = io.StringIO()
+    started = time.monotonic()
+    with pytest.raises(ApplyError, match=r"did not answer within 1s \(the connect phase; "
+                                         r"TRACKER_ADX_CONNECT_TIMEOUT_S\): nothing was applied"):
+        apply_schema(settings, dry_run=False, out=out)
+    assert time.monotonic() - started < 5
+    assert [r.json()["csl"] for r in standin.of("mgmt")] == [PROBE]
+    assert out.getvalue().startswith(f"connecting to {standin.url} (database {DB}; up to 1s")
+
+
+def test_kusto_apply_shows_which_command_of_how_many_while_it_waits(standin: KustoStandIn) -> None:
+    standin.stall("mgmt", 0)  # the probe
+    standin.stall("mgmt", 1.5)  # the first command takes 1.5 s
+    settings = AdxSettings(cluster_uri=standin.url, auth="none", database=DB)
+    lines: list[tuple[float, str]] = []
+
+    class Terminal(io.StringIO):
+        """Records when each line is flushed."""
+
+        def flush(self) -> None:
+            lines.extend((time.monotonic(), line) for line in self.getvalue().splitlines())
+            self.seek(0)
+            self.truncate()
+
+    started = time.monotonic()
+    commands = apply_schema(settings, dry_run=False, out=Terminal(), progress_every_s=0.5)
+    total = len(commands)
+    first = [(t - started, line) for t, line in lines if line.startswith(f"[1/{total}] ")]
+    assert first[0][1] == f"[1/{total}] {commands[0].file} #1: {commands[0].text.splitlines()[0][:100]}"
+    assert first[0][0] < 1.0, "shown when it is sent, not when it is done"
+    waiting = [line for _t, line in first if "still running after" in line]
+    assert 2 <= len(waiting) <= 3 and "TRACKER_ADX_MGMT_TIMEOUT_S" in waiting[0]
+    assert [line for _t, line in lines if line.startswith(f"[{total}/{total}] ")]
+
+
+def test_kusto_apply_progress_reaches_a_pipe_as_it_happens(standin: KustoStandIn) -> None:
+    """Not only on a terminal: each line is flushed, so `kubectl logs` of a Job shows where apply waits."""
+    standin.stall("mgmt", 0)
+    standin.stall("mgmt", 30)  # the first command hangs
+    env = {**os.environ, "TRACKER_ADX_CLUSTER_URI": standin.url, "TRACKER_ADX_AUTH": "none",
+           "TRACKER_ADX_DATABASE": DB}
+    proc = subprocess.Popen([sys.executable, "-m", "tracker.cli", "kusto", "apply"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=Path(__file__).parents[1])
+    try:
+        assert proc.stdout is not None
+        seen: list[bytes] = []
+        reader = threading.Thread(target=lambda: seen.extend(iter(proc.stdout.readline, b"")), daemon=True)
+        reader.start()
+        wait_until(lambda: any(line.startswith(b"[1/") for line in seen), timeout_s=20)
+        assert seen[0].startswith(b"connecting to ")
+    finally:
+        proc.kill()
+        proc.wait()

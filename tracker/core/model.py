@@ -10,7 +10,9 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from tracker.core.redact import redact_inline, redact_text
 
 INTAKE_SCHEMA = "taugrid.io/intake/v1"
 
@@ -258,13 +260,46 @@ class RunRecord(_Row):
     last_checkpoint: str | None = None
 
 
-class DeadLetter(_Row):
-    """An input the tracker could not use, with the reason. Nothing else is affected."""
+EXCERPT_MAX = 2048  # characters of a dead letter's excerpt
 
-    source: str
+
+class DeadLetter(_Row):
+    """An input the tracker could not use, with the reason. Nothing else is affected.
+
+    It keeps what identifies the record and never a secret: whoever makes one, the excerpt and the detail are
+    redacted when it is made (``tracker.core.redact``: values of secret-looking keys, environment variable values,
+    token-like annotation values, credentials inside text), and the identity is read from the excerpt when it is
+    not given."""
+
+    source: str = Field(description="Where the record was: path:line of a capture, topic/partition@offset, a watch.")
     reason: str
     detail: str = ""
-    excerpt: str = Field(default="", max_length=2048)
+    identity: dict[str, str] = Field(
+        default_factory=dict,
+        description="What identifies the record, as far as it could be read: kind, apiVersion, namespace, name, uid, "
+                    "resourceVersion of an object; kind, run_id, event_id of an intake event.")
+    excerpt: str = Field(default="", max_length=EXCERPT_MAX,
+                         description="The record's JSON (or the text that did not parse), redacted, cut at 2048 "
+                                     "characters.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _redact(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        excerpt = data.get("excerpt")
+        if isinstance(excerpt, str):
+            red = redact_text(excerpt)
+            data["excerpt"] = red.text[:EXCERPT_MAX]
+            if not data.get("identity"):
+                data["identity"] = red.identity
+        for name in ("detail", "reason"):
+            if isinstance(data.get(name), str):
+                data[name] = redact_inline(data[name])
+        if isinstance(data.get("identity"), dict):
+            data["identity"] = {str(k): redact_inline(str(v)) for k, v in data["identity"].items()}
+        return data
 
 
 class RunHistory(_Row):

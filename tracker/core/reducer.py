@@ -26,6 +26,7 @@ from tracker.core.correlate import KINDS, ROOT_KINDS, Correlator, link, lost_key
 from tracker.core.derive import derive
 from tracker.core.facts import MetricFacts, RunFacts
 from tracker.core.model import (
+    EXCERPT_MAX,
     INTAKE_SCHEMA,
     DeadLetter,
     IntakeEnvelope,
@@ -33,9 +34,11 @@ from tracker.core.model import (
     RunHistory,
     iso,
 )
+from tracker.core.redact import identity
 from tracker.core.timefmt import BadTimestamp, ts
 
 SNAPSHOT_VERSION = 1
+_EXCERPT_READ = 2 * EXCERPT_MAX  # of a record's text, what a dead letter redacts (then keeps EXCERPT_MAX of)
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,14 +127,14 @@ class Reducer:
         """Count an input the shell could not even decode (bad JSON, oversized value) as a dead letter."""
         self.stats.records += 1
         self.stats.dead_letters += 1
-        if len(self.dead) < self.limits.max_dead_letters:
-            self.dead.append(DeadLetter(source=source, reason=reason, excerpt=excerpt[:2048]))
+        if len(self.dead) < self.limits.max_dead_letters:  # redacted by DeadLetter, its identity read from it
+            self.dead.append(DeadLetter(source=source, reason=reason, excerpt=excerpt[:_EXCERPT_READ]))
 
     def _dead(self, source: str, reason: str, record: Any, detail: str = "") -> None:
         self.stats.dead_letters += 1
         if len(self.dead) < self.limits.max_dead_letters:
             self.dead.append(DeadLetter(source=source, reason=reason, detail=detail[:1024],
-                                        excerpt=_excerpt(record)))
+                                        identity=identity(record), excerpt=_excerpt(record)))
 
     def _run(self, run_id: str) -> RunFacts:
         r = self.runs.get(run_id)
@@ -363,11 +366,12 @@ class Reducer:
 
 
 def _excerpt(record: Any) -> str:
+    """The record's JSON, cut short: ``DeadLetter`` redacts it (a cut anywhere is fine) and cuts it again."""
     try:
         text = json.dumps(record, sort_keys=True, default=str)
     except (TypeError, ValueError):
         text = repr(record)
-    return text[:2048]
+    return text[:_EXCERPT_READ]
 
 
 def _claim_key(created: int | None, uid: str) -> tuple[bool, int, str]:

@@ -39,13 +39,12 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaError
 from kubernetes_asyncio.config import ConfigException
-from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from tracker.runtime.ops import configure_logging
-from tracker.runtime.settings import KafkaSettings, Settings, SettingsError, load_settings
+from tracker.runtime.settings import KafkaSettings, Settings, SettingsError, load_settings, yaml_problem
 from tracker.runtime.watch_cmd import kube_client
 from tracker.shell import kafka
 from tracker.shell.watch import EVENTS_APIS, ApiError, KubeApi, Resource, discover, resources
@@ -234,8 +233,10 @@ async def kube_checks(opts: DoctorOptions) -> list[Check]:
                       "pass --rbac-file PATH (deploy/rbac/clusterrole.yaml of this tracker version)")]
     try:
         client = await asyncio.wait_for(kube_client(opts.kubeconfig, opts.context, connections=16), opts.timeout_s)
-    except (ConfigException, OSError, ValueError, TypeError, KeyError, TimeoutError) as exc:
-        return [Check("kube", "kubeconfig", "fail", f"no usable kubeconfig: {exc}",
+    except (ConfigException, OSError, ValueError, TypeError, KeyError, TimeoutError, yaml.YAMLError) as exc:
+        # a YAML error quotes the offending line, which may hold a token: only where, and what is wrong
+        problem = f"not valid YAML: {yaml_problem(exc)}" if isinstance(exc, yaml.YAMLError) else str(exc)
+        return [Check("kube", "kubeconfig", "fail", f"no usable kubeconfig: {problem}",
                       "pass --kubeconfig PATH (and --context), set KUBECONFIG, or run in a pod with a "
                       "ServiceAccount token")]
     async with client:
@@ -372,12 +373,12 @@ def _topic_check(spec: kafka.TopicSpec, parts: list[dict[str, Any]] | None, have
 
 
 async def adx_checks(timeout_s: float) -> list[Check]:
-    from tracker.shell.adx import AdxSettings
+    from tracker.shell.adx import AdxSettingsError, load_adx_settings
 
     try:
-        settings = AdxSettings()
-    except ValidationError as exc:
-        return [Check("adx", "settings", "fail", _validation(exc), "fix the TRACKER_ADX_* environment variables")]
+        settings = load_adx_settings()
+    except AdxSettingsError as exc:
+        return [Check("adx", "settings", "fail", str(exc), "fix the TRACKER_ADX_* environment variables")]
     if not settings.cluster_uri:
         return [Check("adx", "settings", "skip", "TRACKER_ADX_CLUSTER_URI is not set (no ADX sink)")]
     try:
@@ -472,10 +473,6 @@ async def _in_daemon_thread(fn: Callable[[], T], timeout_s: float) -> T:
     threading.Thread(target=target, name="doctor-adx", daemon=True).start()
     async with asyncio.timeout(timeout_s):
         return await done
-
-
-def _validation(exc: ValidationError) -> str:
-    return "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
 
 
 # ------------------------------------------------------------------------------------------ running

@@ -8,10 +8,11 @@ and whenever its input runs dry, so a live run's history reaches the index witho
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import AsyncIterable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import BinaryIO, Protocol
 
 from tracker.core.model import DeadLetter, RunHistory
 from tracker.core.reducer import Reducer
@@ -54,19 +55,92 @@ class PipelineReport:
     last_source: str = ""  # where the last record folded came from ("path:line")
 
 
-class JsonlDeadLetters:
-    """Dead letters appended to a JSON-lines file, one record per line, with the reason."""
+DEAD_LETTER_FILE_BYTES = 64 * 1024 * 1024  # a dead-letter file is rotated when it reaches this size
+DEAD_LETTER_FILES = 5  # the current file and the rotated ones kept: at most about 5 x 64 MiB
 
-    def __init__(self, path: Path) -> None:
+
+class JsonlDeadLetters:
+    """Dead letters appended to a JSON-lines file, one record per line, with the reason.
+
+    The file is readable by its owner only (0600: even redacted, a dead letter describes the cluster's objects),
+    and bounded: when the next letter would take it past ``max_bytes`` it is renamed ``<name>.1`` (the older
+    ``<name>.1`` becomes ``<name>.2``, and so on) and a new one is started; of the rotated files only ``files - 1``
+    are kept, and the letters of the ones deleted are counted in ``dropped`` (and passed to ``on_drop``)."""
+
+    def __init__(self, path: Path, max_bytes: int = DEAD_LETTER_FILE_BYTES, files: int = DEAD_LETTER_FILES,
+                 on_drop: Callable[[int], None] | None = None) -> None:
+        if max_bytes < 1 or files < 1:
+            raise ValueError("a dead-letter file needs max_bytes >= 1 and files >= 1")
         self.path = path
+        self.max_bytes = max_bytes
+        self.files = files
+        self.on_drop = on_drop
+        self.dropped = 0  # letters deleted by rotation, by this writer
+        self.rotations = 0
 
     def write_dead_letters(self, letters: Sequence[DeadLetter]) -> None:
         if not letters:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("a", encoding="utf-8") as fh:
+        fh = self._open()
+        try:
+            size = os.fstat(fh.fileno()).st_size
             for dl in letters:
-                fh.write(dl.model_dump_json() + "\n")
+                line = dl.model_dump_json().encode() + b"\n"
+                if size and size + len(line) > self.max_bytes:
+                    fh.close()
+                    self._rotate()
+                    fh = self._open()
+                    size = 0
+                fh.write(line)
+                size += len(line)
+        finally:
+            fh.close()
+
+    def rotated(self) -> list[Path]:
+        """The rotated files that exist, newest first (``<name>.1``, ``<name>.2``, ...)."""
+        found = []
+        for p in self.path.parent.glob(self.path.name + ".*"):
+            suffix = p.name[len(self.path.name) + 1:]
+            if suffix.isdigit() and suffix[0] != "0":
+                found.append((int(suffix), p))
+        return [p for _n, p in sorted(found)]
+
+    def _open(self) -> BinaryIO:
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            if os.fstat(fd).st_mode & 0o077:  # a file from before, or made under a wider umask
+                os.fchmod(fd, 0o600)
+            return os.fdopen(fd, "ab")
+        except BaseException:
+            os.close(fd)
+            raise
+
+    def _rotate(self) -> None:
+        keep = self.files - 1  # rotated files kept, the one made now included
+        rotated = self.rotated()
+        survivors = rotated[:keep - 1] if keep else []
+        dropped = 0
+        for p in rotated[len(survivors):] if keep else [*rotated, self.path]:
+            dropped += _lines(p)
+            p.unlink()
+        for i, p in reversed(list(enumerate(survivors, start=2))):
+            p.rename(p.with_name(f"{self.path.name}.{i}"))
+        if keep:
+            self.path.rename(self.path.with_name(f"{self.path.name}.1"))
+        self.rotations += 1
+        if dropped:
+            self.dropped += dropped
+            if self.on_drop is not None:
+                self.on_drop(dropped)
+
+
+def _lines(path: Path) -> int:
+    n = 0
+    with path.open("rb") as fh:
+        while chunk := fh.read(1 << 20):
+            n += chunk.count(b"\n")
+    return n
 
 
 async def run_pipeline(

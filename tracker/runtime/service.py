@@ -13,6 +13,7 @@ clients close. A second signal, or ``ops.shutdown_timeout_s`` running out, exits
 from __future__ import annotations
 
 import asyncio
+import logging
 import queue
 import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -203,6 +204,7 @@ async def run_process(settings: Settings, name: str, body: Body, *, fatal: Error
     it comes wrapped in exception groups (a ``TaskGroup`` or ``gather`` of the body), as long as every error in
     them is fatal. Anything else (a bug) propagates with its traceback."""
     configure_logging(settings.ops.log_level, settings.ops.log_format)
+    _PRODUCER_LOG.addFilter(_NO_PAYLOADS)
     metrics, health = Metrics(), Health()
     server = OpsServer(settings.ops, metrics, health)
     shutdown = Shutdown(settings.ops.shutdown_timeout_s)
@@ -222,6 +224,22 @@ async def run_process(settings: Settings, name: str, body: Body, *, fatal: Error
         await server.stop()
     log.info("stopped", process=name)
     return 0
+
+
+class _NoPayloads(logging.Filter):
+    """aiokafka's producer logs every record it sends at DEBUG, value and all; a value is an input record, which
+    may hold secrets (a Pod's environment): only its size is logged."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg == "Sending (key=%s value=%s) to %s" and isinstance(record.args, tuple) \
+                and len(record.args) == 3:
+            key, value, tp = record.args
+            record.args = (key, f"<{len(value) if isinstance(value, (bytes, str)) else 0} bytes>", tp)
+        return True
+
+
+_PRODUCER_LOG = logging.getLogger("aiokafka.producer.producer")
+_NO_PAYLOADS = _NoPayloads()
 
 
 def fatal_errors(exc: BaseException, fatal: Errors = FATAL) -> list[BaseException] | None:

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+import re
+from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
@@ -28,8 +29,14 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, m
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from tracker.core.redact import secret_env, secret_fields, secret_values, validation_problems
 from tracker.core.reducer import ReducerLimits
-from tracker.runtime.pipeline import PipelineLimits
+from tracker.runtime.pipeline import (
+    DEAD_LETTER_FILE_BYTES,
+    DEAD_LETTER_FILES,
+    JsonlDeadLetters,
+    PipelineLimits,
+)
 
 CONFIG_FILE_ENV = "TRACKER_CONFIG_FILE"
 MIB = 1024 * 1024
@@ -40,7 +47,7 @@ class SettingsError(ValueError):
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
 
 
 class TopicSettings(_Section):
@@ -225,6 +232,18 @@ class EmbeddedSettings(_Section):
     change_queue: int = Field(default=10_000, ge=1)
     history_queue: int = Field(default=64, ge=1)
     flush_every: int = Field(default=5_000, ge=1)
+    dead_letter_file_bytes: int = Field(
+        default=DEAD_LETTER_FILE_BYTES, ge=64 * 1024,
+        description="<index>.dead-letters.jsonl is rotated (to .1, .2, ...) when it reaches this size.")
+    dead_letter_files: int = Field(
+        default=DEAD_LETTER_FILES, ge=1, le=1_000,
+        description="Dead-letter files kept, the current one included; the letters of older ones are dropped "
+                    "(counted: tracker_dead_letters_dropped_total).")
+
+    def dead_letters(self, path: Path, on_drop: Callable[[int], None] | None = None) -> JsonlDeadLetters:
+        """The bounded dead-letter file of the index at ``path``."""
+        return JsonlDeadLetters(path.with_name(path.stem + ".dead-letters.jsonl"), self.dead_letter_file_bytes,
+                                self.dead_letter_files, on_drop)
 
     def limits(self) -> PipelineLimits:
         return PipelineLimits(change_queue=self.change_queue, history_queue=self.history_queue,
@@ -245,7 +264,8 @@ class OpsSettings(_Section):
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TRACKER_", env_nested_delimiter="__", extra="forbid",
-                                      frozen=True, nested_model_default_partial_update=True)
+                                      frozen=True, nested_model_default_partial_update=True,
+                                      hide_input_in_errors=True)
 
     kafka: KafkaSettings = KafkaSettings()
     reduce: ReduceSettings = ReduceSettings()
@@ -267,6 +287,7 @@ class Settings(BaseSettings):
         return init_settings, env_settings, _FileSource(settings_cls)
 
 
+SECRET_FIELDS = secret_fields(Settings)
 _FILE_DATA: ContextVar[Mapping[str, Any] | None] = ContextVar("tracker_settings_file", default=None)
 
 
@@ -283,12 +304,17 @@ class _FileSource(PydanticBaseSettingsSource):
 def load_settings(config_file: Path | None = None, overrides: Mapping[str, Any] | None = None) -> Settings:
     """Settings from flags (``overrides``, nested dicts), the environment and the settings file."""
     path = config_file or (Path(os.environ[CONFIG_FILE_ENV]) if os.environ.get(CONFIG_FILE_ENV) else None)
-    token = _FILE_DATA.set(_read_file(path) if path is not None else None)
+    data = _read_file(path) if path is not None else None
+    token = _FILE_DATA.set(data)
     try:
         return Settings(**dict(overrides or {}))
     except ValidationError as exc:
         where = f" (settings file {path})" if path is not None else ""
-        lines = [f"  {'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg']}" for e in exc.errors()]
+        # a message names the field, never a secret's value (whatever pydantic said about it)
+        secrets = [*secret_values(data, SECRET_FIELDS), *secret_values(overrides, SECRET_FIELDS),
+                   *secret_env(os.environ, "TRACKER_", SECRET_FIELDS)]
+        lines = [f"  {line}" for line in validation_problems(exc.errors(include_input=False, include_url=False),
+                                                             SECRET_FIELDS, secrets)]
         raise SettingsError(f"invalid settings{where}; environment variables are TRACKER_<SECTION>__<NAME>:\n"
                             + "\n".join(lines)) from None
     finally:
@@ -300,16 +326,37 @@ def _read_file(path: Path) -> Mapping[str, Any]:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise SettingsError(f"cannot read settings file {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise SettingsError(f"settings file {path} is not UTF-8 text (byte {exc.start})") from None
+    kind = "JSON" if path.suffix == ".json" else "YAML"
     try:
         data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except json.JSONDecodeError as exc:
+        raise SettingsError(f"settings file {path} is not valid JSON: {exc.msg} at line {exc.lineno}, "
+                            f"column {exc.colno}") from None
     except (ValueError, yaml.YAMLError) as exc:
-        raise SettingsError(f"settings file {path} is not valid {'JSON' if path.suffix == '.json' else 'YAML'}: "
-                            f"{exc}") from None
+        raise SettingsError(f"settings file {path} is not valid {kind}: {yaml_problem(exc)}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
         raise SettingsError(f"settings file {path} must hold a mapping of sections, got {type(data).__name__}")
     return data
+
+
+def yaml_problem(exc: BaseException) -> str:
+    """What a YAML error says, without the text it quotes: the offending line is never shown (it may hold a
+    secret), and quoted words longer than two characters (an alias, a tag, a token) are elided."""
+    if isinstance(exc, yaml.MarkedYAMLError):
+        problem = exc.problem or exc.context or "syntax error"
+        mark = exc.problem_mark or exc.context_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    else:
+        problem, where = type(exc).__name__, ""
+    return _QUOTED.sub(lambda m: m.group() if len(m.group()) <= 4 else f"{m.group()[0]}...{m.group()[0]}",
+                       problem) + where
+
+
+_QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
 
 
 def redacted(settings: Settings) -> dict[str, Any]:

@@ -26,6 +26,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import threading
 import time
 from collections import OrderedDict, deque
@@ -55,10 +56,11 @@ from azure.kusto.ingest import (
     StreamDescriptor,
 )
 from azure.kusto.ingest.exceptions import KustoQueueError
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from tracker.core.model import RunHistory, RunRecord
+from tracker.core.redact import secret_env, secret_fields, secret_values, validation_problems
 
 log = structlog.get_logger("tracker.adx")
 
@@ -80,7 +82,7 @@ def mapping_name(table: str) -> str:
 class AdxSettings(BaseSettings):
     """Settings of the ADX sink and of ``tracker kusto apply``, from ``TRACKER_ADX_*`` environment variables."""
 
-    model_config = SettingsConfigDict(env_prefix="TRACKER_ADX_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="TRACKER_ADX_", extra="ignore", hide_input_in_errors=True)
 
     cluster_uri: str = Field("", description="Engine endpoint, e.g. https://<cluster>.<region>.kusto.windows.net.")
     ingest_uri: str = Field("", description="Data-management endpoint for queued ingestion (default: derived "
@@ -103,6 +105,10 @@ class AdxSettings(BaseSettings):
     retry_max_s: float = Field(60.0, gt=0, description="Backoff cap, also between spool drain attempts.")
     ingest_timeout_s: float = Field(120.0, gt=0, description="Deadline of one ingestion call.")
     mgmt_timeout_s: float = Field(600.0, gt=0, description="Server timeout of one management command.")
+    connect_timeout_s: float = Field(
+        30.0, gt=0, le=600, description="Connect phase of `tracker kusto apply`: how long the cluster has to answer "
+                                        "its first request (`.show version`, authentication included) before the "
+                                        "apply gives up.")
     spool_dir: Path = Field(Path("out/adx-spool"), description="Where rows wait during an outage.")
     spool_max_bytes: int = Field(512 << 20, ge=1, description="Spool size at which write() starts to block.")
     memo_max_runs: int = Field(100_000, ge=1, description="Runs whose sent rows are remembered (LRU).")
@@ -112,6 +118,22 @@ class AdxSettings(BaseSettings):
         if self.auth == "app-secret" and not (self.client_id and self.tenant_id and self.client_secret):
             raise ValueError("auth app-secret needs client_id, tenant_id and client_secret")
         return self
+
+
+class AdxSettingsError(ValueError):
+    """The ``TRACKER_ADX_*`` settings are invalid; the message names each field, never a secret's value."""
+
+
+def load_adx_settings(**values: Any) -> AdxSettings:
+    """``AdxSettings`` from the environment (and ``values``), or ``AdxSettingsError`` in one line."""
+    try:
+        return AdxSettings(**values)
+    except ValidationError as exc:
+        fields = secret_fields(AdxSettings)
+        secrets = [*secret_env(os.environ, "TRACKER_ADX_", fields), *secret_values(values, fields)]
+        problems = validation_problems(exc.errors(include_input=False, include_url=False), fields, secrets)
+        raise AdxSettingsError("invalid ADX settings (environment variables TRACKER_ADX_<NAME>): "
+                               + "; ".join(problems)) from None
 
 
 def connection(settings: AdxSettings, uri: str) -> KustoConnectionStringBuilder:
@@ -254,9 +276,13 @@ class _Spool:
         self.rejected = root / "rejected"
         self.stats = stats
         root.mkdir(parents=True, exist_ok=True)
-        self.files: deque[Path] = deque(sorted(root.glob("*.jsonl")))
-        self.seq = max((int(p.name.split(".", 1)[0]) for p in [*self.files, *self.rejected.glob("*.jsonl")]),
-                       default=0)
+        ours, foreign = _spool_files(root)
+        rejected, foreign_rejected = _spool_files(self.rejected)
+        if foreign or foreign_rejected:  # someone else's files: left alone, never sent, never deleted
+            log.warning("adx spool: ignoring files the sink did not write",
+                        spool_dir=str(root), files=sorted(str(p.relative_to(root)) for p in foreign + foreign_rejected))
+        self.files: deque[Path] = deque(ours)
+        self.seq = max((_spool_seq(p) for p in [*ours, *rejected]), default=0)
         stats.spool_files = len(self.files)
         stats.spool_bytes = sum(p.stat().st_size for p in self.files)
 
@@ -294,6 +320,23 @@ class _Spool:
     def reject(self, chunk: _Chunk) -> Path:
         self.stats.rejected_rows += chunk.rows
         return self._write(self.rejected, chunk)
+
+
+_SPOOL_NAME = re.compile(rf"(\d{{16}})\.({'|'.join(TABLES)})\.jsonl")
+
+
+def _spool_files(directory: Path) -> tuple[list[Path], list[Path]]:
+    """The ``*.jsonl`` files of a spool directory: the sink's own (``<16-digit seq>.<table>.jsonl`` regular files,
+    oldest first) and any other."""
+    ours: list[Path] = []
+    foreign: list[Path] = []
+    for p in sorted(directory.glob("*.jsonl")):
+        (ours if _SPOOL_NAME.fullmatch(p.name) and p.is_file() and not p.is_symlink() else foreign).append(p)
+    return ours, foreign
+
+
+def _spool_seq(path: Path) -> int:
+    return int(path.name.split(".", 1)[0])
 
 
 def _is_transient(exc: BaseException) -> bool:

@@ -3,6 +3,10 @@
 Runs the scripts under ``schemas/kusto/*.kql`` in file-name order, each command on its own as a management
 command in the configured database (``TRACKER_ADX_*`` settings, see ``tracker.shell.adx.AdxSettings``), and
 stops at the first failure. Every command is idempotent, so applying again after a schema change is safe.
+
+A cluster that does not answer costs ``connect_timeout_s`` (30 s), not a command's ``mgmt_timeout_s`` (600 s): the
+first request is a ``.show version`` with that deadline. Progress is printed (and flushed) as it happens: the
+command sent, its place among all, and a line every 15 s while one runs.
 """
 
 from __future__ import annotations
@@ -10,16 +14,19 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
-from typing import TextIO
+from typing import TextIO, TypeVar
 
 from azure.kusto.data import ClientRequestProperties, KustoClient
 from azure.kusto.data.exceptions import KustoError
-from pydantic import ValidationError
 
-from tracker.shell.adx import AdxSettings, connection
+from tracker.shell.adx import AdxSettings, AdxSettingsError, connection, load_adx_settings
 
 SCHEMA_DIR = Path(__file__).resolve().parents[2] / "schemas" / "kusto"
 
@@ -55,32 +62,111 @@ def schema_commands(schema_dir: Path = SCHEMA_DIR) -> list[Command]:
             for i, text in enumerate(split_script(f.read_text(encoding="utf-8")), start=1)]
 
 
+class ApplyError(RuntimeError):
+    """The cluster did not answer, or refused a command."""
+
+
+PROGRESS_EVERY_S = 15.0  # while a command runs, how often a "still waiting" line is printed
+PROBE = ".show version"  # the first request: it proves the cluster answers (and that the credentials work)
+
+
 def apply_schema(settings: AdxSettings, dry_run: bool, schema_dir: Path = SCHEMA_DIR,
-                 out: TextIO | None = None) -> list[Command]:
-    """Runs (or with ``dry_run`` only prints) every schema command in order; returns the commands."""
+                 out: TextIO | None = None, progress_every_s: float = PROGRESS_EVERY_S) -> list[Command]:
+    """Runs (or with ``dry_run`` only prints) every schema command in order; returns the commands.
+
+    The connect phase (the cluster's answer to ``.show version``, authentication included) may take
+    ``connect_timeout_s``; each command then ``mgmt_timeout_s``. Progress goes to ``out`` as it happens: which
+    command of how many, and a line every ``progress_every_s`` while one runs."""
     out = out or sys.stdout
+
+    def say(line: str) -> None:
+        out.write(line + "\n")
+        out.flush()
+
     commands = schema_commands(schema_dir)
     if dry_run:
         out.write(f"// {len(commands)} commands for database {settings.database} (dry run: nothing sent)\n")
         for c in commands:
             out.write(f"\n// {c.file} #{c.index}\n{c.text}\n")
         return commands
-    properties = ClientRequestProperties()  # type: ignore[no-untyped-call]  # (unannotated in the SDK)
-    properties.set_option(ClientRequestProperties.request_timeout_option_name,
-                          timedelta(seconds=settings.mgmt_timeout_s))
-    with KustoClient(connection(settings, settings.cluster_uri)) as client:
+    uri, total = settings.cluster_uri, len(commands)
+    with KustoClient(connection(settings, uri)) as client:
+        say(f"connecting to {uri} (database {settings.database}; up to {settings.connect_timeout_s:g}s, "
+            "TRACKER_ADX_CONNECT_TIMEOUT_S)")
+        probe = _properties(settings.connect_timeout_s)
+        _wait(lambda: client.execute_mgmt(settings.database, PROBE, probe), settings.connect_timeout_s, None,
+              f"{uri} did not answer within {settings.connect_timeout_s:g}s (the connect phase; "
+              "TRACKER_ADX_CONNECT_TIMEOUT_S): nothing was applied")
+        properties = _properties(settings.mgmt_timeout_s)
         for n, c in enumerate(commands, start=1):
-            out.write(f"[{n}/{len(commands)}] {c.file} #{c.index}: {c.text.splitlines()[0][:100]}\n")
-            client.execute_mgmt(settings.database, c.text, properties)
-    out.write(f"applied {len(commands)} commands to database {settings.database} at {settings.cluster_uri}\n")
+            head = f"[{n}/{total}] {c.file} #{c.index}"
+            say(f"{head}: {c.text.splitlines()[0][:100]}")
+            started = time.monotonic()
+
+            def waiting(elapsed: float, head: str = head) -> None:
+                say(f"{head}: still running after {elapsed:.0f}s (up to {settings.mgmt_timeout_s:g}s, "
+                    "TRACKER_ADX_MGMT_TIMEOUT_S)")
+
+            # the SDK's own deadline is the server timeout + 30 s; this one is a backstop if a call hangs
+            _wait(partial(client.execute_mgmt, settings.database, c.text, properties),
+                  settings.mgmt_timeout_s + 60, (progress_every_s, waiting),
+                  f"{head} got no answer within {settings.mgmt_timeout_s + 60:g}s; commands {n}..{total} were "
+                  "not applied (each is idempotent: apply again)")
+            if time.monotonic() - started >= progress_every_s:
+                say(f"{head}: done after {time.monotonic() - started:.0f}s")
+    say(f"applied {total} commands to database {settings.database} at {uri}")
     return commands
 
 
+def _properties(timeout_s: float) -> ClientRequestProperties:
+    properties = ClientRequestProperties()  # type: ignore[no-untyped-call]  # (unannotated in the SDK)
+    properties.set_option(ClientRequestProperties.request_timeout_option_name, timedelta(seconds=timeout_s))
+    return properties
+
+
+T = TypeVar("T")
+
+
+def _wait(fn: Callable[[], T], timeout_s: float, progress: tuple[float, Callable[[float], None]] | None,
+          timeout_message: str) -> T:
+    """``fn()`` in a daemon thread, waited for at most ``timeout_s`` (calling ``progress[1](elapsed)`` every
+    ``progress[0]`` seconds meanwhile); ``ApplyError(timeout_message)`` when it does not return in time."""
+    result: list[T] = []
+    error: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            result.append(fn())
+        except BaseException as exc:  # handed to the caller
+            error.append(exc)
+
+    thread = threading.Thread(target=target, name="kusto-apply", daemon=True)
+    started = time.monotonic()
+    thread.start()
+    while thread.is_alive():
+        elapsed = time.monotonic() - started
+        if elapsed >= timeout_s:
+            raise ApplyError(timeout_message)
+        step = timeout_s - elapsed if progress is None else min(progress[0], timeout_s - elapsed)
+        thread.join(step)
+        if thread.is_alive() and progress is not None and time.monotonic() - started < timeout_s:
+            progress[1](time.monotonic() - started)
+    if error:
+        raise error[0]
+    return result[0]
+
+
 def cmd_kusto_apply(args: argparse.Namespace, console: object = None) -> int:
-    """The `kusto apply` command (``console``, passed by the CLI to every command, is not used)."""
+    """The `kusto apply` command (``console``, passed by the CLI to every command, is not used). Exit codes: 0
+    applied, 1 the cluster did not answer or refused a command, 2 bad settings."""
     try:
-        apply_schema(AdxSettings(), args.dry_run, args.schema_dir)
-    except (ValidationError, ValueError, KustoError, FileNotFoundError) as exc:
+        settings = load_adx_settings()
+    except AdxSettingsError as exc:
+        sys.stderr.write(f"error: kusto apply: {exc}\n")
+        return 2
+    try:
+        apply_schema(settings, args.dry_run, args.schema_dir)
+    except (ApplyError, ValueError, KustoError, FileNotFoundError) as exc:
         sys.stderr.write(f"error: kusto apply: {exc}\n")
         return 1
     return 0

@@ -89,8 +89,9 @@ from kubernetes_asyncio.client import ApiClient
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from tracker.core import extract as x
+from tracker.core import redact
 from tracker.core.correlate import Correlator, Held, link
-from tracker.core.model import LABEL_CONTROLLER_UID, LABEL_RAY_CLUSTER, DeadLetter
+from tracker.core.model import EXCERPT_MAX, LABEL_CONTROLLER_UID, LABEL_RAY_CLUSTER, DeadLetter
 from tracker.shell import jsonio
 from tracker.shell.bus import InProcessBus
 from tracker.shell.capture import Record
@@ -936,13 +937,15 @@ class Watcher:
 
     def dead_letter(self, source: str, reason: str, detail: str, obj: Any) -> None:
         """Queue a dead letter for a record that is not published, in order with the records around it. ``obj``
-        is its excerpt: a slimmed object, or only the identity of a raw one (whose spec may hold secrets)."""
+        is its excerpt: a slimmed object, or only the identity of a raw one (whose spec may hold secrets); the
+        DeadLetter redacts what may still be secret in it."""
         try:
-            excerpt = jsonio.dumps(obj).decode(errors="replace")[:2048]
+            excerpt = jsonio.dumps(obj).decode(errors="replace")[:2 * EXCERPT_MAX]
         except (TypeError, ValueError):
-            excerpt = repr(obj)[:2048]
+            excerpt = repr(obj)[:2 * EXCERPT_MAX]
         self.stats.dead_letters += 1
-        self.outbox.put_item(DeadLetter(source=source, reason=reason, detail=detail[:1024], excerpt=excerpt))
+        self.outbox.put_item(DeadLetter(source=source, reason=reason, detail=detail[:1024],
+                                        identity=redact.identity(obj), excerpt=excerpt))
 
     # ------------------------------------------------------------ lifecycle
 

@@ -1,0 +1,332 @@
+"""Redaction: what the tracker keeps of an input it could not use, and what it says about bad settings.
+
+Pure functions (no I/O, no clock). A dead letter keeps what identifies its record (kind, namespace, name, uid,
+resourceVersion; an intake event's kind, run_id and event_id) and the reason; every value that may be a secret is
+replaced by ``[redacted]``:
+
+- the value of any key that looks secret (``password``, ``token``, ``secret``, ``key``, ``credential``, ``auth``,
+  ``cookie``, ``signature``, ... in its name), whole, including what is nested in it;
+- environment variable values (``env[].value`` of every container), a top-level object's ``data``,
+  ``stringData`` and ``binaryData`` (a Secret's or ConfigMap's contents);
+- annotation values that look like tokens (long, no spaces, letters and digits); an annotation holding JSON (such
+  as ``kubectl.kubernetes.io/last-applied-configuration``, which repeats the whole object) is redacted inside;
+- inside any text: ``name=value`` / ``name: value`` / ``--name value`` where the name looks secret, the password
+  of a URL (``scheme://user:password@``), ``Bearer``/``Basic`` credentials, JWTs, signed-URL signatures and a few
+  well-known token shapes.
+
+``redact_text`` works on JSON text that may be cut short or not be JSON at all (a line that did not parse): it reads
+it as a stream of tokens with the keys that lead to each value, so the same rules apply to a record's JSON and to
+the first bytes of a broken one.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, get_args
+
+from pydantic import BaseModel, SecretStr
+
+REDACTED = "[redacted]"
+_REDACTED_JSON = json.dumps(REDACTED)
+
+_SECRET_WORDS = (r"passw(?:or)?d|passphrase|pwd|secret|token(?!s)|credential|auth|api[-_]?key|private[-_]?key"
+                 r"|access[-_]?key|cookie|session|signature|connection[-_]?string|sas[-_]?url|bearer")
+_TRIGGER_WORDS = (r"pass|pwd|secret|token|credential|auth|key|cookie|session|signature|connection|sas|bearer")
+_SECRET_KEY = re.compile(rf"(?i)(?:{_SECRET_WORDS})|(?:^|[-_.\s/])keys?$|[a-z]Keys?$|^keys?$|^sig$|^sas$")
+_CONTENT_KEYS = frozenset({"data", "stringData", "binaryData"})
+_IDENTITY_KEYS = {("kind",): "kind", ("apiVersion",): "apiVersion", ("metadata", "namespace"): "namespace",
+                  ("metadata", "name"): "name", ("metadata", "uid"): "uid",
+                  ("metadata", "resourceVersion"): "resourceVersion", ("run_id",): "run_id",
+                  ("event_id",): "event_id"}
+IDENTITY_FIELDS = ("kind", "apiVersion", "namespace", "name", "uid", "resourceVersion", "run_id", "event_id")
+_IDENTITY_MAX = 253
+# Annotations of TauGrid runs whose values are digests or references, not credentials.
+_PLAIN_ANNOTATIONS = frozenset({"taugrid.io/git-commit", "taugrid.io/config-digest", "taugrid.io/config-ref",
+                                "taugrid.io/input-refs", "taugrid.io/storage-output", "taugrid.io/resume-of"})
+
+# (what the lower-cased text must contain for the pattern to match, the pattern, its replacement)
+_INLINE: tuple[tuple[re.Pattern[str], re.Pattern[str], str], ...] = (
+    # scheme://user:password@host
+    (re.compile("://"), re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^/\s:@\"']+:)(?!\[redacted\])[^/\s@\"']+@"),
+     rf"\g<1>{REDACTED}@"),
+    # Authorization: Bearer xxx / Basic xxx
+    (re.compile("bearer|basic"), re.compile(r"(?i)\b(bearer|basic)(\s+)(?!\[redacted\])[A-Za-z0-9._~+/=-]{6,}"),
+     rf"\g<1>\g<2>{REDACTED}"),
+    # name=value, name: value, "name": "value", --name value (a secret-looking name)
+    (re.compile(_TRIGGER_WORDS),
+     re.compile(rf"(?i)((?<![\w.-])(?:[\w.-]*?(?:{_SECRET_WORDS})[\w.-]*|[\w.-]*?[-_.]keys?|keys?)"
+                r"[\"']?\s*[:=]\s*[\"']?)(?!\[redacted\]|(?:bearer|basic)\s)[^\s\"',;&{}\[\]()]+"),
+     rf"\g<1>{REDACTED}"),
+    (re.compile(_TRIGGER_WORDS),
+     re.compile(rf"(?i)((?<![\w-])--?[\w-]*?(?:{_SECRET_WORDS})[\w-]*\s+)(?!\[redacted\])(?!-)[^\s\"',;&{{}}\[\]()]+"),
+     rf"\g<1>{REDACTED}"),
+    # signed URLs: ?sig=..., &signature=..., &X-Amz-Signature=..., &code=...
+    (re.compile("sig|code="),
+     re.compile(r"(?i)([?&](?:sig|signature|x-amz-signature|x-goog-signature|code)=)(?!\[redacted\])[^&\s\"']+"),
+     rf"\g<1>{REDACTED}"),
+    # JWTs and well-known token shapes
+    (re.compile("eyj"), re.compile(r"\beyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}(?:\.[A-Za-z0-9_-]*)?"), REDACTED),
+    (re.compile("akia|asia|gh[pousr]_|xox|sk-|glpat-"),
+     re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b|\bgh[pousr]_[A-Za-z0-9]{20,}|\bxox[abposr]-[A-Za-z0-9-]{10,}"
+                r"|\bsk-[A-Za-z0-9_-]{20,}|\bglpat-[A-Za-z0-9_-]{20,}"), REDACTED),
+)
+_ANY_TRIGGER = re.compile("|".join(trigger.pattern for trigger, _, _ in _INLINE))
+_FLAG = re.compile(rf"(?i)--?[\w-]*(?:{_SECRET_WORDS})[\w-]*")
+_TOKEN_LIKE = re.compile(r"[A-Za-z0-9+/=_.~-]{16,}")
+
+_TOKENS = re.compile(r'"(?:[^"\\]++|\\.)*+(")?|[{}\[\]:,]', re.S)
+
+
+@lru_cache(maxsize=4096)
+def secret_key(name: str) -> bool:
+    """Whether a key or setting name looks like it holds a secret."""
+    return bool(_SECRET_KEY.search(name))
+
+
+def redact_inline(text: str) -> str:
+    """``text`` with the secrets that can be recognised inside free text replaced (see the module docstring)."""
+    low = text.lower()
+    if _ANY_TRIGGER.search(low) is None:
+        return text
+    for trigger, pattern, repl in _INLINE:
+        if trigger.search(low) is not None:
+            text = pattern.sub(repl, text)
+    return text
+
+
+def looks_like_token(value: str) -> bool:
+    """A long string without spaces made of letters and digits, as API tokens, keys and passwords are."""
+    if not _TOKEN_LIKE.fullmatch(value):
+        return False
+    kinds = sum((any(c.islower() for c in value), any(c.isupper() for c in value), any(c.isdigit() for c in value)))
+    return kinds >= 2
+
+
+def identity(record: Any) -> dict[str, str]:
+    """What identifies a parsed record: a watch event's object (or a bare object), or an intake event."""
+    if not isinstance(record, dict):
+        return {}
+    obj = record.get("object")
+    out: dict[str, str] = {}
+    for path, name in _IDENTITY_KEYS.items():
+        for root in ((obj, record) if isinstance(obj, dict) else (record,)):
+            value: Any = root
+            for key in path:
+                value = value.get(key) if isinstance(value, dict) else None
+            if isinstance(value, (str, int)) and not isinstance(value, bool) and name not in out:
+                out[name] = _identity_value(str(value))
+    return out
+
+
+def _identity_value(value: str) -> str:
+    return redact_inline(value[:_IDENTITY_MAX])
+
+
+@dataclass(slots=True)
+class _Frame:
+    array: bool
+    key: str | None  # the key this container is the value of (an array's elements inherit the array's)
+    secret: bool  # everything inside is redacted
+    path: tuple[str, ...] | None  # keys from the root, while short enough to name an identity field
+    expect_key: bool = True  # objects: the next string is a key
+    current: str | None = None  # objects: the key whose value comes next
+    after_flag: bool = False  # arrays: the previous element was a secret-looking flag (--token)
+
+
+@dataclass(frozen=True, slots=True)
+class Redacted:
+    text: str
+    identity: dict[str, str]
+
+
+def redact_text(text: str) -> Redacted:
+    """``text`` (JSON, possibly cut short, or anything else) with secrets redacted, and the identity found in it."""
+    out: list[str] = []
+    found: dict[str, str] = {}
+    stack: list[_Frame] = []
+    pos = 0
+    for m in _TOKENS.finditer(text):
+        start = m.start()
+        if start > pos:  # a bare word (number, literal, anything that is not JSON) or blanks
+            out.append(_gap(text[pos:start], stack, found))
+        pos = m.end()
+        tok = m.group()
+        if tok[0] == '"':
+            top = stack[-1] if stack else None
+            if top is not None and not top.array and top.expect_key:
+                top.current = _decode(tok, m.group(1) is not None)
+                out.append(tok)
+            else:
+                out.append(_string(tok, m.group(1) is not None, top, found))
+            continue
+        top = stack[-1] if stack else None
+        if tok == "{" or tok == "[":
+            key, secret, path = _context(top)
+            stack.append(_Frame(tok == "[", key, secret, path))
+        elif tok == "}" or tok == "]":
+            if stack:
+                stack.pop()
+        elif top is not None and not top.array:
+            top.expect_key = tok == ","
+            if top.expect_key:
+                top.current = None
+        out.append(tok)
+    if pos < len(text):
+        out.append(_gap(text[pos:], stack, found))
+    return Redacted(redact_inline("".join(out)), found)
+
+
+def _gap(gap: str, stack: list[_Frame], found: dict[str, str]) -> str:
+    """What lies between two tokens: blanks around a bare word, or blanks only."""
+    word = gap.strip()
+    if not word:
+        return gap
+    lead = gap[:len(gap) - len(gap.lstrip())]
+    return lead + _word(word, stack, found) + gap[len(lead) + len(word):]
+
+
+def _word(word: str, stack: list[_Frame], found: dict[str, str]) -> str:
+    """A bare word: a key of text that is not JSON, or a value (number, literal, or anything else)."""
+    top = stack[-1] if stack else None
+    if top is not None and not top.array and top.expect_key:
+        top.current = word.strip("'")
+        return word
+    _key, secret, path = _context(top)
+    if secret:
+        return _REDACTED_JSON
+    if path is not None:
+        field = _identity_field(path)
+        if field is not None and field not in found:
+            found[field] = _identity_value(word)
+    return word
+
+
+def _context(top: _Frame | None) -> tuple[str | None, bool, tuple[str, ...] | None]:
+    """The key, secrecy and path of the value that comes next inside ``top``."""
+    if top is None:
+        return None, False, ()
+    if top.array:
+        return top.key, top.secret, None
+    key = top.current
+    if key is None:
+        return None, top.secret, None
+    path = top.path
+    if path is not None:
+        path = (*path, key) if len(path) < 3 else None
+    return key, top.secret or _secret_in(key, top), path
+
+
+def _secret_in(key: str, top: _Frame) -> bool:
+    """Whether the value of ``key`` inside the object ``top`` is redacted whole."""
+    return secret_key(key) or (key == "value" and top.key == "env") or (
+        key in _CONTENT_KEYS and top.path is not None and (not top.path or top.path == ("object",)))
+
+
+def _identity_field(path: tuple[str, ...]) -> str | None:
+    return _IDENTITY_KEYS.get(path[1:] if path[:1] == ("object",) else path)
+
+
+def _string(tok: str, closed: bool, top: _Frame | None, found: dict[str, str]) -> str:
+    """A string value."""
+    if not closed:  # the text was cut inside it: what is left could be the start of a secret, and is no identity
+        return _REDACTED_JSON
+    if top is None:
+        return tok
+    if top.array:  # ["--token", "xyz"]: the argument after a secret-looking flag is redacted too
+        after_flag = top.after_flag
+        top.after_flag = tok.startswith('"-') and _FLAG.fullmatch(_decode(tok, closed)) is not None
+        return _REDACTED_JSON if top.secret or after_flag else tok
+    key = top.current
+    if top.secret or (key is not None and _secret_in(key, top)):
+        return _REDACTED_JSON
+    if top.path is not None and key is not None and len(top.path) < 3:
+        field = _identity_field((*top.path, key))
+        if field is not None:
+            if field not in found:
+                found[field] = _identity_value(_decode(tok, closed))
+            return tok
+    if top.key == "annotations" and key not in _PLAIN_ANNOTATIONS:
+        value = _decode(tok, closed)
+        if value.lstrip()[:1] in ("{", "["):
+            return json.dumps(redact_text(value).text, ensure_ascii=False)
+        if looks_like_token(value):
+            return _REDACTED_JSON
+    return tok
+
+
+def _decode(tok: str, closed: bool) -> str:
+    """The value of a JSON string token, which may be cut short (no closing quote) or hold bad escapes."""
+    if closed and "\\" not in tok:
+        return tok[1:-1]
+    body = tok if closed else re.sub(r"\\(?:u[0-9a-fA-F]{0,3})?$", "", tok) + '"'
+    try:
+        value = json.loads(body)
+    except ValueError:
+        return body[1:-1]
+    return value if isinstance(value, str) else body[1:-1]
+
+
+# ------------------------------------------------------------------------------------------ settings errors
+
+
+def validation_problems(errors: Iterable[Mapping[str, Any]], secret_fields: Collection[str] = (),
+                        secret_values: Iterable[str] = ()) -> list[str]:
+    """``dotted.field: message`` for each error of a pydantic ``ValidationError.errors()``, never with a value.
+
+    Pydantic's messages do not quote the input, but an error of a secret field (one named in ``secret_fields``)
+    says only what kind of error it is, and any secret value given in ``secret_values``
+    that still occurs in a message is replaced, whatever the parser said."""
+    values = sorted({v for v in secret_values if len(v) >= 4}, key=len, reverse=True)
+    lines = []
+    for e in errors:
+        loc = [str(p) for p in e.get("loc", ())]
+        name = ".".join(loc) or "(root)"
+        if any(p in secret_fields for p in loc):
+            msg = f"invalid ({e.get('type', 'error')}); the value is a secret and not shown"
+        else:
+            msg = str(e.get("msg", "invalid"))
+        for v in values:
+            msg = msg.replace(v, "**********")
+        lines.append(f"{name}: {msg}")
+    return lines
+
+
+def secret_fields(model: type[BaseModel]) -> frozenset[str]:
+    """The names of the ``SecretStr`` fields of a settings model and of the models it nests."""
+    names: set[str] = set()
+    for name, info in model.model_fields.items():
+        types = (info.annotation, *get_args(info.annotation))
+        if SecretStr in types:
+            names.add(name)
+        for t in types:
+            if isinstance(t, type) and issubclass(t, BaseModel):
+                names |= secret_fields(t)
+    return frozenset(names)
+
+
+def secret_values(data: Any, fields: Collection[str]) -> list[str]:
+    """Every value under a key named in ``fields`` in nested settings data (to keep them out of messages)."""
+    out: list[str] = []
+
+    def walk(value: Any, secret: bool) -> None:
+        if isinstance(value, Mapping):
+            for k, v in value.items():
+                walk(v, secret or str(k).lower() in fields)
+        elif isinstance(value, (list, tuple)):
+            for v in value:
+                walk(v, secret)
+        elif secret and value is not None:
+            out.append(str(value))
+
+    walk(data, False)
+    return out
+
+
+def secret_env(environ: Mapping[str, str], prefix: str, fields: Collection[str]) -> list[str]:
+    """The values of the environment variables ``<prefix>...<FIELD>`` of secret ``fields``."""
+    upper = tuple(f.upper() for f in fields)
+    return [v for k, v in environ.items() if k.upper().startswith(prefix) and k.upper().endswith(upper)]
