@@ -9,9 +9,8 @@ but derived the wrong history (a constant one, or one without evictions) fails t
 - oracle: any interleaving that keeps each object's own order gives the generator's histories;
 - determinism: separate processes with different hash seeds give the same histories;
 - idempotence: duplicated events and complete relists change nothing;
-- relists after ``410 Gone`` that missed changes give the degraded result docs/limits.md documents (strict
-  xfails pin where the reducer does not yet: a re-admitted attempt's predecessor left open, RayJob retries
-  invented from missed Kueue cycles);
+- relists after ``410 Gone`` that missed changes give the degraded result docs/limits.md documents (an unseen
+  eviction ends the attempt before it at the re-admission; no RayJob retry is invented from missed Kueue cycles);
 - resumability: fold a prefix, snapshot, restore, fold the rest == fold everything;
 - incremental flushes end where one fold ends.
 
@@ -219,12 +218,13 @@ def _observed(delivered: dict[str, list[Event]], exp: ExpectedRun) -> tuple[set[
 def check_degraded(h: dict[str, Any], exp: ExpectedRun, delivered: dict[str, list[Event]]) -> list[str]:
     """docs/limits.md, "Relists lose intermediate states": what a history must still show when the watcher missed
     changes. The final status and reason are right; the eviction count is Kueue's (schedulingStats); every
-    Admitted=True the watcher saw begins one attempt. For a Job, that attempt's trigger is the Evicted=True seen
-    before it, or ``EvictionNotObserved`` when the eviction was missed, and no attempt is invented (for a RayJob
-    the reducer does not do this yet: see the strict xfails below). A run whose objects were deleted while the
-    watcher was away keeps what it last saw of them (fewer evictions, retries and phases, its end stamped from
-    the root's last state seen); one whose objects all came and went unseen is known only from its intake
-    events and stays pending."""
+    Admitted=True the watcher saw begins one attempt, whose trigger is the Evicted=True seen before it, or
+    ``EvictionNotObserved`` when the eviction was missed; no attempt is invented (nor a RayJob retry: KubeRay's
+    ``status.failed`` tells a retry from a missed Kueue cycle); every attempt but the last has ended, and none
+    shows progress from after the next one began. A run whose objects were deleted while the watcher was away
+    keeps what it last saw of them (fewer evictions, retries and phases, its end stamped from the root's last
+    state seen); one whose objects all came and went unseen is known only from its intake events and stays
+    pending."""
     bad: list[str] = []
     admitted, evicted, root_seen = _observed(delivered, exp)
     run = h["run"]
@@ -252,9 +252,16 @@ def check_degraded(h: dict[str, Any], exp: ExpectedRun, delivered: dict[str, lis
     kueue = [a for a in h["attempts"] if a["admitted_at"] is not None]
     got_admissions = [ms(a["admitted_at"]) for a in kueue]
     expect("admissions", got_admissions == sorted(admitted), got_admissions, sorted(admitted))
-    if exp.kind == "RayJob":
-        return bad
     expect("attempts", 1 <= run["attempts"] <= len(exp.attempts), run["attempts"], f"1..{len(exp.attempts)}")
+    retries = [a["attempt"] for a in h["attempts"] if a["trigger"] == "RayJobRetry"]
+    want_retries = sum(1 for a in exp.attempts if a.trigger == "RayJobRetry")
+    expect("RayJob retries", len(retries) <= want_retries, retries, f"at most {want_retries}")
+    for a, nxt in zip(h["attempts"], h["attempts"][1:], strict=False):
+        expect(f"attempt {a['attempt']} end", a["ended_at"] is not None, a["ended_at"], "an end (not the last)")
+        began = ms(nxt["scheduled_at"])
+        progress = [ms(t["at"]) for t in h["transitions"] if t["attempt"] == a["attempt"] and t["phase"] == "Progress"]
+        expect(f"attempt {a['attempt']} progress", began is None or all((p or 0) < began for p in progress),
+               progress, f"before attempt {nxt['attempt']} began at {began}")
     previous: int | None = None
     for a in kueue:
         at = ms(a["admitted_at"])
@@ -302,37 +309,74 @@ def test_a_missed_eviction_opens_an_eviction_not_observed_attempt() -> None:
     assert not check_degraded(h, exp, delivered)
 
 
-@pytest.mark.xfail(strict=True, reason="reducer (tracker/core/derive.py _kueue_attempts): a re-admission without an "
-                   "observed eviction opens an EvictionNotObserved attempt but leaves the one before it open (no "
-                   "end), so that attempt also claims the next one's first progress step, after the next one began")
 def test_the_attempt_before_a_missed_eviction_claims_none_of_the_next_ones_progress() -> None:
-    h, exp, _ = _missed_second_eviction("Job")
+    """The attempt before an unseen eviction ends at the re-admission (the latest the eviction can have been),
+    with the reason Kueue's eviction counts leave unaccounted for, and keeps no progress of the next one."""
+    h, exp, delivered = _missed_second_eviction("Job")
     assert exp.attempts[1].progress_at is None  # the run made progress only in its last attempt
     assert [t["attempt"] for t in h["transitions"] if t["phase"] == "Progress"] == [3]
+    second = h["attempts"][1]
+    assert (ms(second["ended_at"]), second["end_reason"]) == (exp.admissions[2], "Preempted")  # schedulingStats
+    assert "not observed" in second["end_message"]
+    assert not check_degraded(h, exp, delivered)
 
 
-@pytest.mark.xfail(strict=True, reason="reducer (tracker/core/derive.py _split_ray_retries): the RayCluster of the "
-                   "EvictionNotObserved attempt is also counted, in the attempt left open before it, as a KubeRay "
-                   "retry that never happened (4 attempts for 3, one RayJobRetry)")
 def test_a_missed_rayjob_eviction_invents_no_retry() -> None:
-    h, _exp, _ = _missed_second_eviction("RayJob")
+    h, exp, delivered = _missed_second_eviction("RayJob")
     assert [a["trigger"] for a in h["attempts"]] == ["Submitted", "Preempted", "EvictionNotObserved"]
+    assert [a["ray_cluster"] for a in h["attempts"]] == [f"{exp.name}-c{n}" for n in (1, 2, 3)]
+    assert not check_degraded(h, exp, delivered)
 
 
-@pytest.mark.xfail(strict=True, reason="reducer (tracker/core/derive.py _split_ray_retries): RayJob deployments of "
-                   "Kueue admissions the watcher missed become RayJobRetry attempts ending 'Unknown', though "
-                   "the RayJob's status.failed (KubeRay's retry count) did not grow")
-def test_rayjob_deployments_of_missed_admissions_are_not_retries() -> None:
-    cluster = generate_cluster([RunPlan(RunParams(kind="RayJob", evictions=2, outcome="succeeded"))])
+def _missed_kueue_cycles(params: RunParams) -> tuple[dict[str, Any], ExpectedRun]:
+    """The watcher of Workloads away from after the first admission to after the last one: two Kueue cycles
+    (eviction, re-admission) unseen, while the RayJob's own writes all arrive."""
+    cluster = generate_cluster([RunPlan(params)])
     (exp,) = cluster.expected.values()
-    # the watcher of Workloads was away from before the first eviction to after the last re-admission
     workloads = cluster.streams["workloads"]
     start = next(i for i, ev in enumerate(workloads) if _admitted_at(ev) == exp.admissions[0]) + 1
-    end = next(i for i, ev in enumerate(workloads) if _admitted_at(ev) == exp.admissions[2]) + 1
+    end = next(i for i, ev in enumerate(workloads) if _admitted_at(ev) == exp.admissions[-1]) + 1
     delivered = {**cluster.streams, "workloads": watch_with_gaps(workloads, [(start, end)])}
-    h = histories(fold(ev for seq in by_object(delivered) for ev in seq))[exp.run_id]
+    return histories(fold(ev for seq in by_object(delivered) for ev in seq))[exp.run_id], exp
+
+
+def test_rayjob_deployments_of_missed_admissions_are_not_retries() -> None:
+    """KubeRay's ``status.failed`` did not grow between the deployments of the missed admissions: no retry."""
+    h, exp = _missed_kueue_cycles(RunParams(kind="RayJob", evictions=2, outcome="succeeded"))
     assert "RayJobRetry" not in [a["trigger"] for a in h["attempts"]], h["attempts"]
-    assert h["run"]["attempts"] <= len(exp.attempts)
+    assert [a["trigger"] for a in h["attempts"]] == ["Submitted", "EvictionNotObserved"]
+    assert h["attempts"][0]["ray_cluster"] == f"{exp.name}-c1"  # the attempt's own first deployment
+    assert "Unknown" not in [a["end_reason"] for a in h["attempts"]]
+
+
+def test_a_real_rayjob_retry_after_missed_admissions_is_still_one() -> None:
+    """The same gap, and a KubeRay retry in the last admission: it is still a RayJobRetry, the only one."""
+    h, exp = _missed_kueue_cycles(RunParams(kind="RayJob", evictions=2, ray_retries=1, outcome="succeeded"))
+    assert [(a["trigger"], a["end_reason"]) for a in h["attempts"]] == [
+        ("Submitted", "Preempted"), ("EvictionNotObserved", "AppFailed"), ("RayJobRetry", "Succeeded")]
+    assert exp.attempts[-1].trigger == "RayJobRetry"
+
+
+def test_a_rayjob_retry_is_known_by_its_failed_count_or_by_retrying() -> None:
+    """A retry whose ``Retrying`` status was missed is known by ``status.failed``, which counts it; one seen as
+    ``Retrying`` from a KubeRay that keeps no ``failed`` count is known by that."""
+    cluster = generate_cluster([RunPlan(RunParams(kind="RayJob", ray_retries=2, outcome="succeeded"))])
+    (exp,) = cluster.expected.values()
+    want = [a.trigger for a in exp.attempts]
+    assert want == ["Submitted", "RayJobRetry", "RayJobRetry"]
+
+    def history(rayjobs: list[Event]) -> dict[str, Any]:
+        streams = {**cluster.streams, "rayjobs": rayjobs}
+        return histories(fold(ev for seq in by_object(streams) for ev in seq))[exp.run_id]
+
+    rayjobs = cluster.streams["rayjobs"]
+    missed = [ev for ev in rayjobs if ev["object"]["status"].get("jobDeploymentStatus") != "Retrying"]
+    assert len(missed) == len(rayjobs) - 2
+    assert [a["trigger"] for a in history(missed)["attempts"]] == want
+    no_count = json.loads(json.dumps(rayjobs))
+    for ev in no_count:
+        ev["object"]["status"].pop("failed", None)
+    assert [a["trigger"] for a in history(no_count)["attempts"]] == want
 
 
 def _admitted_at(ev: Event) -> int | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from tracker.core.facts import RunFacts
+from tracker.core.facts import RayAttemptFacts, RunFacts
 from tracker.core.model import (
     ANN_CONFIG_DIGEST,
     ANN_CONFIG_REF,
@@ -125,8 +125,11 @@ def derive(r: RunFacts) -> RunHistory:
             scheduled_at = None
         progress_at = None
         lo = scheduled_at if scheduled_at is not None else a.start
+        # a progress point from the next attempt's start on is that attempt's, whatever this one's end says
+        below = atts[i].start if i < len(atts) else None
         if lo is not None:
-            progress_at = next((x for x in progress_times if x >= lo and (a.end is None or x <= a.end)), None)
+            progress_at = next((x for x in progress_times if x >= lo and (a.end is None or x <= a.end)
+                                and (below is None or x < below)), None)
         if a.ray_start is not None:
             ray_app = r.ray[a.ray_start].app_started
             if ray_app is not None and (progress_at is None or ray_app < progress_at):
@@ -188,7 +191,7 @@ def derive(r: RunFacts) -> RunHistory:
     cur = attempts_out[-1] if attempts_out else None
     queued_cur = next((x for x in reversed(attempts_out) if x.queued_at is not None), None)
     # Kueue evictions: attempts ended by an eviction (the next attempt re-queued), plus a final deactivation
-    evictions = sum(1 for nxt in atts[1:] if nxt.trigger not in ("RayJobRetry", "EvictionNotObserved"))
+    evictions = sum(1 for nxt in atts[1:] if nxt.trigger not in ("RayJobRetry", EVICTION_NOT_OBSERVED))
     if final is not None and atts and atts[-1].end_reason == final.reason and is_deactivation(final.reason):
         evictions += 1
     evictions = max(evictions, sum(r.wl_evictions.values()))
@@ -269,6 +272,7 @@ def _kueue_attempts(r: RunFacts) -> list[_Att]:
     for key in sorted(r.wl_evictions):
         reason, _, cause = key.partition("\x1f")
         causes.setdefault(reason, []).append(cause)
+    missed = _missed_eviction(r, evicts, causes)
     seen_reasons: dict[str, int] = {}
     timeline = sorted([(t, 0, "", "") for t in admits] + [(t, 1, reason, msg) for t, reason, msg in evicts])
     atts = [_Att("Submitted", queued=queued0)]
@@ -302,8 +306,10 @@ def _kueue_attempts(r: RunFacts) -> list[_Att]:
                     # re-admitted after a deactivation whose reactivation was not seen
                     atts.append(_Att(cur.end_reason or "", trigger_message=cur.end_message))
                 else:
-                    # re-admitted without an observed eviction (intermediate states lost to a relist)
-                    atts.append(_Att("EvictionNotObserved"))
+                    # re-admitted without an observed eviction (intermediate states lost to a relist): the attempt
+                    # before it was evicted at the latest when it was admitted again (docs/limits.md)
+                    cur.end, cur.end_reason, cur.end_message, cur.cause = at, *missed
+                    atts.append(_Att(EVICTION_NOT_OBSERVED))
                 cur = atts[-1]
             cur.admitted = cur.start = at
             cur.cq = r.cq_by_admission.get(at)
@@ -325,8 +331,44 @@ def _kueue_attempts(r: RunFacts) -> list[_Att]:
     return atts
 
 
+EVICTION_NOT_OBSERVED = "EvictionNotObserved"
+_NOT_OBSERVED_MESSAGE = "evicted before this re-admission; the eviction itself was not observed"
+
+
+def _missed_eviction(r: RunFacts, evicts: list[tuple[int, str, str]], causes: dict[str, list[str]]
+                     ) -> tuple[str, str, str | None]:
+    """(end reason, end message, underlying cause) of an attempt whose eviction was not observed: the reason
+    Kueue's eviction counts (``status.schedulingStats.evictions``) have more of than the Evicted=True transitions
+    seen, when there is exactly one such reason; else ``EvictionNotObserved``."""
+    unseen: dict[str, int] = {}
+    for key, count in r.wl_evictions.items():
+        reason = key.partition("\x1f")[0]
+        unseen[reason] = unseen.get(reason, 0) + count
+    for _at, reason, _msg in evicts:
+        if reason in unseen:
+            unseen[reason] -= 1
+    reasons = sorted(reason for reason, n in unseen.items() if n > 0)
+    if len(reasons) != 1:
+        return EVICTION_NOT_OBSERVED, _NOT_OBSERVED_MESSAGE, None
+    found = set(causes.get(reasons[0], ()))
+    cause = found.pop() if len(found) == 1 else ""
+    return reasons[0], _NOT_OBSERVED_MESSAGE, cause or None
+
+
+def _failed_before(a: RayAttemptFacts) -> int:
+    """KubeRay's count of failed deployments (``status.failed``) when this deployment started: its own failure
+    is counted in the status that reports it (Retrying, Failed, or a FAILED Ray job), not in the earlier ones."""
+    own = a.outcome is not None and (a.outcome[1] in ("Retrying", "Failed") or a.outcome[2] == "FAILED")
+    return a.failed - 1 if own and a.failed > 0 else a.failed
+
+
 def _split_ray_retries(r: RunFacts, atts: list[_Att]) -> list[_Att]:
-    """A RayJob retry (a new deployment with a new RayCluster inside one admission) is a new attempt."""
+    """A RayJob retry (a new deployment with a new RayCluster inside one admission) is a new attempt.
+
+    A deployment is a retry only when KubeRay says the one before it failed: that one ended ``Retrying``, or the
+    RayJob's ``status.failed`` grew between them. Another deployment inside one attempt is that of a Kueue
+    admission the watcher missed (suspended and resumed): it stays in the attempt, which keeps its first
+    deployment's RayCluster."""
     if not r.ray:
         return atts
     starts = sorted(r.ray)
@@ -341,6 +383,10 @@ def _split_ray_retries(r: RunFacts, atts: list[_Att]) -> list[_Att]:
         for j, st in enumerate(inside):
             if j > 0:
                 prev = r.ray[inside[j - 1]]
+                retried = (prev.outcome is not None and prev.outcome[1] == "Retrying") or \
+                    _failed_before(r.ray[st]) > _failed_before(prev)
+                if not retried:
+                    continue
                 reason = prev.outcome[3] if prev.outcome else "Unknown"
                 message = prev.outcome[4] if prev.outcome else ""
                 nxt = _Att("RayJobRetry", trigger_message=f"{reason}: {message}" if message else reason,
