@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tracker.core.facts import EventFacts, RunFacts, _max, _min
+from tracker.core.facts import EventFacts, RunFacts, _max, _min, newer
 from tracker.core.model import LABEL_QUEUE
 from tracker.core.timefmt import BadTimestamp, in_range, ts
 
@@ -90,6 +90,18 @@ def num(obj: dict[str, Any], key: str, default: int = 0) -> int:
     raise Malformed(f"{key} is out of the 32-bit integer range")
 
 
+def resource_version(meta: dict[str, Any]) -> int | None:
+    """``metadata.resourceVersion`` as an integer: etcd's revision, which it is in practice, so a larger one is a
+    later version of the object. None when it is absent or not an integer (opaque, as the API allows): then the
+    values an object version sets are last-write-wins, in the order the versions arrive (docs/limits.md)."""
+    v = meta.get("resourceVersion")
+    if v.__class__ is str and 0 < len(v) <= 19 and v.isascii() and v.isdigit():
+        return int(v)
+    if v.__class__ is int and v >= 0:
+        return v
+    return None
+
+
 def conditions(status: dict[str, Any]) -> list[tuple[str, str, str, int, str]]:
     out = []
     for c in lst(status, "conditions"):
@@ -128,6 +140,7 @@ def merge_root(r: RunFacts, kind: str, etype: str, obj: dict[str, Any]) -> None:
     annotations = d(meta, "annotations")
     created = t(meta, "creationTimestamp")
     uid = s(meta, "uid")
+    rv = resource_version(meta)
     ray = None
     if kind == "Job":
         conds = conditions(status)
@@ -149,12 +162,14 @@ def merge_root(r: RunFacts, kind: str, etype: str, obj: dict[str, Any]) -> None:
     r.kind, r.uid = kind, uid
     r.namespace, r.name = s(meta, "namespace") or None, s(meta, "name") or None
     r.created = _min(r.created, created)
-    r.labels = {k: v for k, v in labels.items() if isinstance(v, str)}
-    r.annotations = {k: v for k, v in annotations.items() if isinstance(v, str)}
-    r.expected_pods = max(1, expected)
+    if newer(rv, r.root_rv):  # the newest version's labels, annotations and size
+        r.root_rv = rv
+        r.labels = {k: v for k, v in labels.items() if isinstance(v, str)}
+        r.annotations = {k: v for k, v in annotations.items() if isinstance(v, str)}
+        r.expected_pods = max(1, expected)
     r.job_failed = max(r.job_failed, failed)
     for ctype, cstatus, reason, ltt, msg in conds:
-        r.job_conds[(ctype, cstatus, reason, ltt)] = msg
+        r.cond(r.job_conds, r.job_conds_rv, (ctype, cstatus, reason, ltt), msg, rv)
     if not r.wl_queue and isinstance(labels.get(LABEL_QUEUE), str):
         r.wl_queue = labels[LABEL_QUEUE]
 
@@ -255,20 +270,24 @@ def merge_workload(r: RunFacts, etype: str, obj: dict[str, Any]) -> None:
     # read whatever the run already knows, so that whether this record is a dead letter never depends on
     # the order the objects arrived in
     deleted = deletion_time(meta, conds, status) if etype == "DELETED" else None
+    rv = resource_version(meta)
     # merge (everything above may raise Malformed; nothing below does)
-    r.wl_uid = s(meta, "uid") or r.wl_uid
-    r.wl_name = s(meta, "name") or r.wl_name
+    latest = newer(rv, r.wl_rv)  # the newest Workload version seen: its identity, queue, what it waits for now
+    if latest or not r.wl_name:
+        r.wl_uid = s(meta, "uid") or r.wl_uid
+        r.wl_name = s(meta, "name") or r.wl_name
     r.wl_created = _min(r.wl_created, created)
-    if queue:
+    if queue and (latest or not r.wl_queue):
         r.wl_queue = queue
     pending = None
     for ctype, cstatus, reason, ltt, msg in conds:
-        r.wl_conds[(ctype, cstatus, reason, ltt)] = msg
+        r.cond(r.wl_conds, r.wl_conds_rv, (ctype, cstatus, reason, ltt), msg, rv)
         if cq and ctype in ("Admitted", "QuotaReserved") and cstatus == "True":
             r.cq_by_admission[ltt] = cq
         if ctype == "QuotaReserved" and cstatus == "False":
             pending = (reason, msg)
-    r.wl_pending = pending
+    if latest:
+        r.wl_pending, r.wl_rv = pending, rv
     for key, count in evictions:
         if count > r.wl_evictions.get(key, 0):
             r.wl_evictions[key] = count
@@ -284,6 +303,7 @@ def merge_pod(r: RunFacts, etype: str, obj: dict[str, Any], owner_uid: str | Non
     uid = s(meta, "uid")
     if not uid:
         raise Malformed("metadata.uid is missing")
+    rv = resource_version(meta)
     labels = d(meta, "labels")
     created = t(meta, "creationTimestamp")
     node = s(spec, "nodeName")
@@ -345,15 +365,17 @@ def merge_pod(r: RunFacts, etype: str, obj: dict[str, Any], owner_uid: str | Non
     if node:
         p.node = node
     p.scheduled = _min(p.scheduled, scheduled)
-    if unsched is not None and (p.unschedulable is None or unsched[0] >= p.unschedulable[0]):
-        p.unschedulable = unsched
+    if unsched is not None and (p.unschedulable is None or unsched[0] > p.unschedulable[0] or (
+            unsched[0] == p.unschedulable[0] and newer(rv, p.unschedulable_rv))):
+        # the latest PodScheduled=False; its message as the newest pod version with it says
+        p.unschedulable, p.unschedulable_rv = unsched, rv
     p.started = _min(p.started, started)
     if finished is not None and (p.finished is None or finished > p.finished):
         p.finished = finished
     p.delete_requested = _min(p.delete_requested, delete_req)
     p.disrupted = p.disrupted or disrupted
-    if waiting:
-        p.waiting_reason = waiting
+    if waiting and newer(rv, p.waiting_rv):
+        p.waiting_reason, p.waiting_rv = waiting, rv
 
 
 def merge_raycluster(r: RunFacts, etype: str, obj: dict[str, Any]) -> None:

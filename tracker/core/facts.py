@@ -1,10 +1,11 @@
 """What the tracker knows about one run: facts gathered from every object of the run.
 
 Each fact is merged with a commutative, associative and idempotent operation (set union, min, max,
-k-smallest), or with last-write-wins per object where only the object's own order matters. That is what
-makes the reducer's laws hold: duplicates and relists add nothing new, and interleaving the streams of
-different objects cannot change the result. History is derived from these facts (``derive.py``), never
-accumulated from arrival order.
+k-smallest). A fact that is an object's current value (a condition's message, the reason a Workload waits, a
+root's labels) is kept from the object version with the highest ``metadata.resourceVersion`` that carried it,
+so a version that arrives again, or late, changes nothing (``newer``). That is what makes the reducer's laws
+hold: duplicates and relists add nothing new, and interleaving the streams of different objects cannot change
+the result. History is derived from these facts (``derive.py``), never accumulated from arrival order.
 
 All times are integer microseconds since the epoch, UTC.
 """
@@ -14,8 +15,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-# (type, status, reason, lastTransitionTime) -> message
-CondFacts = dict[tuple[str, str, str, int], str]
+CondKey = tuple[str, str, str, int]  # (type, status, reason, lastTransitionTime)
+# condition -> message
+CondFacts = dict[CondKey, str]
+# condition -> resourceVersion of the object version its message is from
+CondVersions = dict[CondKey, int]
 
 MAX_EVENTS_PER_RUN = 64
 MAX_PROGRESS_BUCKETS = 20_000
@@ -29,6 +33,12 @@ def _min(a: int | None, b: int | None) -> int | None:
     if b is None:
         return a
     return a if a <= b else b
+
+
+def newer(rv: int | None, seen: int | None) -> bool:
+    """Whether an object version with resourceVersion ``rv`` may set a value last set by version ``seen``: it is
+    not older. Without a resourceVersion on either side, the later arrival sets it (the object's own order)."""
+    return rv is None or seen is None or rv >= seen
 
 
 def _max(a: int | None, b: int | None) -> int | None:
@@ -55,16 +65,19 @@ class PodFacts:
     delete_requested: int | None = None
     disrupted: bool = False
     waiting_reason: str | None = None
+    # resourceVersions of the pod versions ``unschedulable`` and ``waiting_reason`` are from
+    unschedulable_rv: int | None = None
+    waiting_rv: int | None = None
 
     def to_json(self) -> list[Any]:
         return [self.name, self.owner_uid, self.ray_cluster, self.created, self.node, self.scheduled,
                 self.unschedulable, self.started, self.finished, self.delete_requested, self.disrupted,
-                self.waiting_reason]
+                self.waiting_reason, self.unschedulable_rv, self.waiting_rv]
 
     @classmethod
     def from_json(cls, v: list[Any]) -> PodFacts:
         return cls(v[0], v[1], v[2], v[3], v[4], v[5], tuple(v[6]) if v[6] else None, v[7],
-                   tuple(v[8]) if v[8] else None, v[9], v[10], v[11])
+                   tuple(v[8]) if v[8] else None, v[9], v[10], v[11], *v[12:14])  # older snapshots: no versions
 
 
 @dataclass(slots=True)
@@ -139,17 +152,21 @@ class RunFacts:
     annotations: dict[str, str] = field(default_factory=dict)
     expected_pods: int = 1
     root_deleted: int | None = None  # time of deletion (or the last time known) once DELETED is seen
+    root_rv: int | None = None  # resourceVersion of the root version labels, annotations, expected_pods are from
     job_conds: CondFacts = field(default_factory=dict)
+    job_conds_rv: CondVersions = field(default_factory=dict)
     job_failed: int = 0
     # Kueue Workload
     wl_uid: str | None = None
     wl_name: str | None = None
     wl_created: int | None = None
     wl_conds: CondFacts = field(default_factory=dict)
+    wl_conds_rv: CondVersions = field(default_factory=dict)
     wl_evictions: dict[str, int] = field(default_factory=dict)  # "reason\x1fcause" -> count
     wl_queue: str | None = None
     cq_by_admission: dict[int, str] = field(default_factory=dict)
-    wl_pending: tuple[str, str] | None = None  # current QuotaReserved=False (reason, message), LWW
+    wl_pending: tuple[str, str] | None = None  # current QuotaReserved=False (reason, message)
+    wl_rv: int | None = None  # resourceVersion of the Workload version wl_pending and wl_queue are from
     # pods, Ray
     pods: dict[str, PodFacts] = field(default_factory=dict)
     ray: dict[int, RayAttemptFacts] = field(default_factory=dict)
@@ -164,8 +181,16 @@ class RunFacts:
     checkpoint: tuple[int, int, str] | None = None
 
     # ---------------------------------------------------------------- merges used by the extractor
-    def cond(self, conds: CondFacts, ctype: str, status: str, reason: str, ltt: int, message: str) -> None:
-        conds[(ctype, status, reason, ltt)] = message
+    def cond(self, conds: CondFacts, versions: CondVersions, key: CondKey, message: str, rv: int | None) -> None:
+        """A condition, with the message of the newest object version that carried it."""
+        seen = versions.get(key)
+        if key in conds and not newer(rv, seen):
+            return
+        conds[key] = message
+        if rv is not None:
+            versions[key] = rv
+        elif seen is not None:
+            del versions[key]  # from a version without one: any version may replace it
 
     def pod(self, uid: str, name: str) -> PodFacts:
         p = self.pods.get(uid)
@@ -224,12 +249,13 @@ class RunFacts:
             "run_id": self.run_id, "kind": self.kind, "uid": self.uid, "namespace": self.namespace,
             "name": self.name, "created": self.created, "labels": self.labels,
             "annotations": self.annotations, "expected_pods": self.expected_pods,
-            "root_deleted": self.root_deleted, "job_conds": _conds_out(self.job_conds),
+            "root_deleted": self.root_deleted, "root_rv": self.root_rv,
+            "job_conds": _conds_out(self.job_conds, self.job_conds_rv),
             "job_failed": self.job_failed, "wl_uid": self.wl_uid, "wl_name": self.wl_name,
-            "wl_created": self.wl_created, "wl_conds": _conds_out(self.wl_conds),
+            "wl_created": self.wl_created, "wl_conds": _conds_out(self.wl_conds, self.wl_conds_rv),
             "wl_evictions": self.wl_evictions, "wl_queue": self.wl_queue,
             "cq_by_admission": [[k, v] for k, v in self.cq_by_admission.items()],
-            "wl_pending": self.wl_pending,
+            "wl_pending": self.wl_pending, "wl_rv": self.wl_rv,
             "pods": {k: v.to_json() for k, v in self.pods.items()},
             "ray": [[k, v.to_json()] for k, v in self.ray.items()],
             "ray_clusters": self.ray_clusters,
@@ -246,12 +272,14 @@ class RunFacts:
         r = cls(d["run_id"])
         r.kind, r.uid, r.namespace, r.name = d["kind"], d["uid"], d["namespace"], d["name"]
         r.created, r.labels, r.annotations = d["created"], d["labels"], d["annotations"]
-        r.expected_pods, r.root_deleted = d["expected_pods"], d["root_deleted"]
-        r.job_conds, r.job_failed = _conds_in(d["job_conds"]), d["job_failed"]
+        r.expected_pods, r.root_deleted, r.root_rv = d["expected_pods"], d["root_deleted"], d.get("root_rv")
+        (r.job_conds, r.job_conds_rv), r.job_failed = _conds_in(d["job_conds"]), d["job_failed"]
         r.wl_uid, r.wl_name, r.wl_created = d["wl_uid"], d["wl_name"], d["wl_created"]
-        r.wl_conds, r.wl_evictions, r.wl_queue = _conds_in(d["wl_conds"]), d["wl_evictions"], d["wl_queue"]
+        (r.wl_conds, r.wl_conds_rv), r.wl_evictions = _conds_in(d["wl_conds"]), d["wl_evictions"]
+        r.wl_queue = d["wl_queue"]
         r.cq_by_admission = {k: v for k, v in d["cq_by_admission"]}
         r.wl_pending = tuple(d["wl_pending"]) if d["wl_pending"] else None
+        r.wl_rv = d.get("wl_rv")  # older snapshots have no resourceVersions: the next version sets the values
         r.pods = {k: PodFacts.from_json(v) for k, v in d["pods"].items()}
         r.ray = {k: RayAttemptFacts.from_json(v) for k, v in d["ray"]}
         r.ray_clusters = {k: (v[0], v[1], v[2]) for k, v in d["ray_clusters"].items()}
@@ -265,12 +293,21 @@ class RunFacts:
         return r
 
 
-def _conds_out(c: CondFacts) -> list[list[Any]]:
-    return [[*k, v] for k, v in c.items()]
+def _conds_out(c: CondFacts, versions: CondVersions) -> list[list[Any]]:
+    """One row per condition: its key, its message, and the resourceVersion the message is from when known."""
+    return [[*k, v, versions[k]] if k in versions else [*k, v] for k, v in c.items()]
 
 
-def _conds_in(rows: list[list[Any]]) -> CondFacts:
-    return {(r[0], r[1], r[2], r[3]): r[4] for r in rows}
+def _conds_in(rows: list[list[Any]]) -> tuple[CondFacts, CondVersions]:
+    conds: CondFacts = {}
+    versions: CondVersions = {}
+    for r in rows:
+        key = (r[0], r[1], r[2], r[3])
+        conds[key] = r[4]
+        if len(r) > 5:
+            versions[key] = r[5]
+    return conds, versions
 
 
-__all__ = ["CondFacts", "EventFacts", "MetricFacts", "PodFacts", "RayAttemptFacts", "RunFacts", "_max", "_min"]
+__all__ = ["CondFacts", "CondKey", "CondVersions", "EventFacts", "MetricFacts", "PodFacts", "RayAttemptFacts",
+           "RunFacts", "_max", "_min", "newer"]
