@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tracker.core.model import DeadLetter
 from tracker.core.redact import REDACTED, identity, redact_inline, redact_text
@@ -204,3 +206,41 @@ def test_the_bound_is_a_setting_with_sane_defaults(tmp_path: Path, monkeypatch: 
     monkeypatch.setenv("TRACKER_EMBEDDED__DEAD_LETTER_FILES", "2")
     dead = load_settings().embedded.dead_letters(tmp_path / "runs.sqlite")
     assert (dead.path.name, dead.max_bytes, dead.files) == ("runs.dead-letters.jsonl", 100_000, 2)
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=5),
+    max_leaves=30,
+)
+SECRET = "Hyp0thesisSecretValue77"
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.text(max_size=300))
+def test_any_text_makes_a_dead_letter(text: str) -> None:
+    letter = DeadLetter(source="s", reason=text, detail=text, excerpt=text)
+    assert len(letter.excerpt) <= 2048
+    assert DeadLetter.model_validate_json(letter.model_dump_json()).excerpt == letter.excerpt
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=json_values, key=st.sampled_from(["password", "apiToken", "client_secret", "auth", "sshKey"]),
+       cut=st.integers(min_value=1, max_value=600), data=st.data())
+def test_a_secret_under_a_secret_key_never_survives_anywhere_in_any_structure(
+        value: Any, key: str, cut: int, data: st.DataObject) -> None:
+    """The secret is put in a random place of a random structure, under a secret-looking key; the JSON is kept
+    whole or cut anywhere: neither the secret nor its first 8 characters survive."""
+    def plant(v: Any) -> Any:
+        if isinstance(v, dict) and data.draw(st.booleans()):
+            return {**{k: plant(x) for k, x in v.items()}, key: SECRET}
+        if isinstance(v, dict):
+            return {k: plant(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [plant(x) for x in v]
+        return v
+    record = {"type": "ADDED", "object": {"kind": "Pod", "spec": plant(value), key: SECRET}}
+    text = json.dumps(record, sort_keys=data.draw(st.booleans()))
+    for excerpt in (text, text[:cut]):
+        out = DeadLetter(source="s", reason="r", excerpt=excerpt).excerpt
+        assert SECRET[:8] not in out

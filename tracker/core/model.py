@@ -288,17 +288,18 @@ class DeadLetter(_Row):
         if not isinstance(data, dict):
             return data
         data = dict(data)
+        given = data.get("identity")
+        if isinstance(given, dict) and given:
+            data["identity"] = {str(k): redact_inline(str(v)) for k, v in given.items()}
         excerpt = data.get("excerpt")
         if isinstance(excerpt, str):
             red = redact_text(excerpt)
             data["excerpt"] = red.text[:EXCERPT_MAX]
-            if not data.get("identity"):
-                data["identity"] = red.identity
+            if not given:
+                data["identity"] = red.identity  # redacted already
         for name in ("detail", "reason"):
             if isinstance(data.get(name), str):
                 data[name] = redact_inline(data[name])
-        if isinstance(data.get("identity"), dict):
-            data["identity"] = {str(k): redact_inline(str(v)) for k, v in data["identity"].items()}
         return data
 
 

@@ -78,7 +78,7 @@ _ANY_TRIGGER = re.compile("|".join(trigger.pattern for trigger, _, _ in _INLINE)
 _FLAG = re.compile(rf"(?i)--?[\w-]*(?:{_SECRET_WORDS})[\w-]*")
 _TOKEN_LIKE = re.compile(r"[A-Za-z0-9+/=_.~-]{16,}")
 
-_TOKENS = re.compile(r'"(?:[^"\\]++|\\.)*+(")?|[{}\[\]:,]', re.S)
+_TOKENS = re.compile(r'("(?:[^"\\]++|\\.)*+"?|[{}\[\]:,])', re.S)
 
 
 @lru_cache(maxsize=4096)
@@ -89,6 +89,20 @@ def secret_key(name: str) -> bool:
 
 def redact_inline(text: str) -> str:
     """``text`` with the secrets that can be recognised inside free text replaced (see the module docstring)."""
+    if len(text) <= _SHORT:
+        return _redact_short(text)
+    return _redact_inline(text)
+
+
+_SHORT = 96  # texts this short (reasons, names) repeat: their redaction is remembered
+
+
+@lru_cache(maxsize=8192)
+def _redact_short(text: str) -> str:
+    return _redact_inline(text)
+
+
+def _redact_inline(text: str) -> str:
     low = text.lower()
     if _ANY_TRIGGER.search(low) is None:
         return text
@@ -145,53 +159,58 @@ class Redacted:
 
 def redact_text(text: str) -> Redacted:
     """``text`` (JSON, possibly cut short, or anything else) with secrets redacted, and the identity found in it."""
-    out: list[str] = []
+    parts = _TOKENS.split(text)  # blanks or bare words, a string or punctuation, blanks or bare words, ...
     found: dict[str, str] = {}
     stack: list[_Frame] = []
-    pos = 0
-    for m in _TOKENS.finditer(text):
-        start = m.start()
-        if start > pos:  # a bare word (number, literal, anything that is not JSON) or blanks
-            out.append(_gap(text[pos:start], stack, found))
-        pos = m.end()
-        tok = m.group()
-        if tok[0] == '"':
-            top = stack[-1] if stack else None
-            if top is not None and not top.array and top.expect_key:
-                top.current = _decode(tok, m.group(1) is not None)
-                out.append(tok)
+    top: _Frame | None = None
+    for i in range(1, len(parts), 2):
+        gap = parts[i - 1]
+        if gap and not gap.isspace():  # a bare word: a number, a literal, anything that is not JSON
+            parts[i - 1] = _gap(gap, top, found)
+        tok = parts[i]
+        c = tok[0]
+        if c == '"':
+            closed = (len(tok) > 1 and tok[-1] == '"' and tok[-2] != "\\") or _closed(tok)
+            if top is not None and top.expect_key and not top.array:
+                top.current = tok[1:-1] if closed and "\\" not in tok else _decode(tok, closed)
             else:
-                out.append(_string(tok, m.group(1) is not None, top, found))
-            continue
-        top = stack[-1] if stack else None
-        if tok == "{" or tok == "[":
+                parts[i] = _string(tok, closed, top, found)
+        elif c == "{" or c == "[":
             key, secret, path = _context(top)
-            stack.append(_Frame(tok == "[", key, secret, path))
-        elif tok == "}" or tok == "]":
+            top = _Frame(c == "[", key, secret, path)
+            stack.append(top)
+        elif c == "}" or c == "]":
             if stack:
                 stack.pop()
+            top = stack[-1] if stack else None
         elif top is not None and not top.array:
-            top.expect_key = tok == ","
+            top.expect_key = c == ","
             if top.expect_key:
                 top.current = None
-        out.append(tok)
-    if pos < len(text):
-        out.append(_gap(text[pos:], stack, found))
-    return Redacted(redact_inline("".join(out)), found)
+    if parts[-1] and not parts[-1].isspace():
+        parts[-1] = _gap(parts[-1], top, found)
+    return Redacted(redact_inline("".join(parts)), found)
 
 
-def _gap(gap: str, stack: list[_Frame], found: dict[str, str]) -> str:
-    """What lies between two tokens: blanks around a bare word, or blanks only."""
+def _closed(tok: str) -> bool:
+    """Whether a string token has its closing quote (the text may be cut inside it, or after a backslash)."""
+    if len(tok) < 2 or tok[-1] != '"':
+        return False
+    escapes, i = 0, len(tok) - 2
+    while i > 0 and tok[i] == "\\":
+        escapes, i = escapes + 1, i - 1
+    return escapes % 2 == 0
+
+
+def _gap(gap: str, top: _Frame | None, found: dict[str, str]) -> str:
+    """What lies between two tokens: blanks around a bare word."""
     word = gap.strip()
-    if not word:
-        return gap
     lead = gap[:len(gap) - len(gap.lstrip())]
-    return lead + _word(word, stack, found) + gap[len(lead) + len(word):]
+    return lead + _word(word, top, found) + gap[len(lead) + len(word):]
 
 
-def _word(word: str, stack: list[_Frame], found: dict[str, str]) -> str:
+def _word(word: str, top: _Frame | None, found: dict[str, str]) -> str:
     """A bare word: a key of text that is not JSON, or a value (number, literal, or anything else)."""
-    top = stack[-1] if stack else None
     if top is not None and not top.array and top.expect_key:
         top.current = word.strip("'")
         return word
