@@ -14,7 +14,7 @@ import pytest
 from rich.console import Console
 
 from tests.test_replay_incremental import contents
-from tracker.cli import main, replay
+from tracker.cli import DEMO_CAPTURES, main, replay
 from tracker.samples.lifecycles import generate_stream
 from tracker.shell import jsonio
 
@@ -74,3 +74,16 @@ def test_a_signalled_replay_commits_says_where_and_a_second_one_finishes(
     conn.close()
     assert main(["replay", str(capture), "--index", str(index)]) == 0
     assert contents(index) == whole
+
+
+def test_replay_from_another_thread_runs_without_signal_handlers(tmp_path: Path) -> None:
+    """Signal handlers belong to the main thread: a replay run in a worker thread (a library user, serve's tests)
+    still works, and is stopped by its caller."""
+    import threading
+
+    reports = []
+    worker = threading.Thread(target=lambda: reports.append(replay([DEMO_CAPTURES], tmp_path / "i.sqlite",
+                                                                     Console(quiet=True), quiet=True)))
+    worker.start()
+    worker.join(120)
+    assert len(reports) == 1 and reports[0].runs_written > 0 and not reports[0].stopped

@@ -9,6 +9,7 @@ import re
 import signal
 import sqlite3
 import sys
+import threading
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -123,12 +124,15 @@ async def _until_signalled(body: Callable[[asyncio.Event], Awaitable[PipelineRep
         received.append(signum)
         stop.set()
 
-    for sig in STOP_SIGNALS:
+    # signal handlers belong to the main thread; replay called from another thread (a library user, a test) is
+    # stopped by its caller instead
+    handled = STOP_SIGNALS if threading.current_thread() is threading.main_thread() else ()
+    for sig in handled:
         loop.add_signal_handler(sig, on_signal, sig)
     try:
         report = await body(stop)
     finally:
-        for sig in STOP_SIGNALS:
+        for sig in handled:
             loop.remove_signal_handler(sig)
     if received:
         report.stopped_by = received[0]
