@@ -138,6 +138,11 @@ class KafkaSettings(_Section):
 
     @model_validator(mode="after")
     def _security(self) -> KafkaSettings:
+        for server in (self.bootstrap_servers or "").split(","):
+            host, sep, port = server.strip().rpartition(":")
+            if server.strip() and not (sep and host and port.isdigit() and 0 < int(port) < 65536):
+                raise ValueError(f"bootstrap_servers: {server.strip()!r} is not host:port (a port from 1 to 65535; "
+                                 "several are separated by commas)")
         sasl = self.security_protocol.startswith("SASL_")
         if sasl and self.sasl_mechanism is None:
             raise ValueError(f"security_protocol {self.security_protocol} needs sasl_mechanism")
