@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-import logging
 import re
 import subprocess
 import sys
@@ -23,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import structlog
 import yaml
 from aiokafka.admin import AIOKafkaAdminClient
 
@@ -44,19 +42,6 @@ from tracker.shell.watch import resources
 Checks = dict[tuple[str, str], dict[str, Any]]
 RBAC = REPO_ROOT / "deploy" / "rbac" / "clusterrole.yaml"
 ROLES = ("changes", "transitions", "run_state", "dead_letters", "alerts")
-
-
-@pytest.fixture(autouse=True)
-def _restore_logging() -> Iterator[None]:
-    """`tracker doctor` configures logging for its process (to stderr); called in-process here, it must not leave
-    the root logger writing to this test's captured stderr, which is closed once the test ends."""
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    config = structlog.get_config()
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
-    structlog.configure(**config)
 
 
 def run_doctor(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, Checks]:

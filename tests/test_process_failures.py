@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import logging
 import os
 import sqlite3
 import threading
@@ -17,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import structlog
 from aiokafka import ConsumerRecord, TopicPartition
 from aiokafka.errors import KafkaConnectionError
 from rich.console import Console
@@ -29,19 +27,6 @@ from tracker.runtime.ops import Health, Metrics, Shutdown
 from tracker.runtime.reduce import ReduceFatal, ReduceService, _Partition
 from tracker.runtime.settings import Settings
 from tracker.runtime.watch_cmd import add_watch_command
-
-
-@pytest.fixture(autouse=True)
-def _restore_logging() -> Iterator[None]:
-    """``run_process`` configures logging for its process (to stderr); called in-process here, it must not leave
-    the root logger writing to this test's captured stderr, which is closed once the test ends."""
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    config = structlog.get_config()
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
-    structlog.configure(**config)
 
 
 def log_lines(err: str) -> list[dict[str, Any]]:
