@@ -218,3 +218,37 @@ def test_demo_never_deletes_an_index_it_did_not_create(tmp_path: Path, capsys: p
     assert contents(mine) == contents(whole)
     assert main(["demo", "--index", str(mine)]) == 0  # the demo's own index: replaced without --force
     assert contents(mine) == contents(whole)
+
+
+def test_the_state_kept_in_the_index_holds_no_secret(tmp_path: Path) -> None:
+    """The reducer state in the index holds what the reducer reads, not whole objects: a Pod held for its Job is
+    stored slimmed (no env values), and a root's annotations other than TauGrid's are not kept at all."""
+    import zlib
+
+    secret = "s3cr3t-VALUE-4242"
+    records = demo_records()
+    pods = [json_copy(r) for name, recs in records.items() if name.endswith("pods.jsonl") for r in recs]
+    for rec in pods:
+        for c in rec["object"].get("spec", {}).get("containers", []):
+            c["env"] = [{"name": "WANDB_API_KEY", "value": secret}]
+    jobs = [json_copy(r) for name, recs in records.items() if name.endswith("jobs.json") for r in recs]
+    for rec in jobs:
+        meta = rec["object"]["metadata"]
+        meta.setdefault("annotations", {})["kubectl.kubernetes.io/last-applied-configuration"] = \
+            '{"spec":{"template":{"spec":{"containers":[{"env":[{"name":"TOKEN","value":"' + secret + '"}]}]}}}}'
+    index = tmp_path / "index.sqlite"
+    replay_quietly(write_piece(tmp_path / "pods", pods), index)  # held: their Jobs come in the next call
+    with sqlite3.connect(index) as conn:
+        held = [zlib.decompress(b) for (b,) in conn.execute("SELECT record FROM reducer_held")]
+    assert held and not any(secret.encode() in b for b in held)
+    replay_quietly(write_piece(tmp_path / "jobs", jobs), index)
+    with sqlite3.connect(index) as conn:
+        states = [zlib.decompress(b) for (b,) in conn.execute("SELECT state FROM reducer_runs")]
+        provenance = conn.execute("SELECT COUNT(*) FROM runs WHERE git_commit IS NOT NULL").fetchone()[0]
+    assert states and not any(secret.encode() in b for b in states)
+    assert provenance > 0  # TauGrid's own annotations are still read
+
+
+def json_copy(value: Event) -> Event:
+    out: Event = jsonio.loads(jsonio.dumps(value))
+    return out

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from tracker.core.facts import EventFacts, RunFacts, _max, _min, newer
-from tracker.core.model import LABEL_QUEUE
+from tracker.core.model import LABEL_QUEUE, TAUGRID_ANNOTATION_PREFIX
 from tracker.core.timefmt import BadTimestamp, in_range, ts
 
 
@@ -165,7 +165,10 @@ def merge_root(r: RunFacts, kind: str, etype: str, obj: dict[str, Any]) -> None:
     if newer(rv, r.root_rv):  # the newest version's labels, annotations and size
         r.root_rv = rv
         r.labels = {k: v for k, v in labels.items() if isinstance(v, str)}
-        r.annotations = {k: v for k, v in annotations.items() if isinstance(v, str)}
+        # only TauGrid's own annotations (provenance the history reports): others may hold anything, e.g. a
+        # kubectl last-applied-configuration with env values, and facts are persisted (run-state, index)
+        r.annotations = {k: v for k, v in annotations.items()
+                         if isinstance(v, str) and k.startswith(TAUGRID_ANNOTATION_PREFIX)}
         r.expected_pods = max(1, expected)
     r.job_failed = max(r.job_failed, failed)
     for ctype, cstatus, reason, ltt, msg in conds:

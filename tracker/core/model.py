@@ -21,6 +21,7 @@ LABEL_RUN_ID = "taugrid.io/run-id"
 LABEL_PROJECT = "taugrid.io/project"
 LABEL_WORKSPACE = "taugrid.io/workspace"
 LABEL_TARGET = "taugrid.io/target"
+TAUGRID_ANNOTATION_PREFIX = "taugrid.io/"  # the annotations of a root the reducer keeps
 ANN_RESUME_OF = "taugrid.io/resume-of"
 ANN_GIT_COMMIT = "taugrid.io/git-commit"
 ANN_CONFIG_DIGEST = "taugrid.io/config-digest"

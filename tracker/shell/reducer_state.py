@@ -19,6 +19,7 @@ from tracker.core.correlate import Held
 from tracker.core.reducer import Reducer, ReducerLimits
 from tracker.shell import jsonio
 from tracker.shell.index import ExperimentIndex, StateRows
+from tracker.shell.slim import slim
 
 COMPRESSION_LEVEL = 1  # fast: about 3x smaller than the JSON, at a small share of the fold's time
 
@@ -52,7 +53,9 @@ class StateTracker:
         version = red.corr.held_version()
         if version != self._held_version:
             self._held_version = version
-            held = [(seq, owner, _encode(list(item))) for seq, owner, item in red.corr.held_items()]
+            # held objects are stored slimmed to what the reducer reads (no env values, no managedFields)
+            held = [(seq, owner, _encode([etype, slim(obj), source]))
+                    for seq, owner, (etype, obj, source) in red.corr.held_items()]
         return StateRows(runs, held)
 
 
