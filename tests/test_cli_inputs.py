@@ -56,3 +56,19 @@ def test_a_run_id_that_looks_like_markup_is_printed_as_given(index: Path, capsys
 def test_replay_of_a_missing_capture_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["replay", str(tmp_path / "nope.jsonl"), "--index", str(tmp_path / "i.sqlite")]) == 2
     assert "nope.jsonl" in one_error_line(capsys.readouterr().err)
+
+
+def test_replay_says_how_many_dead_letters_rotation_dropped(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    import functools
+
+    import tracker.cli
+
+    monkeypatch.setattr(tracker.cli, "JsonlDeadLetters",
+                        functools.partial(tracker.cli.JsonlDeadLetters, max_bytes=20_000, files=2))
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("".join(f'{{"type": "ADDED", "object": {{"kind": "Pod", "n": {i}, "x": {"y" * 200}\n'
+                           for i in range(500)))
+    assert main(["replay", str(bad), "--index", str(tmp_path / "i.sqlite")]) == 0
+    out = " ".join(capsys.readouterr().out.split())  # as read, whatever the console's wrapping
+    assert "500 dead letter(s)" in out and "oldest were dropped by rotation" in out

@@ -85,9 +85,9 @@ def replay(captures: list[Path], index_path: Path, console: Console, quiet: bool
 
             progress.start()
         try:
+            dead = JsonlDeadLetters(dead_path)
             report = asyncio.run(_until_signalled(lambda stop: run_pipeline(
-                interleave(files), reducer, [], JsonlDeadLetters(dead_path), on_progress=on_progress, store=index,
-                stop=stop)))
+                interleave(files), reducer, [], dead, on_progress=on_progress, store=index, stop=stop)))
         finally:
             if progress is not None:
                 progress.stop()
@@ -101,8 +101,9 @@ def replay(captures: list[Path], index_path: Path, console: Console, quiet: bool
                       f"into [bold]{escape(str(index_path))}[/]{continued}: {report.runs_written} run histories "
                       f"written, {report.rows_changed} rows changed")
         if report.dead_letters:
+            rotated = f"; the {dead.dropped} oldest were dropped by rotation" if dead.dropped else ""
             console.print(f"[yellow]{report.dead_letters} dead letter(s)[/] with reasons in "
-                          f"{escape(str(dead_path))}")
+                          f"{escape(str(dead_path))}{rotated}")
     return report
 
 
