@@ -79,7 +79,9 @@ def render(kubectl: Path, target: Path, tmp: Path, *, namespace: str | None = No
             overlay["namespace"] = namespace
         if suffix:
             overlay["nameSuffix"] = suffix
-        (root / "kustomization.yaml").write_text(yaml.safe_dump(overlay))
+        # written as JSON (which is YAML): every string quoted, so a suffix like "-819e76" is not read as a number
+        # by kustomize's YAML 1.2 parser (PyYAML leaves it unquoted: a YAML 1.1 float needs a dot)
+        (root / "kustomization.yaml").write_text(json.dumps(overlay, indent=2))
     out = subprocess.run([str(kubectl), "kustomize", "--load-restrictor=LoadRestrictionsNone", str(root)],
                          capture_output=True, text=True, timeout=120, check=False)
     assert out.returncode == 0, out.stderr
@@ -543,3 +545,10 @@ def _generated(docs: Sequence[Obj], prefix: str) -> str:
 def _labels(deployment: Obj) -> dict[str, str]:
     labels: dict[str, str] = deployment["spec"]["selector"]["matchLabels"]
     return labels
+
+
+def test_a_name_suffix_that_looks_like_a_number_stays_a_name(kustomize: Path, tmp_path: Path) -> None:
+    """Random suffixes such as "-819e76" are numbers to kustomize's YAML parser unless quoted (seen in CI)."""
+    docs = render(kustomize, K8S / "base", tmp_path, namespace="ns-819e76", suffix="-819e76")
+    names = [d["metadata"]["name"] for d in docs if d["kind"] == "ServiceAccount"]
+    assert names and all(n.endswith("-819e76") for n in names)
