@@ -355,8 +355,15 @@ def _is_transient(exc: BaseException) -> bool:
 T = TypeVar("T")
 
 
-def _call_with_deadline(fn: Callable[[], T], timeout_s: float) -> T:
-    """Runs ``fn`` in a helper thread and gives up waiting after ``timeout_s`` (the SDK's calls can hang)."""
+class DeadlineExceeded(TimeoutError):
+    """``call_with_deadline`` gave up waiting (raised by the helper itself, never by the call it waits for)."""
+
+
+def call_with_deadline(fn: Callable[[], T], timeout_s: float, what: str,
+                       progress: tuple[float, Callable[[float], None]] | None = None) -> T:
+    """``fn()`` in a daemon thread, waited for at most ``timeout_s`` (the SDK's calls can hang); with ``progress``,
+    ``progress[1](elapsed)`` is called every ``progress[0]`` seconds meanwhile. ``DeadlineExceeded`` ("``what``
+    still running after ...") when it does not return in time; what ``fn`` raises is raised here."""
     result: list[T] = []
     error: list[BaseException] = []
 
@@ -366,11 +373,17 @@ def _call_with_deadline(fn: Callable[[], T], timeout_s: float) -> T:
         except BaseException as exc:  # handed to the caller
             error.append(exc)
 
-    thread = threading.Thread(target=target, name="adx-ingest-call", daemon=True)
+    thread = threading.Thread(target=target, name=what, daemon=True)
+    started = time.monotonic()
     thread.start()
-    thread.join(timeout_s)
-    if thread.is_alive():
-        raise TimeoutError(f"ingestion call still running after {timeout_s:g}s")
+    while thread.is_alive():
+        elapsed = time.monotonic() - started
+        if elapsed >= timeout_s:
+            raise DeadlineExceeded(f"{what} still running after {timeout_s:g}s")
+        step = timeout_s - elapsed if progress is None else min(progress[0], timeout_s - elapsed)
+        thread.join(step)
+        if thread.is_alive() and progress is not None and time.monotonic() - started < timeout_s:
+            progress[1](time.monotonic() - started)
     if error:
         raise error[0]
     return result[0]
@@ -555,7 +568,8 @@ class AdxSink:
         """Ingests one chunk, retrying transient failures; True if accepted (or rejected as permanently bad)."""
         for attempt in range(retries + 1):
             try:
-                queued = _call_with_deadline(lambda: self._ingest(chunk), self.settings.ingest_timeout_s)
+                queued = call_with_deadline(lambda: self._ingest(chunk), self.settings.ingest_timeout_s,
+                                            "ingestion call")
             except Exception as exc:
                 if not _is_transient(exc):
                     path = self._spool.reject(chunk)

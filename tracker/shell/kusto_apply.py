@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,7 +25,14 @@ from typing import TextIO, TypeVar
 from azure.kusto.data import ClientRequestProperties, KustoClient
 from azure.kusto.data.exceptions import KustoError
 
-from tracker.shell.adx import AdxSettings, AdxSettingsError, connection, load_adx_settings
+from tracker.shell.adx import (
+    AdxSettings,
+    AdxSettingsError,
+    DeadlineExceeded,
+    call_with_deadline,
+    connection,
+    load_adx_settings,
+)
 
 SCHEMA_DIR = Path(__file__).resolve().parents[2] / "schemas" / "kusto"
 
@@ -129,31 +135,11 @@ T = TypeVar("T")
 
 def _wait(fn: Callable[[], T], timeout_s: float, progress: tuple[float, Callable[[float], None]] | None,
           timeout_message: str) -> T:
-    """``fn()`` in a daemon thread, waited for at most ``timeout_s`` (calling ``progress[1](elapsed)`` every
-    ``progress[0]`` seconds meanwhile); ``ApplyError(timeout_message)`` when it does not return in time."""
-    result: list[T] = []
-    error: list[BaseException] = []
-
-    def target() -> None:
-        try:
-            result.append(fn())
-        except BaseException as exc:  # handed to the caller
-            error.append(exc)
-
-    thread = threading.Thread(target=target, name="kusto-apply", daemon=True)
-    started = time.monotonic()
-    thread.start()
-    while thread.is_alive():
-        elapsed = time.monotonic() - started
-        if elapsed >= timeout_s:
-            raise ApplyError(timeout_message)
-        step = timeout_s - elapsed if progress is None else min(progress[0], timeout_s - elapsed)
-        thread.join(step)
-        if thread.is_alive() and progress is not None and time.monotonic() - started < timeout_s:
-            progress[1](time.monotonic() - started)
-    if error:
-        raise error[0]
-    return result[0]
+    """``call_with_deadline``; ``ApplyError(timeout_message)`` when ``fn()`` does not return in time."""
+    try:
+        return call_with_deadline(fn, timeout_s, "kusto apply", progress)
+    except DeadlineExceeded:
+        raise ApplyError(timeout_message) from None
 
 
 def cmd_kusto_apply(args: argparse.Namespace, console: object = None) -> int:
