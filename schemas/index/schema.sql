@@ -1,4 +1,4 @@
--- TauGrid experiment index, schema version 2.
+-- TauGrid experiment index, schema version 3.
 -- The contract Stellar reads: every table and column is documented in README.md next to this file.
 -- Times are ISO-8601 UTC text, 'YYYY-MM-DDTHH:MM:SSZ' ('YYYY-MM-DDTHH:MM:SS.ffffffZ' when sub-second).
 -- JSON columns hold compact JSON text (query them with json_each / json_extract).
@@ -148,3 +148,11 @@ CREATE TABLE reducer_held (
     owner  TEXT NOT NULL,       -- the uid of the owner object the record waits for
     record BLOB NOT NULL
 );
+
+-- Retirement: the reducer frees the facts of a finished run once the event time is well past its last record,
+-- and its row here becomes a marker with the retirement's ordinal. The markers are the lasting memory of which
+-- runs ended (the reducer remembers the latest ones only): a record that arrives for a run after it was
+-- forgotten never replaces its history.
+ALTER TABLE reducer_runs ADD COLUMN retired_seq INTEGER; -- the retirement ordinal of a retired run, else NULL
+
+CREATE INDEX reducer_runs_by_retired_seq ON reducer_runs (retired_seq) WHERE retired_seq IS NOT NULL;

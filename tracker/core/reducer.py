@@ -14,6 +14,7 @@ Laws (proved by the hypothesis tests in ``tests/test_reducer_laws.py``):
 
 from __future__ import annotations
 
+import heapq
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,11 +23,12 @@ from pydantic import ValidationError
 
 from tracker.core import extract as x
 from tracker.core import validate as v
-from tracker.core.correlate import KINDS, ROOT_KINDS, Correlator, link, lost_key, taken_run_id
-from tracker.core.derive import derive
+from tracker.core.correlate import KINDS, ROOT_KINDS, Correlator, Link, link, lost_key, taken_run_id
+from tracker.core.derive import derive, may_reopen
 from tracker.core.facts import MetricFacts, RunFacts
 from tracker.core.model import (
     EXCERPT_MAX,
+    FINAL_STATUSES,
     INTAKE_SCHEMA,
     DeadLetter,
     IntakeEnvelope,
@@ -48,6 +50,9 @@ class ReducerLimits:
     max_held: int = 100_000  # records waiting for their owner to be seen
     max_dead_letters: int = 10_000  # dead letters kept until the next flush
     max_retired: int = 1_000_000  # finished runs remembered (ids and owner uids) after their facts are freed
+    # Retire finished runs by itself: a run whose history is final for good once the event-time watermark is this
+    # many µs past its last change. None: the caller retires (``retire``), as the Kafka reducer does.
+    retire_after_us: int | None = None
 
 
 @dataclass(slots=True)
@@ -62,6 +67,7 @@ class Stats:
     dropped_uncorrelated: int = 0
     after_retirement: int = 0
     run_id_conflicts: int = 0  # records of a Job or RayJob whose run id another root, created earlier, has
+    retired: int = 0  # runs retired by the reducer's own policy (``ReducerLimits.retire_after_us``)
 
     def as_dict(self) -> dict[str, int]:
         return {k: getattr(self, k) for k in self.__slots__}
@@ -71,6 +77,8 @@ class Stats:
 class Flushed:
     histories: list[RunHistory] = field(default_factory=list)
     dead_letters: list[DeadLetter] = field(default_factory=list)
+    retired: list[str] = field(default_factory=list)  # runs retired since the last flush, in retirement order
+    forgotten: list[str] = field(default_factory=list)  # retired runs no longer remembered (``max_retired``)
 
 
 class Reducer:
@@ -78,10 +86,23 @@ class Reducer:
         self.limits = limits or ReducerLimits()
         self.runs: dict[str, RunFacts] = {}
         self.corr = Correlator(self.limits.max_held)
-        self.retired: dict[str, None] = {}  # insertion-ordered: oldest first
+        self.retired: dict[str, int] = {}  # run id -> retirement ordinal; insertion-ordered: oldest first
+        self.retirements = 0  # the ordinal of the latest retirement
         self.dirty: set[str] = set()
         self.dead: list[DeadLetter] = []
         self.stats = Stats()
+        # Own retirement (``limits.retire_after_us``): the event-time watermark, and for each live run the
+        # watermark when it last changed: it is looked at again once the watermark is the grace past that.
+        # The watermark is the earliest of the latest creationTimestamp (the API server's clock, not a controller's
+        # or an application's) seen in each watch stream (roots, Workloads, Pods, Events) that has been seen: a
+        # stream that lags behind the others holds retirement back instead of losing its records.
+        self.marks = [0] * (max(_STREAMS.values()) + 1)
+        self.quiet: dict[str, int] = {}
+        self._due_heap: list[tuple[int, str]] = []  # (quiet + grace, run id); stale unless it matches ``quiet``
+        self._touched: list[str] = []  # runs changed by the record being folded
+        self._retired_histories: dict[str, RunHistory] = {}  # final histories of runs retired before a flush
+        self._retired_now: list[str] = []
+        self._forgotten_now: list[str] = []
 
     # ------------------------------------------------------------------------------------ input
     def apply(self, record: Any, source: str = "", run_hint: str | None = None) -> None:
@@ -91,6 +112,11 @@ class Reducer:
         only when the reducer cannot correlate the object itself, so records need not wait for their owner.
         """
         self.stats.records += 1
+        self._apply(record, source, run_hint)
+        if self.limits.retire_after_us is not None:
+            self._retire_due(record)
+
+    def _apply(self, record: Any, source: str, run_hint: str | None) -> None:
         # A record may be any JSON value: nothing below looks at one whole except through ``validate`` (a dead
         # letter's excerpt and a held record are pruned, a reason shows values by ``brief``).
         if not isinstance(record, dict):
@@ -140,8 +166,13 @@ class Reducer:
         r = self.runs.get(run_id)
         if r is None:
             r = self.runs[run_id] = RunFacts(run_id)
-        self.dirty.add(run_id)
+        self._mark(run_id)
         return r
+
+    def _mark(self, run_id: str) -> None:
+        self.dirty.add(run_id)
+        if self.limits.retire_after_us is not None:
+            self._touched.append(run_id)
 
     # ------------------------------------------------------------------------------------ objects
     def _object(self, etype: str, obj: dict[str, Any], source: str, run_hint: str | None) -> None:
@@ -167,6 +198,14 @@ class Reducer:
             self._release(ln.uid, run_id)
             return
         if run_id in self.retired:
+            self._merge(RunFacts(run_id), ln, etype, obj)  # not kept; a malformed record is still a dead letter
+            if ln.kind in ROOT_KINDS and not ln.submitter and self.corr.owner_run.get(ln.uid) != run_id:
+                self._conflict(source, {"type": etype, "object": v.pruned(obj)},
+                               f"taugrid.io/run-id {run_id!r} belongs to a run that has finished (another root, uid "
+                               f"{', '.join(self.corr.owners_of(run_id)) or 'forgotten'}), not to this "
+                               f"{ln.kind} (uid {ln.uid})")
+                self._release(ln.uid, lost_key(run_id))
+                return
             self.stats.after_retirement += 1
             return
         # A run is created, and marked changed, only once its first object merged: a malformed first record
@@ -184,6 +223,18 @@ class Reducer:
                     return
             else:
                 x.merge_root(r, kind, etype, obj)
+        else:
+            self._merge(r, ln, etype, obj)
+        if new:
+            self.runs[run_id] = r
+        self._mark(run_id)
+        self._release(ln.uid, run_id)
+
+    @staticmethod
+    def _merge(r: RunFacts, ln: Link, etype: str, obj: dict[str, Any]) -> None:
+        kind = ln.kind
+        if kind in ROOT_KINDS and not ln.submitter:
+            x.merge_root(r, kind, etype, obj)
         elif kind == "Workload":
             x.merge_workload(r, etype, obj)
         elif kind == "Pod":
@@ -192,10 +243,6 @@ class Reducer:
             x.merge_raycluster(r, etype, obj)
         elif kind == "Event":
             x.merge_event(r, obj, x.d(obj, "regarding") or x.d(obj, "involvedObject"))
-        if new:
-            self.runs[run_id] = r
-        self.dirty.add(run_id)
-        self._release(ln.uid, run_id)
 
     def _release(self, uid: str, run_id: str) -> None:
         """Bind ``uid`` to ``run_id`` and fold the records that were waiting for it; each one that cannot be used
@@ -287,12 +334,76 @@ class Reducer:
         data = ev.model_dump(exclude={"schema_", "event_id", "run_id", "at", "kind", "status"}, mode="json")
         r.intake[ev.event_id] = (ev.kind, ev.status, at, data)
 
+    # ------------------------------------------------------------------------------------ own retirement
+    def _retire_due(self, record: Any) -> None:
+        """After each record: advance the watermark, give the runs it touched a new due time, and retire the runs
+        that are due and final for good. Decided per record (not at flushes, whose timing varies), so that the
+        same records retire the same runs at the same points however they are split into calls."""
+        grace = self.limits.retire_after_us
+        assert grace is not None
+        before = self.watermark
+        stream, created = _created(record)
+        if created is not None and created > self.marks[stream]:
+            self.marks[stream] = created
+        now = self.watermark
+        if now == 0:
+            self._touched = []  # scheduled once the watermark is known
+            return
+        if before == 0:  # known from now on: every run is looked at a grace from now
+            for run_id in sorted(self.runs):
+                self._schedule(run_id, now)
+        if self._touched:
+            for run_id in dict.fromkeys(self._touched):
+                if run_id in self.runs:
+                    self._schedule(run_id, now)
+            self._touched = []
+        heap = self._due_heap
+        while heap and heap[0][0] <= now:
+            due, run_id = heapq.heappop(heap)
+            quiet = self.quiet.get(run_id)
+            if quiet is None or quiet + grace != due:
+                continue  # stale: the run changed since, or was retired
+            r = self.runs[run_id]
+            h = derive(r)
+            if h.run.status in FINAL_STATUSES and not may_reopen(r, h.run):
+                if run_id in self.dirty:
+                    self._retired_histories[run_id] = h  # its final history still goes out at the next flush
+                self.retire(run_id)
+                self._retired_now.append(run_id)
+                self.stats.retired += 1
+            else:
+                # quiet but live: nothing changes its history (a function of its facts) until a record touches it,
+                # which schedules it again
+                del self.quiet[run_id]
+
+    @property
+    def watermark(self) -> int:
+        """The event-time watermark (µs): the earliest of the latest creation times of the streams seen; 0 while
+        none has been."""
+        return min((m for m in self.marks if m), default=0)
+
+    def _schedule(self, run_id: str, quiet: int) -> None:
+        grace = self.limits.retire_after_us
+        assert grace is not None
+        if self.quiet.get(run_id) != quiet:
+            self.quiet[run_id] = quiet
+            heapq.heappush(self._due_heap, (quiet + grace, run_id))
+            if len(self._due_heap) > 2 * len(self.quiet) + 1024:  # drop stale entries now and then
+                self._due_heap = [(q + grace, k) for k, q in self.quiet.items()]
+                heapq.heapify(self._due_heap)
+
     # ------------------------------------------------------------------------------------ output
     def flush(self) -> Flushed:
-        """Histories of every run changed since the last flush (sorted by run id), and dead letters."""
-        out = Flushed([derive(self.runs[k]) for k in sorted(self.dirty)], self.dead)
+        """Histories of every run changed since the last flush (sorted by run id), dead letters, and the runs
+        retired since (their last histories are among the histories)."""
+        histories = {k: derive(self.runs[k]) for k in self.dirty}
+        histories.update(self._retired_histories)
+        out = Flushed([histories[k] for k in sorted(histories)], self.dead, self._retired_now, self._forgotten_now)
         self.dirty = set()
         self.dead = []
+        self._retired_histories = {}
+        self._retired_now = []
+        self._forgotten_now = []
         return out
 
     def history(self, run_id: str) -> RunHistory | None:
@@ -305,10 +416,14 @@ class Reducer:
         ignored instead of starting a partial history that would overwrite the real one."""
         self.runs.pop(run_id, None)
         self.dirty.discard(run_id)
-        self.retired[run_id] = None
+        self.quiet.pop(run_id, None)
+        self.retirements += 1
+        self.retired.pop(run_id, None)
+        self.retired[run_id] = self.retirements
         while len(self.retired) > self.limits.max_retired:
             oldest = next(iter(self.retired))
             del self.retired[oldest]
+            self._forgotten_now.append(oldest)
             self.corr.forget_run(oldest)
             self.corr.forget_run(lost_key(oldest))
 
@@ -318,12 +433,16 @@ class Reducer:
         owners = self.corr.owners_of(run_id)
         lost = self.corr.owners_of(lost_key(run_id))
         if run_id in self.retired:
-            snap = {"version": SNAPSHOT_VERSION, "run_id": run_id, "retired": True, "owners": owners}
+            snap = {"version": SNAPSHOT_VERSION, "run_id": run_id, "retired": True, "owners": owners,
+                    "retired_seq": self.retired[run_id], "marks": self.marks}
         else:
             r = self.runs.get(run_id)
             if r is None:
                 return None
-            snap = {"version": SNAPSHOT_VERSION, "run_id": run_id, "facts": r.to_json(), "owners": owners}
+            snap = {"version": SNAPSHOT_VERSION, "run_id": run_id, "facts": r.to_json(), "owners": owners,
+                    "marks": self.marks}
+            if run_id in self.quiet:
+                snap["quiet"] = self.quiet[run_id]
         if lost:
             snap["lost"] = lost
         return snap
@@ -333,11 +452,23 @@ class Reducer:
         if snap.get("version") != SNAPSHOT_VERSION:
             raise ValueError(f"unsupported run snapshot version {snap.get('version')!r}")
         run_id = snap["run_id"]
+        marks = snap.get("marks")
+        if isinstance(marks, list) and len(marks) == len(self.marks):  # the watermark when the state was kept
+            self.marks = [max(a, b) if isinstance(b, int) else a for a, b in zip(self.marks, marks, strict=True)]
         if snap.get("retired"):
             self.runs.pop(run_id, None)
-            self.retired[run_id] = None
+            self.quiet.pop(run_id, None)
+            seq = snap.get("retired_seq")
+            if not isinstance(seq, int):
+                seq = self.retirements + 1
+            self.retirements = max(self.retirements, seq)
+            self.retired.pop(run_id, None)
+            self.retired[run_id] = seq
         else:
             self.runs[run_id] = RunFacts.from_json(snap["facts"])
+            if self.limits.retire_after_us is not None and self.watermark:
+                quiet = snap.get("quiet")  # none: kept by a tracker that did not retire; quiet from now
+                self._schedule(run_id, quiet if isinstance(quiet, int) else self.watermark)
         for uid in snap["owners"]:
             self._release(uid, run_id)
         for uid in snap.get("lost", ()):
@@ -349,8 +480,14 @@ class Reducer:
             "version": SNAPSHOT_VERSION,
             "runs": [r.to_json() for r in self.runs.values()],
             "correlator": self.corr.to_json(),
-            "retired": list(self.retired),
+            "retired": list(self.retired.items()),
+            "retirements": self.retirements,
             "dirty": sorted(self.dirty),
+            "marks": self.marks,
+            "quiet": sorted(self.quiet.items()),
+            "retired_histories": [h.model_dump(mode="json") for _k, h in sorted(self._retired_histories.items())],
+            "retired_now": self._retired_now,
+            "forgotten_now": self._forgotten_now,
         }
 
     @classmethod
@@ -360,9 +497,38 @@ class Reducer:
         red = cls(limits)
         red.runs = {d["run_id"]: RunFacts.from_json(d) for d in snap["runs"]}
         red.corr = Correlator.from_json(snap["correlator"], red.limits.max_held)
-        red.retired = dict.fromkeys(snap["retired"])
+        red.retired = {k: seq for k, seq in snap["retired"]}
+        red.retirements = snap["retirements"]
         red.dirty = set(snap["dirty"])
+        red.marks = list(snap["marks"])
+        if red.limits.retire_after_us is not None:
+            for run_id, quiet in snap["quiet"]:
+                red._schedule(run_id, quiet)
+        red._retired_histories = {h.run.run_id: h for h in
+                                  (RunHistory.model_validate(d) for d in snap["retired_histories"])}
+        red._retired_now = list(snap["retired_now"])
+        red._forgotten_now = list(snap["forgotten_now"])
         return red
+
+
+_STREAMS = {"Job": 0, "RayJob": 0, "Workload": 1, "Pod": 2, "Event": 3}  # the watch streams of the watermark
+
+
+def _created(record: Any) -> tuple[int, int | None]:
+    """The watch stream of a watch event's object and its creationTimestamp (µs), when it has a valid one."""
+    obj = record.get("object") if isinstance(record, dict) else None
+    if not isinstance(obj, dict):
+        return 0, None
+    kind = obj.get("kind")
+    stream = _STREAMS.get(kind) if kind.__class__ is str else None
+    meta = obj.get("metadata")
+    value = meta.get("creationTimestamp") if isinstance(meta, dict) else None
+    if stream is None or value.__class__ is not str:
+        return 0, None
+    try:
+        return stream, ts(value)
+    except BadTimestamp:
+        return 0, None
 
 
 def _excerpt(record: Any) -> str:

@@ -167,8 +167,9 @@ async def run_pipeline(
 
     async def flush() -> None:
         out = reducer.flush()
-        rows = None if state is None else state.capture(h.run.run_id for h in out.histories)
-        if out.histories or out.dead_letters or (rows is not None and rows.held is not None):
+        rows = None if state is None else state.capture([*(h.run.run_id for h in out.histories), *out.retired])
+        if out.histories or out.dead_letters or (rows is not None and (rows.held is not None or rows.retired
+                                                                       or rows.clock is not None)):
             await batches.put((out.histories, out.dead_letters, rows))
 
     def stopping() -> bool:
@@ -224,6 +225,9 @@ async def run_pipeline(
 
     await asyncio.gather(source(), reduce(), sink())
     report.stats = reducer.stats.as_dict()
+    refused = getattr(store, "refused_after_retirement", 0)
+    if refused:
+        report.stats["refused_after_retirement"] = refused
     return report
 
 

@@ -17,10 +17,12 @@ A crash at any point leaves either all of it or none of it; the next owner resto
 changes, transitions and run-state have one partition count and the outputs go to the partition number of the
 input, so a run's state lives in the partition of its changes.
 
-Runs that reached a final status are retired (``Reducer.retire``) once the partition's event time is
-``reduce.retire_after_s`` past their end, in the transaction of that batch; their run-state record becomes
-the reducer's retired marker. When the reducer forgets a retired run (``max_retired``), its run-state key gets a
-Kafka tombstone, so compaction removes it.
+Runs whose history is final for good are retired by the reducer itself, by the one policy the embedded pipeline
+uses too (``ReducerLimits.retire_after_us``, see ``tracker.core.reducer``): once the partition's event-time
+watermark (the earliest of its watch streams' latest creationTimestamp) is ``reduce.retire_after_s`` past the
+run's last change, decided per record so that where polls cut the stream does not matter. Their run-state record
+becomes the reducer's retired marker in the transaction of that batch. When the reducer forgets a retired run
+(``max_retired``), its run-state key gets a Kafka tombstone, so compaction removes it.
 
 Stalled admission: for each run waiting for admission (pending, phase Admission) the age is ``clock - queued_at``,
 per LocalQueue (``namespace/name``) in ``tracker_oldest_pending_admission_seconds``. With ``clock=event`` (the
@@ -41,7 +43,6 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
-from itertools import islice
 from typing import Any, Literal
 
 import structlog
@@ -49,8 +50,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPa
 from aiokafka.errors import KafkaError, ProducerFenced
 from pydantic import BaseModel, ConfigDict, Field
 
-from tracker.core.derive import may_reopen
-from tracker.core.model import FINAL_STATUSES, DeadLetter, Phase, RunHistory, Status, utc
+from tracker.core.model import DeadLetter, Phase, RunHistory, Status, utc
 from tracker.core.reducer import Flushed, Reducer, ReducerLimits
 from tracker.core.timefmt import ts
 from tracker.runtime.ops import Health, Metrics
@@ -123,7 +123,6 @@ class _Partition:
     runs: dict[str, _RunShell] = field(default_factory=dict)
     waiting: dict[str, _Waiting] = field(default_factory=dict)
     watermark_us: int = 0
-    finished: dict[str, int] = field(default_factory=dict)  # finished run -> when (µs), until it is retired
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,7 +151,7 @@ class ReduceService:
         self.ks = settings.kafka
         self.topics = settings.kafka.topics
         self.metrics = metrics
-        self.limits: ReducerLimits = settings.reduce.reducer_limits()
+        self.limits: ReducerLimits = settings.reduce.reducer_limits(retire=True)
         self._parts: dict[TopicPartition, _Partition] = {}
         self._pending: set[TopicPartition] = set()  # assigned, not (yet) set up and verified
         self._fenced: set[TopicPartition] = set()  # taken over by another process; wait for the rebalance
@@ -320,9 +319,6 @@ class ReduceService:
             if history is not None:
                 shell.status = history.run.status
                 self._track_waiting(part, history)
-                if _finished_for_good(part, history):  # finished, not yet retired: retire after the grace
-                    part.finished[run_id] = (_us(history.run.finished_at) if history.run.finished_at
-                                             else part.watermark_us)
         return part
 
     async def _drop(self, tp: TopicPartition) -> None:
@@ -415,38 +411,24 @@ class ReduceService:
                 plan.phases.update(t.phase.value for t in h.transitions[shell.transitions:])
                 shell.content_hash, shell.transitions = digest, len(h.transitions)
             self._track_waiting(part, h)
-            if _finished_for_good(part, h):
-                part.finished[run_id] = _us(h.run.finished_at) if h.run.finished_at else part.watermark_us
-            else:
-                part.finished.pop(run_id, None)
+        # runs the reducer retired while folding: their run-state record becomes the retired marker (they may
+        # not have changed in this batch); retirements it forgot get a tombstone
+        for run_id in flushed.retired:
+            gone: _RunShell | None = part.runs.pop(run_id, None)
+            part.waiting.pop(run_id, None)
+            plan.finished[(gone.status if gone is not None else Status.SUCCEEDED).value] += 1
+            touched.append(run_id)
         if now_us is None:
             now_us = part.watermark_us
         touched.extend(self._alerts(part, now_us, plan))
-        # retire a finished run only once the partition's event time is well past its end: records of its
-        # other objects that arrive later (each watch stream has its own pace) must still reach its history
-        grace_us = int(self.s.reduce.retire_after_s * 1_000_000)
-        finals = [r for r, at in part.finished.items() if at + grace_us <= part.watermark_us]
-        for run_id in finals:
-            del part.finished[run_id]
-            plan.finished[part.runs[run_id].status.value] += 1
-            plan.records.extend(self._retire(part, run_id))
-            touched.append(run_id)  # its run-state record says retired (it may not have changed in this batch)
         for run_id in dict.fromkeys(touched):
             plan.records.extend(self._state_record(part, run_id, flushed.dead_letters))
+        plan.records.extend(_Out(topics.run_state, part.tp.partition, run_id.encode(), None)
+                            for run_id in flushed.forgotten)
         for dl in flushed.dead_letters:
             plan.dead[dl.reason] += 1
             plan.records.append(_Out(topics.dead_letters, None, None, dl.model_dump_json().encode()))
         return plan
-
-    def _retire(self, part: _Partition, run_id: str) -> list[_Out]:
-        """Retire a finished run; a Kafka tombstone for any retired run the reducer forgets to make room."""
-        red = part.reducer
-        over = 0 if run_id in red.retired else len(red.retired) + 1 - red.limits.max_retired
-        forgotten = list(islice(red.retired, over)) if over > 0 else []
-        red.retire(run_id)
-        part.runs.pop(run_id, None)
-        part.waiting.pop(run_id, None)
-        return [_Out(self.topics.run_state, part.tp.partition, rid.encode(), None) for rid in forgotten]
 
     def _state_record(self, part: _Partition, run_id: str, dead: list[DeadLetter]) -> list[_Out]:
         snap = part.reducer.snapshot_run(run_id)
@@ -609,12 +591,6 @@ def _keyless(record: Any, source: str) -> list[DeadLetter]:
                            excerpt=json.dumps(record, sort_keys=True, default=str)[:2048])]
     return []  # bookmarks, watch errors, objects of no run: nothing to fold
 
-
-
-def _finished_for_good(part: _Partition, h: RunHistory) -> bool:
-    """A final status that nothing can reopen (a deactivated run whose Job still exists may be reactivated)."""
-    facts = part.reducer.runs.get(h.run.run_id)
-    return h.run.status in FINAL_STATUSES and not (facts is not None and may_reopen(facts, h.run))
 
 def _us(at: datetime) -> int:
     value = ts(at)

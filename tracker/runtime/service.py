@@ -388,7 +388,7 @@ async def _serve_embedded(settings: Settings, opts: ServeOptions, intake: Source
     def pipeline() -> PipelineReport:
         with ExperimentIndex(index_path) as index:  # continue from the reducer state the index keeps
             reducer_state.refuse_runs_without_state(index)
-            reducer = reducer_state.restore(index, settings.reduce.reducer_limits())
+            reducer = reducer_state.restore(index, settings.reduce.reducer_limits(retire=True))
             return asyncio.run(run_pipeline(records(), reducer, [], dead, limits=settings.embedded.limits(),
                                             store=index))
 

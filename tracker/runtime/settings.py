@@ -201,9 +201,12 @@ class ReduceSettings(_Section):
                              description="Consecutive failed transactions or restores of one partition before exit.")
     retry_backoff_max_s: float = Field(default=10.0, gt=0, le=600)
 
-    def reducer_limits(self) -> ReducerLimits:
+    def reducer_limits(self, retire: bool = False) -> ReducerLimits:
+        """The reducer's bounds; with ``retire``, the reducer retires finished runs itself (the embedded
+        pipeline; the Kafka reducer retires them in its transactions)."""
         return ReducerLimits(max_held=self.max_held, max_dead_letters=self.max_dead_letters,
-                             max_retired=self.max_retired)
+                             max_retired=self.max_retired,
+                             retire_after_us=round(self.retire_after_s * 1_000_000) if retire else None)
 
 
 class AlertSettings(_Section):

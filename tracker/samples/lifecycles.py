@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import heapq
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
@@ -703,8 +703,10 @@ def random_params(rng: random.Random) -> RunParams:
         workload_api="v1beta2" if rng.random() < 0.3 else "v1beta1")
 
 
-def generate_stream(n_runs: int, seed: int) -> Iterator[Obj]:
-    """Every record of ``n_runs`` runs with seeded, varied parameters, interleaved in time order."""
+def generate_stream(n_runs: int, seed: int,
+                    params: Callable[[random.Random], RunParams] = random_params) -> Iterator[Obj]:
+    """Every record of ``n_runs`` runs with seeded, varied parameters (drawn by ``params``), interleaved in time
+    order."""
     rng = random.Random(seed)
     heap: list[tuple[Ms, int, Obj]] = []
     seq = 0
@@ -717,7 +719,7 @@ def generate_stream(n_runs: int, seed: int) -> Iterator[Obj]:
                 rv += 1
                 record["object"]["metadata"]["resourceVersion"] = str(rv)
             yield record
-        for t, _i, _stream, record in _events(index, random_params(rng), t0).out:
+        for t, _i, _stream, record in _events(index, params(rng), t0).out:
             seq += 1
             heapq.heappush(heap, (t, seq, record))
     while heap:

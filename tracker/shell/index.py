@@ -14,7 +14,7 @@ import math
 import sqlite3
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import Enum
 from pathlib import Path
@@ -195,9 +195,20 @@ CREATE TABLE reducer_held (
 );
 """
 
+_V3 = """\
+
+-- Retirement: the reducer frees the facts of a finished run once the event time is well past its last record,
+-- and its row here becomes a marker with the retirement's ordinal. The markers are the lasting memory of which
+-- runs ended (the reducer remembers the latest ones only): a record that arrives for a run after it was
+-- forgotten never replaces its history.
+ALTER TABLE reducer_runs ADD COLUMN retired_seq INTEGER; -- the retirement ordinal of a retired run, else NULL
+
+CREATE INDEX reducer_runs_by_retired_seq ON reducer_runs (retired_seq) WHERE retired_seq IS NOT NULL;
+"""
+
 # Migration n turns a schema of version n - 1 into version n. A new version appends a migration here (and so
 # changes schemas/index/schema.sql, generated from SCHEMA_SQL) and updates the README.
-MIGRATIONS: Mapping[int, str] = {1: _V1, 2: _V2}
+MIGRATIONS: Mapping[int, str] = {1: _V1, 2: _V2, 3: _V3}
 SCHEMA_VERSION = max(MIGRATIONS)
 SCHEMA_SQL = f"""\
 -- TauGrid experiment index, schema version {SCHEMA_VERSION}.
@@ -284,15 +295,28 @@ class _Encoded:
 
 
 @dataclass(frozen=True, slots=True)
+class ReducerState:
+    """The reducer state an index keeps (see ``ExperimentIndex.reducer_state``)."""
+
+    runs: list[tuple[str, bytes]]  # retired markers first, oldest retirement first; then the live runs
+    held: list[tuple[int, str, bytes]]
+    clock: list[int]  # the reducer's watermark state (``Reducer.marks``); empty for none
+
+
+@dataclass(frozen=True, slots=True)
 class StateRows:
     """The reducer's state to store with one write (see ``tracker.shell.reducer_state``).
 
-    ``runs``: each written run's encoded state (None for a run whose state is no longer kept). ``held``: every
-    record waiting for its owner as (seq, owner uid, encoded record), or None when they did not change.
+    ``runs``: each written run's encoded state (None for a run whose state is no longer kept). ``retired``: the
+    retirement ordinal of the runs among them whose state is a retired marker. ``held``: every record waiting for
+    its owner as (seq, owner uid, encoded record), or None when they did not change. ``clock``: the reducer's
+    event-time watermark state (``Reducer.marks``), or None when it did not change.
     """
 
     runs: Mapping[str, bytes | None]
     held: Sequence[tuple[int, str, bytes]] | None = None
+    retired: Mapping[str, int] = field(default_factory=dict)
+    clock: Sequence[int] | None = None
 
 
 class ExperimentIndex:
@@ -309,6 +333,7 @@ class ExperimentIndex:
         self.readonly = readonly
         self._conn: sqlite3.Connection | None = None
         self._immutable = False  # a reader that opened a file no writer had open (see _open_reader)
+        self.refused_after_retirement = 0  # histories not written: their run was retired and then forgotten
 
     # ------------------------------------------------------------------------------------ lifecycle
     def open(self) -> ExperimentIndex:
@@ -419,12 +444,25 @@ class ExperimentIndex:
         changes nothing. Without ``state`` the written runs' reducer state is dropped (their histories now come
         from elsewhere, e.g. the Kafka reducer, so a replay must not continue from it). Returns the number of
         history rows inserted, updated or deleted (offsets included; reducer state is not counted).
+
+        With ``state``, the history of a run this index holds as retired (its state row a retirement marker) is
+        not written: it comes from records that arrived after the reducer forgot the retirement, and would replace
+        the run's whole history with their part of it (counted in ``refused_after_retirement``). Its marker
+        stays (renewed when the state retires the run again).
         """
         if self.readonly:
             raise RuntimeError(f"experiment index {self.path} was opened read-only")
-        encoded = [_encode(h) for h in {h.run.run_id: h for h in histories}.values()]
-        offset_rows = _offset_rows(offsets or {})
         conn = self._db
+        latest = {h.run.run_id: h for h in histories}
+        if state is not None and latest:
+            refused = self._retired_before(latest)
+            if refused:
+                self.refused_after_retirement += len(refused)
+                latest = {k: h for k, h in latest.items() if k not in refused}
+                state = StateRows({k: v for k, v in state.runs.items() if k not in refused or k in state.retired},
+                                  state.held, state.retired, state.clock)
+        encoded = [_encode(h) for h in latest.values()]
+        offset_rows = _offset_rows(offsets or {})
         with _transaction(conn, "BEGIN IMMEDIATE"):
             seq = int(conn.execute("SELECT COALESCE(MAX(updated_seq), 0) + 1 FROM runs").fetchone()[0])
             changed = sum(self._write_run(e, seq) for e in encoded)
@@ -435,11 +473,27 @@ class ExperimentIndex:
                 self._write_state(state)
         return changed
 
+    def _retired_before(self, histories: Mapping[str, RunHistory]) -> set[str]:
+        """The runs of ``histories`` that this index holds as retired."""
+        live = list(histories)
+        found: set[str] = set()
+        for i in range(0, len(live), 500):
+            chunk = live[i:i + 500]
+            found.update(r[0] for r in self._db.execute(
+                f"SELECT run_id FROM reducer_runs WHERE retired_seq IS NOT NULL AND run_id IN "
+                f"({', '.join('?' * len(chunk))})", chunk))
+        return found
+
     def _write_state(self, state: StateRows) -> None:
         conn = self._db
-        conn.executemany("INSERT INTO reducer_runs (run_id, state) VALUES (?, ?) "
-                         "ON CONFLICT (run_id) DO UPDATE SET state = excluded.state",
-                         [(k, v) for k, v in state.runs.items() if v is not None])
+        conn.executemany("INSERT INTO reducer_runs (run_id, state, retired_seq) VALUES (?, ?, ?) "
+                         "ON CONFLICT (run_id) DO UPDATE SET state = excluded.state, "
+                         "retired_seq = excluded.retired_seq",
+                         [(k, v, state.retired.get(k)) for k, v in state.runs.items() if v is not None])
+        if state.clock is not None:
+            conn.execute("INSERT INTO meta (key, value) VALUES ('reducer_clock', ?) "
+                         "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                         (json.dumps(list(state.clock)),))
         conn.executemany("DELETE FROM reducer_runs WHERE run_id = ?",
                          [(k,) for k, v in state.runs.items() if v is None])
         if state.held is not None:
@@ -476,14 +530,25 @@ class ExperimentIndex:
             return {(r["topic"], r["partition"]): r["next_offset"] for r in cur}
         return self._read(query)
 
-    def reducer_state(self) -> tuple[list[tuple[str, bytes]], list[tuple[int, str, bytes]]]:
-        """The stored reducer state: (run id, encoded state) of every run kept, and the held records."""
+    def reducer_state(self, max_retired: int | None = None) -> ReducerState:
+        """The stored reducer state: (run id, encoded state) of every live run kept and of the latest
+        ``max_retired`` retired ones (all when None; oldest retirement first), the held records and the
+        watermark state."""
         conn = self._db
         with _transaction(conn, "BEGIN"):
-            runs = [(r[0], r[1]) for r in conn.execute("SELECT run_id, state FROM reducer_runs ORDER BY run_id")]
+            runs = [(r[0], r[1]) for r in conn.execute(
+                "SELECT run_id, state FROM reducer_runs WHERE retired_seq IS NULL ORDER BY run_id")]
+            retired = [(r[0], r[1]) for r in conn.execute(
+                "SELECT run_id, state FROM (SELECT run_id, state, retired_seq FROM reducer_runs "
+                "WHERE retired_seq IS NOT NULL ORDER BY retired_seq DESC LIMIT ?) ORDER BY retired_seq",
+                (-1 if max_retired is None else max_retired,))]
             held = [(r[0], r[1], r[2]) for r in conn.execute("SELECT seq, owner, record FROM reducer_held "
                                                              "ORDER BY seq")]
-        return runs, held
+            row = conn.execute("SELECT value FROM meta WHERE key = 'reducer_clock'").fetchone()
+        clock = json.loads(row[0]) if row else []
+        if not (isinstance(clock, list) and all(isinstance(v, int) for v in clock)):
+            clock = []
+        return ReducerState(retired + runs, held, clock)
 
     def runs_without_state(self) -> list[str]:
         """Runs whose reducer state this index does not keep (written by the Kafka sink, or before schema 2)."""

@@ -42,13 +42,20 @@ class StateTracker:
     def __init__(self, reducer: Reducer) -> None:
         self.reducer = reducer
         self._held_version = reducer.corr.held_version()
+        self._clock = list(reducer.marks)
 
     def capture(self, run_ids: Iterable[str]) -> StateRows:
         red = self.reducer
         runs = {}
+        retired = {}
         for run_id in run_ids:
             snap = red.snapshot_run(run_id)
             runs[run_id] = None if snap is None else _encode(snap)
+            if run_id in red.retired:
+                retired[run_id] = red.retired[run_id]
+        clock = None
+        if red.marks != self._clock:
+            clock = self._clock = list(red.marks)
         held = None
         version = red.corr.held_version()
         if version != self._held_version:
@@ -56,13 +63,17 @@ class StateTracker:
             # held objects are stored slimmed to what the reducer reads (no env values, no managedFields)
             held = [(seq, owner, _encode([etype, slim(obj), source]))
                     for seq, owner, (etype, obj, source) in red.corr.held_items()]
-        return StateRows(runs, held)
+        return StateRows(runs, held, retired, clock)
 
 
 def restore(index: ExperimentIndex, limits: ReducerLimits | None = None) -> Reducer:
-    """A reducer holding the state the index keeps (an empty one for a new index)."""
+    """A reducer holding the state the index keeps (an empty one for a new index): its live runs, its held
+    records, its watermark and the latest ``max_retired`` retired runs (the index remembers the others)."""
     reducer = Reducer(limits)
-    runs, held = index.reducer_state()
+    stored = index.reducer_state(reducer.limits.max_retired)
+    runs, held = stored.runs, stored.held
+    if len(stored.clock) == len(reducer.marks):
+        reducer.marks = list(stored.clock)
     try:
         items: list[tuple[int, str, Held]] = []
         for seq, owner, blob in held:

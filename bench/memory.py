@@ -1,0 +1,112 @@
+"""Memory of the embedded pipeline's reducer over a long stream: flat once finished runs are retired.
+
+    uv run python bench/memory.py [--runs 1000000] [--every 100000] [--grace-s 3600] [--max-retired 100000]
+                                  [--mix ending|realistic] [--baseline-runs 100000] [--seed 7]
+
+The stream is generated (tracker.samples.lifecycles.generate_stream: realistic watch and intake records of runs
+submitted 3 s apart, about 20 records per run, in time order, as a live watch delivers them). It is folded by a
+``Reducer`` with the limits `tracker serve` gives its embedded pipeline (retirement on: ``retire_after_s``, and
+``max_retired`` retirements remembered), flushing every 5,000 records as the pipeline does. Every ``--every``
+runs it prints the runs in memory, the retirements remembered, the process's RSS and the Python heap
+(``tracemalloc`` is not used: it would slow the fold tenfold; ``gc.collect`` runs before each reading).
+
+Baseline, in the same process first: the same stream without retirement for ``--baseline-runs`` runs (the memory
+per run that grows without bound). ``--mix ending`` (the default) makes every run end for good: the generator's
+"running" runs (which never end) succeed and its "deactivated" ones are deleted, as they are in a cluster whose
+finished Jobs are cleaned up. ``--mix realistic`` keeps them: those runs are live (a deactivated Job that still
+exists may be reactivated) and are rightly kept, so memory grows by their share.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import gc
+import random
+import sys
+import time
+
+from tracker.core.reducer import Reducer, ReducerLimits
+from tracker.runtime.gctune import tune_gc
+from tracker.samples.lifecycles import RunParams, generate_stream, random_params
+
+FLUSH_EVERY = 5_000  # the embedded pipeline's default flush_every
+RECORDS_PER_RUN_HINT = 20
+
+
+def rss_mib() -> float:
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def ending(rng: random.Random) -> RunParams:
+    p = random_params(rng)
+    if p.outcome == "running":
+        return dataclasses.replace(p, outcome="succeeded")
+    if p.outcome == "deactivated":
+        return dataclasses.replace(p, outcome="deleted")
+    return p
+
+
+def fold(label: str, runs: int, every: int, limits: ReducerLimits, mix: str, seed: int) -> list[tuple[int, float]]:
+    params = ending if mix == "ending" else random_params
+    red = Reducer(limits)
+    started = time.perf_counter()
+    submitted = 0
+    readings: list[tuple[int, float]] = []
+    print(f"\n{label}: {runs:,} runs, mix={mix}, retire_after_us={limits.retire_after_us}, "
+          f"max_retired={limits.max_retired:,}")
+    print(f"{'runs':>10} {'records':>12} {'in memory':>10} {'retired':>10} {'RSS MiB':>9} {'rec/s':>9}")
+    n = 0
+    for n, rec in enumerate(generate_stream(runs, seed, params), start=1):
+        red.apply(rec)
+        if n % FLUSH_EVERY == 0:
+            red.flush()
+        if "object" in rec and rec["object"]["kind"] in ("Job", "RayJob") and rec["type"] == "ADDED":
+            submitted += 1
+            if submitted % every == 0:
+                red.flush()
+                gc.collect()
+                mib = rss_mib()
+                readings.append((submitted, mib))
+                print(f"{submitted:>10,} {n:>12,} {len(red.runs):>10,} {len(red.retired):>10,} {mib:>9.1f} "
+                      f"{n / (time.perf_counter() - started):>9,.0f}", flush=True)
+    red.flush()
+    print(f"done: {n:,} records in {time.perf_counter() - started:.0f} s; {red.stats.retired:,} runs retired, "
+          f"{red.stats.after_retirement:,} records after retirement ignored")
+    return readings
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=1_000_000)
+    ap.add_argument("--every", type=int, default=100_000, help="print a reading every this many runs")
+    ap.add_argument("--grace-s", type=float, default=3_600.0, help="retire_after_s (the service's default: 1 h)")
+    ap.add_argument("--max-retired", type=int, default=100_000, help="retirements remembered (embedded default)")
+    ap.add_argument("--mix", choices=("ending", "realistic"), default="ending")
+    ap.add_argument("--baseline-runs", type=int, default=100_000, help="runs folded without retirement first")
+    ap.add_argument("--seed", type=int, default=7)
+    args = ap.parse_args()
+    tune_gc()
+    if args.baseline_runs:
+        base = fold("baseline (no retirement)", args.baseline_runs, max(1, args.baseline_runs // 4),
+                    ReducerLimits(), args.mix, args.seed)
+        if len(base) >= 2:
+            (r0, m0), (r1, m1) = base[0], base[-1]
+            print(f"baseline growth: {(m1 - m0) * 1024 / (r1 - r0):.2f} KiB per run")
+        gc.collect()
+    limits = ReducerLimits(retire_after_us=round(args.grace_s * 1_000_000), max_retired=args.max_retired)
+    got = fold("retiring (the embedded pipeline's limits)", args.runs, args.every, limits, args.mix, args.seed)
+    if len(got) >= 4:
+        half = got[len(got) // 2 - 1:]
+        (r0, m0), (r1, m1) = half[0], half[-1]
+        print(f"retiring, second half ({r0:,} -> {r1:,} runs): {(m1 - m0) * 1024 / (r1 - r0):.3f} KiB per run; "
+              f"peak RSS {max(m for _r, m in got):.1f} MiB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
