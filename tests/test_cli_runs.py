@@ -258,6 +258,26 @@ def test_a_live_runs_axis_ends_now(index: Path, capsys: pytest.CaptureFixture[st
     assert all(line == line.rstrip() for line in out.splitlines())  # piped: not padded
 
 
+def test_compare(index: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = json.loads(run(capsys, "compare", "vit-l-9hx4d", "team-a/bert-pt-2c5nw", "--index", str(index), "-o",
+                          "json", "--now", NOW))
+    vit, bert = data["runs"]
+    assert (vit["run_id"], bert["run_id"]) == ("vit-l-9hx4d", "bert-pt-2c5nw")
+    assert vit["evicted_by"] == ["PodsReadyTimeout"] and bert["evicted_by"] == ["Preempted"]
+    assert bert["admission_waits_s"][1] == pytest.approx(1799.0, abs=2)
+    assert vit["provenance"]["git_commit"] and vit["provenance"]["input_refs"]
+    assert set(vit["metrics"]) == {"accuracy", "loss"}
+    assert vit["metrics"]["loss"]["min"] <= vit["metrics"]["loss"]["latest"] <= vit["metrics"]["loss"]["max"]
+    assert sum(vit["phase_durations_s"].values()) > 0 and "Completion" not in vit["phase_durations_s"]
+    live = json.loads(run(capsys, "compare", "qwen-rm-5vt2j", "sd-xl-3rp6f", "--index", str(index), "--json",
+                          "--now", NOW))["runs"]
+    assert live[1]["phase_durations_s"]["Scheduling"] == pytest.approx(8 * 60 + 29, abs=1)  # up to --now
+    table = run(capsys, "compare", "vit-l-9hx4d", "bert-pt-2c5nw", "--index", str(index))
+    assert "PodsReadyTimeout" in table and "Preempted" in table and "loss" in table
+    assert "no run 'nope'" in run(capsys, "compare", "vit-l-9hx4d", "nope", "--index", str(index), code=1)
+    assert "two runs or more" in run(capsys, "compare", "vit-l-9hx4d", "--index", str(index), code=2)
+
+
 # ------------------------------------------------------------------------------------------ habits
 
 
@@ -283,7 +303,7 @@ def test_every_option_has_help_and_every_command_an_example() -> None:
 
     parser = build_parser(service_commands=False)
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    for name in ("replay", "runs", "show", "demo", "completion"):
+    for name in ("replay", "runs", "show", "compare", "demo", "completion"):
         p = sub.choices[name]
         assert p.epilog and f"tracker {name}" in p.epilog, name
         for action in p._actions:

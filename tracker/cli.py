@@ -343,6 +343,45 @@ def cmd_show(args: argparse.Namespace, console: object) -> int:
     return 0
 
 
+def cmd_compare(args: argparse.Namespace, console: object) -> int:
+    from tracker.shell.index_query import IndexQueryError, IndexReader
+
+    if len(args.runs) < 2:
+        raise UsageError("compare needs two runs or more (tracker compare RUN RUN...)")
+    path = index_path(args)
+    with IndexReader(path) as reader:
+        resolved = []
+        for ref in args.runs:
+            try:
+                resolved.append(reader.resolve(ref))
+            except IndexQueryError as exc:
+                raise NotFound(str(exc)) from None
+    from tracker.compare import compare_data, compare_table
+    from tracker.shell.index import ExperimentIndex
+
+    histories = []
+    with ExperimentIndex(path, readonly=True) as index:
+        for ref, (run_id, note) in zip(args.runs, resolved, strict=True):
+            history = index.history(run_id)
+            if history is None:
+                raise NotFound(f"no run {ref!r} in {path}")
+            if note:
+                _note(note)
+            histories.append(history)
+    data = compare_data(histories, parse_now(args.now) or datetime.now(UTC))
+    if args.output == "json":
+        import json
+
+        sys.stdout.write(json.dumps(data, indent=2) + "\n")
+    elif args.output == "yaml":
+        import yaml
+
+        sys.stdout.write(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
+    else:
+        _print_rich(lambda width: compare_table(data))
+    return 0
+
+
 def _print_rich(make: Callable[[int], Any]) -> None:
     """Print a rich renderable laid out for the terminal; piped, at COLUMNS (or SHOW_WIDTH_PIPED) and with no
     trailing blanks."""
@@ -552,6 +591,13 @@ examples:
 """
 
 
+COMPARE_EPILOG = """\
+examples:
+  tracker compare vit-l-9hx4d bert-pt-2c5nw      # two runs of an experiment
+  tracker compare team-a/gpt-moe-6wz8r team-a/gpt-moe-tq3vb -o json
+"""
+
+
 def build_parser(service_commands: bool = True) -> argparse.ArgumentParser:
     """The ``tracker`` parser. Without ``service_commands`` the service commands are listed but not built (their
     modules import the Kafka, Kubernetes and Azure clients): ``main`` builds them only when one is the command."""
@@ -627,6 +673,20 @@ def build_parser(service_commands: bool = True) -> argparse.ArgumentParser:
                    help="timeline (default), or json or yaml in the shape of schemas/history/v1.schema.json")
     s.add_argument("--json", dest="output", action="store_const", const="json", help="same as -o json")
     s.set_defaults(func=cmd_show, needs_console=False)
+
+    cp = sub.add_parser("compare", help="runs side by side: provenance, attempts, evictions, retries, waits, "
+                                         "time per phase, metrics",
+                        description="Runs side by side; rows whose values differ are highlighted.",
+                        epilog=COMPARE_EPILOG)
+    cp.add_argument("runs", nargs="+", metavar="RUN", help="run ids, unique starts of them, or NAMESPACE/NAME of "
+                                                           "Jobs or RayJobs (two or more)")
+    _index_option(cp)
+    cp.add_argument("--now", metavar="TIME", help="count a live run's current phase up to TIME (ISO-8601; "
+                                                  "default: the current time)")
+    cp.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table",
+                    help="table (default), json or yaml")
+    cp.add_argument("--json", dest="output", action="store_const", const="json", help="same as -o json")
+    cp.set_defaults(func=cmd_compare, needs_console=False)
 
     dm = sub.add_parser("demo", help="replay the bundled captures and show run timelines",
                         epilog="examples:\n  tracker demo\n  tracker demo --index /tmp/demo.sqlite")
