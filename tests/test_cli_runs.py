@@ -196,7 +196,8 @@ def test_stuck_runs_in_every_phase_before_running(index: Path, capsys: pytest.Ca
     assert ids(capsys, index, "--stuck", "5m") == ["qwen-rm-5vt2j", "sd-xl-3rp6f"]  # longest stuck first
     assert ids(capsys, index, "--stuck", "1h") == []
     out = run(capsys, "runs", "--index", str(index), "--now", NOW, "--stuck", "5m")
-    assert "Unschedulable" in out and "Scheduling" in out and "Admission" in out
+    assert "Unschedulable: 0/8 nodes are available" in out and "Scheduling" in out and "Admission" in out
+    assert "insufficient unused quota for nvidia.com/gpu" in out  # Kueue's pending message, from the Workload
     assert ids(capsys, index, "--stalled-admission", "30m") == ["qwen-rm-5vt2j"]
 
 
@@ -310,12 +311,24 @@ def test_every_option_has_help_and_every_command_an_example() -> None:
             assert action.help, (name, action.option_strings or action.dest)
 
 
-def test_completion_scripts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_completion_scripts(index: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bash = run(capsys, "completion", "bash")
     assert "complete -o default -F _tracker tracker" in bash and "--stuck" in bash and "runs -o name" in bash
     script = tmp_path / "c.bash"
     script.write_text(bash)
     assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
+    # what bash offers, words as typed; run ids come from `tracker runs -o name` on the --index given
+    probe = tmp_path / "probe.bash"
+    probe.write_text(f"""source {script}
+tracker() {{ {sys.executable} -m tracker.cli "$@"; }}
+t() {{ COMP_WORDS=("$@"); COMP_CWORD=$((${{#COMP_WORDS[@]}} - 1)); COMPREPLY=(); _tracker; echo "${{COMPREPLY[*]}}"; }}
+t tracker ru
+t tracker runs --stu
+t tracker runs --phase Sch
+t tracker show --index {index} gpt-moe
+""")
+    lines = subprocess.run(["bash", str(probe)], capture_output=True, text=True, cwd=REPO, timeout=60).stdout
+    assert lines.splitlines() == ["runs", "--stuck", "Scheduling", "gpt-moe-tq3vb gpt-moe-6wz8r"]
     zsh = run(capsys, "completion", "zsh")
     assert zsh.startswith("#compdef tracker") and "bashcompinit" in zsh
 

@@ -296,12 +296,15 @@ def cmd_runs(args: argparse.Namespace, console: object) -> int:
         sort_by="age" if args.stuck is not None and args.sort_by is None else (args.sort_by or "created"),
         limit=args.limit)
     with IndexReader(index_path(args)) as reader:
-        runs = reader.runs(query, FIELDS.get(args.output, RUN_FIELDS))
+        why = args.stuck is not None  # the table says why the runs are stuck: the message too
+        fields = FIELDS.get(args.output, RUN_FIELDS) + (("message",) if why and args.output == "table" else ())
+        runs = reader.runs(query, fields)
         short = reader.short_ids(r.run_id for r in runs) if args.output == "table" else {}
     if not runs and args.output in ("table", "wide"):
         sys.stderr.write("No runs found.\n")
         return 0
-    text = render(runs, args.output, now=now, width=table_width(), short=short, one_namespace=len(namespaces) == 1)
+    text = render(runs, args.output, now=now, width=table_width(), short=short, one_namespace=len(namespaces) == 1,
+                  why=why)
     if args.no_headers and args.output in ("table", "wide"):
         text = text.split("\n", 1)[1]
     sys.stdout.write(text)

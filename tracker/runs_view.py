@@ -98,8 +98,15 @@ def _message(run: Run) -> str:
     return " ".join(str(d.get("message") or d.get("pending_message") or "-").split())
 
 
-def columns(kind: str, now: datetime, short: dict[str, str], one_namespace: bool) -> list[Column]:
-    """The default (``table``) or ``wide`` columns."""
+def _reason_why(run: Run) -> str:
+    reason, message = run.data.get("reason"), run.data.get("message")
+    return f"{reason}: {message}" if reason and message else str(reason or message or "-")
+
+
+def columns(kind: str, now: datetime, short: dict[str, str], one_namespace: bool,
+            why: bool = False) -> list[Column]:
+    """The default (``table``) or ``wide`` columns. ``why``: the table's REASON has the message too (``--stuck``:
+    the scheduler's or Kueue's words, cut to fit)."""
     def age(r: Run) -> str:
         return kube_duration(age_seconds(r, now))
 
@@ -117,7 +124,7 @@ def columns(kind: str, now: datetime, short: dict[str, str], one_namespace: bool
             Column("EVICT", lambda r: str(r.data["evictions"]), right=True),
             Column("WAIT", wait, right=True),
             Column("AGE", age, right=True),
-            Column("REASON", _reason, 12, free_text=True),
+            Column("REASON", _reason_why if why else _reason, 12, free_text=True),
         ]
     return [
         Column("RUN", lambda r: r.run_id),
@@ -195,7 +202,7 @@ def runs_data(runs: Sequence[Run]) -> list[dict[str, Any]]:
 
 
 def render(runs: Sequence[Run], output: str, *, now: datetime, width: int | None, short: dict[str, str],
-           one_namespace: bool = False) -> str:
+           one_namespace: bool = False, why: bool = False) -> str:
     if output == "json":
         return json.dumps(runs_data(runs), indent=2) + "\n"
     if output == "yaml":
@@ -204,4 +211,4 @@ def render(runs: Sequence[Run], output: str, *, now: datetime, width: int | None
         return str(yaml.safe_dump(runs_data(runs), sort_keys=False, allow_unicode=True))
     if output == "name":
         return "".join(f"{r.run_id}\n" for r in runs)
-    return render_table(runs, columns(output, now, short, one_namespace), width if output == "table" else None)
+    return render_table(runs, columns(output, now, short, one_namespace, why), width if output == "table" else None)
