@@ -605,7 +605,7 @@ def build_parser(service_commands: bool = True) -> argparse.ArgumentParser:
     """The ``tracker`` parser. Without ``service_commands`` the service commands are listed but not built (their
     modules import the Kafka, Kubernetes and Azure clients): ``main`` builds them only when one is the command."""
     p = _Parser(prog="tracker", description="TauGrid run lifecycle tracker: what happened to every training run",
-                epilog=f"The readers (runs, show) use --index, else ${INDEX_ENV}, else {DEFAULT_INDEX}.\n"
+                epilog=f"The readers (runs, show, compare) use --index, else ${INDEX_ENV}, else {DEFAULT_INDEX}.\n"
                        "Shell completion: source <(tracker completion bash)   # or zsh")
     p.add_argument("--version", action=_Version)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -622,7 +622,7 @@ def build_parser(service_commands: bool = True) -> argparse.ArgumentParser:
     r.set_defaults(func=cmd_replay, needs_console=True)
 
     q = sub.add_parser("runs", help="list runs from the experiment index (kubectl style)",
-                       description="List runs, newest first. Filters combine (all must hold); a flag given twice "
+                       description="List runs, newest first. Filters combine (all must hold); a flag given twice\n"
                                    "or a comma-separated value means any of them.", epilog=RUNS_EPILOG)
     _index_option(q)
     q.add_argument("-n", "--namespace", action="append", metavar="NS",
@@ -658,6 +658,7 @@ def build_parser(service_commands: bool = True) -> argparse.ArgumentParser:
                         "largest first; names: A to Z; default: created)")
     q.add_argument("--limit", type=_positive, metavar="N", help="at most N runs")
     q.add_argument("-o", "--output", choices=("table", "wide", "json", "yaml", "name"), default="table",
+                   metavar="FORMAT",
                    help="table (default: fits the terminal), wide (every column), json or yaml (every field), "
                         "name (one run id per line)")
     q.add_argument("--json", dest="output", action="store_const", const="json", help="same as -o json")
@@ -665,14 +666,14 @@ def build_parser(service_commands: bool = True) -> argparse.ArgumentParser:
     q.set_defaults(func=cmd_runs, needs_console=False)
 
     s = sub.add_parser("show", help="show one run's timeline, provenance and metrics",
-                       description="One run: a bar per phase and attempt on a shared time axis (a live run's "
+                       description="One run: a bar per phase and attempt on a shared time axis (a live run's\n"
                                    "axis ends now), then provenance and metrics.", epilog=SHOW_EPILOG)
     s.add_argument("run", metavar="RUN", help="a run id, a unique start of one, or NAMESPACE/NAME of a Job or "
                                               "RayJob (its latest run)")
     _index_option(s)
     s.add_argument("--now", metavar="TIME", help="end of a live run's time axis (ISO-8601; default: the current "
                                                  "time)")
-    s.add_argument("-o", "--output", choices=("timeline", "json", "yaml"), default="timeline",
+    s.add_argument("-o", "--output", choices=("timeline", "json", "yaml"), default="timeline", metavar="FORMAT",
                    help="timeline (default), or json or yaml in the shape of schemas/history/v1.schema.json")
     s.add_argument("--json", dest="output", action="store_const", const="json", help="same as -o json")
     s.set_defaults(func=cmd_show, needs_console=False)
@@ -686,7 +687,7 @@ def build_parser(service_commands: bool = True) -> argparse.ArgumentParser:
     _index_option(cp)
     cp.add_argument("--now", metavar="TIME", help="count a live run's current phase up to TIME (ISO-8601; "
                                                   "default: the current time)")
-    cp.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table",
+    cp.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table", metavar="FORMAT",
                     help="table (default), json or yaml")
     cp.add_argument("--json", dest="output", action="store_const", const="json", help="same as -o json")
     cp.set_defaults(func=cmd_compare, needs_console=False)
