@@ -298,7 +298,7 @@ def cmd_runs(args: argparse.Namespace, console: object) -> int:
     with IndexReader(index_path(args)) as reader:
         why = args.stuck is not None  # the table says why the runs are stuck: the message too
         fields = FIELDS.get(args.output, RUN_FIELDS) + (("message",) if why and args.output == "table" else ())
-        runs = reader.runs(query, fields)
+        runs = reader.runs(query, fields, phase_since=args.output in ("table", "wide"))
         short = reader.short_ids(r.run_id for r in runs) if args.output == "table" else {}
     if not runs and args.output in ("table", "wide"):
         sys.stderr.write("No runs found.\n")

@@ -11,9 +11,8 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from tracker.shell.index_query import Run, parse_time
 
@@ -79,8 +78,7 @@ def age_seconds(run: Run, now: datetime) -> float | None:
 # ------------------------------------------------------------------------------------------ table
 
 
-@dataclass(frozen=True, slots=True)
-class Column:
+class Column(NamedTuple):
     header: str
     cell: Callable[[Run], str]
     min_width: int = 0  # > 0: elastic, cut to no less than this to fit the width
@@ -168,7 +166,8 @@ def render_table(runs: Sequence[Run], cols: Sequence[Column], width: int | None)
         if c.free_text:
             column = [" ".join(v.split()) for v in column]
         values.append(column)
-    widths = [max(map(len, column)) for column in values]
+    natural = [max(map(len, column)) for column in values]
+    widths = list(natural)
     if width is not None:
         excess = sum(widths) + len(GAP) * (len(cols) - 1) - width
         order = sorted(reversed(range(len(cols))), key=lambda i: not cols[i].shrink_first)
@@ -183,7 +182,7 @@ def render_table(runs: Sequence[Run], cols: Sequence[Column], width: int | None)
     last = len(cols) - 1
     for i, (c, column) in enumerate(zip(cols, values, strict=True)):
         w = widths[i]
-        if any(len(v) > w for v in column):
+        if natural[i] > w:
             column = [_cut(v, w) if len(v) > w else v for v in column]
         if c.right:
             column = [v.rjust(w) for v in column]

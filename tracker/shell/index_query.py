@@ -19,11 +19,10 @@ import re
 import sqlite3
 import zlib
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 KNOWN_SCHEMA_VERSION = 2  # the newest schema this module reads on its own (tracker.shell.index.SCHEMA_VERSION)
 READ_RETRIES = 3
@@ -67,8 +66,7 @@ class IndexQueryError(ValueError):
 # ------------------------------------------------------------------------------------------ selectors
 
 
-@dataclass(frozen=True, slots=True)
-class Requirement:
+class Requirement(NamedTuple):
     """One term of a label selector: ``op`` is one of =, !=, in, notin, exists, !exists."""
 
     key: str
@@ -128,14 +126,18 @@ def parse_selector(text: str) -> tuple[Requirement, ...]:
 # ------------------------------------------------------------------------------------------ rows
 
 
-@dataclass(slots=True)
 class Run:
-    """A run as listed: ``data`` has the RunRecord fields (JSON-ready); ``phase_since`` is when the run entered
-    its current phase (its last transition; None when it has none), as ISO-8601 UTC text."""
+    """A run as listed: ``data`` has the RunRecord fields asked for (JSON-ready); ``phase_since`` is when the run
+    entered its current phase (its last transition; None when it has none), as ISO-8601 UTC text; ``labels`` are
+    filled in when a selector needed them. (A plain class, not a dataclass: importing dataclasses costs more
+    than a fast start affords.)"""
 
-    data: dict[str, Any]
-    phase_since: str | None
-    labels: dict[str, str] | None = field(default=None)
+    __slots__ = ("data", "labels", "phase_since")
+
+    def __init__(self, data: dict[str, Any], phase_since: str | None, labels: dict[str, str] | None = None) -> None:
+        self.data = data
+        self.phase_since = phase_since
+        self.labels = labels
 
     @property
     def run_id(self) -> str:
@@ -146,7 +148,7 @@ def parse_time(text: str | None) -> datetime | None:
     """The index's time text ('...Z') as an aware datetime."""
     if text is None:
         return None
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return datetime.fromisoformat(text)  # Python 3.11 reads the trailing Z
 
 
 def time_text(dt: datetime) -> str:
@@ -160,8 +162,7 @@ def _exact(column: str) -> str:
     return f"(CASE WHEN length({column}) = 20 THEN substr({column}, 1, 19) || '.000000Z' ELSE {column} END)"
 
 
-@dataclass(frozen=True, slots=True)
-class RunFilter:
+class RunFilter(NamedTuple):
     """What ``runs`` keeps: every given condition holds. Times are aware datetimes."""
 
     namespaces: tuple[str, ...] = ()
@@ -266,9 +267,11 @@ class IndexReader:
             conn.execute("COMMIT")
 
     # ------------------------------------------------------------------------------------ runs
-    def runs(self, f: RunFilter | None = None, fields: Sequence[str] = RUN_FIELDS) -> list[Run]:
-        """Runs matching ``f``, sorted by ``f.sort_by`` (times and counts largest first, names ascending; ties by
-        run id). Each run's ``data`` holds ``fields`` (every RunRecord field by default; fewer read faster)."""
+    def runs(self, f: RunFilter | None = None, fields: Sequence[str] = RUN_FIELDS,
+             phase_since: bool = True) -> list[Run]:
+        """Runs matching ``f``, sorted by ``f.sort_by`` (times newest first, age and counts largest first, names
+        ascending; ties by run id). Each run's ``data`` holds ``fields`` (every RunRecord field by default; fewer
+        read faster); without ``phase_since`` the runs' ``phase_since`` is not read (it costs a lookup per run)."""
         f = f or RunFilter()
         unknown = [c for c in fields if c not in RUN_FIELDS]
         if unknown:
@@ -318,7 +321,8 @@ class IndexReader:
         if "run_id" not in fields:
             fields = ["run_id", *fields]
         names = tuple(fields)
-        sql = (f"SELECT {', '.join(names)}, {_LAST_AT} AS phase_since FROM runs"
+        since = _LAST_AT if phase_since or f.sort_by == "age" else "NULL"
+        sql = (f"SELECT {', '.join(names)}, {since} AS phase_since FROM runs"
                + (f" WHERE {' AND '.join(where)}" if where else "") + f" ORDER BY {_order(f.sort_by)}")
         if f.limit is not None and not label_terms:
             sql += " LIMIT ?"
@@ -327,12 +331,11 @@ class IndexReader:
         def query(conn: sqlite3.Connection) -> list[Run]:
             n = len(names)
             refs = names.index("input_refs") if "input_refs" in names else None
-            runs = []
-            for row in conn.execute(sql, params):
-                data = dict(zip(names, row, strict=False))
-                if refs is not None:
-                    data["input_refs"] = [] if row[refs] == "[]" else json.loads(row[refs])
-                runs.append(Run(data, row[n]))
+            rows = conn.execute(sql, params).fetchall()
+            runs = [Run(dict(zip(names, row, strict=False)), row[n]) for row in rows]
+            if refs is not None:
+                for run, row in zip(runs, rows, strict=True):
+                    run.data["input_refs"] = [] if row[refs] == "[]" else json.loads(row[refs])
             if label_terms:
                 labels = _stored_labels(conn, [r.run_id for r in runs])
                 kept = []
