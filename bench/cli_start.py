@@ -5,8 +5,9 @@
 Builds (once, then reused) an experiment index of ``--runs`` generated runs (tracker.samples.lifecycles, about
 20 changes per run, folded by the reducer and written as the sinks write them), then times, as separate
 processes, ``tracker --help``, ``tracker runs`` and ``tracker show RUN`` on it: the median and the best of
-``--repeat`` runs after two warm-up runs. The byte-code cache is warm: the processes run without
-PYTHONDONTWRITEBYTECODE, so the warm-up writes the ``.pyc`` files of everything the command imports.
+``--repeat`` runs after two warm-up runs, and the median CPU time (which depends less on the machine's load).
+The byte-code cache is warm: the processes run without PYTHONDONTWRITEBYTECODE, so the warm-up writes the
+``.pyc`` files of everything the command imports.
 
 ``--src DIR`` times the ``tracker`` package of another source tree with this environment's interpreter (e.g. an
 older commit: ``git archive COMMIT tracker | tar -x -C /tmp/base``), for before/after figures.
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -60,15 +62,20 @@ def some_run(path: Path) -> str:
     return str(row[0])
 
 
-def time_command(argv: list[str], env: dict[str, str], cwd: Path, repeat: int) -> tuple[float, float]:
+def time_command(argv: list[str], env: dict[str, str], cwd: Path, repeat: int) -> tuple[float, float, float]:
+    """Median and best wall time, and median CPU time (user + system) of the process: the wall time depends on
+    what else the machine runs, the CPU time much less."""
     for _ in range(2):  # warm-up: the byte-code cache, the page cache
         subprocess.run(argv, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
-    times = []
+    times, cpu = [], []
     for _ in range(repeat):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
         subprocess.run(argv, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
         times.append(time.perf_counter() - t0)
-    return statistics.median(times), min(times)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+    return statistics.median(times), min(times), statistics.median(cpu)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -95,10 +102,12 @@ def main(argv: list[str] | None = None) -> int:
         "tracker runs": [*base, "runs", "--index", str(index)],
         f"tracker show {run}": [*base, "show", run, "--index", str(index)],
     }
-    print(f"source: {src}; python {sys.version.split()[0]}; median (best) of {args.repeat}, warm byte-code cache")
+    load = os.getloadavg()[0]
+    print(f"source: {src}; python {sys.version.split()[0]}; {os.cpu_count()} cores, load {load:.1f}; "
+          f"wall time median (best) of {args.repeat}, CPU time median; warm byte-code cache")
     for label, cmd in commands.items():
-        median, best = time_command(cmd, env, src, args.repeat)  # -m puts the cwd first
-        print(f"{label:<40} {median * 1000:7.0f} ms  ({best * 1000:.0f} ms)")
+        median, best, cpu = time_command(cmd, env, src, args.repeat)  # -m puts the cwd first
+        print(f"{label:<40} {median * 1000:7.0f} ms  ({best * 1000:.0f} ms)  cpu {cpu * 1000:.0f} ms")
     return 0
 
 
