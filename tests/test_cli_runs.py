@@ -292,6 +292,22 @@ def test_tracker_index_variable(index: Path, capsys: pytest.CaptureFixture[str],
     assert "/var/lib/tracker/index.sqlite" in err
 
 
+def test_a_reader_that_goes_away_is_no_error(index: Path, capsys: pytest.CaptureFixture[str],
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    class Gone(io.StringIO):
+        def write(self, text: str) -> int:
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def fileno(self) -> int:
+            raise io.UnsupportedOperation("fileno")
+
+    monkeypatch.setattr(sys, "stdout", Gone())
+    assert main(["runs", "--index", str(index)]) == 141
+    assert capsys.readouterr().err == ""
+
+
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_:
         main(["--version"])

@@ -9,6 +9,7 @@ one of them is the command given (``tracker --help`` lists them from ``SERVICE_C
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import signal
@@ -750,6 +751,10 @@ def main(argv: list[str] | None = None) -> int:
     except NotFound as exc:
         _fail(str(exc))
         return 1
+    except BrokenPipeError:  # the reader went away (tracker runs | head): no message, and none at exit either
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
     except Exception as exc:
         if isinstance(exc, (UsageError, FileNotFoundError, *_loaded("tracker.shell.index", "IndexSchemaError"),
                             *_loaded("tracker.shell.reducer_state", "StateError"))):
