@@ -179,7 +179,9 @@ class RunFilter(NamedTuple):
     limit: int | None = None
 
 
-_LAST_AT = "(SELECT t.at FROM transitions t WHERE t.run_id = runs.run_id ORDER BY t.ordinal DESC LIMIT 1)"
+# When the run entered its current phase: the time of its last transition. SQLite gives a bare column of an
+# aggregate with one max() the value of the row with the maximum, which reads a run's transitions once, unsorted.
+_LAST_AT = "(SELECT at FROM (SELECT t.at AS at, MAX(t.ordinal) FROM transitions t WHERE t.run_id = runs.run_id))"
 
 
 class IndexReader:
