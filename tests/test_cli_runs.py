@@ -4,6 +4,7 @@ output, the table's width, run references, errors on stderr only, and a start th
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from rich.console import Console
 from tracker.cli import DEMO_CAPTURES, PHASES, STATUSES, build_parser, main, replay
 from tracker.core.model import Phase, RunRecord, Status
 from tracker.render import runs_json
+from tracker.runs_view import kube_duration
 from tracker.shell import index_query
 from tracker.shell.index import SCHEMA_VERSION, ExperimentIndex
 
@@ -105,6 +107,15 @@ def test_no_runs_says_so_on_stderr(index: Path, capsys: pytest.CaptureFixture[st
     out, err = capsys.readouterr()
     assert out == "" and err == "No runs found.\n"
     assert rows(capsys, index, "-n", "nowhere") == []
+
+
+@pytest.mark.parametrize(("seconds", "text"), [
+    (None, "-"), (math.nan, "-"), (-5, "<invalid>"), (-0.5, "0s"), (0, "0s"), (119, "119s"), (120, "2m"),
+    (330, "5m30s"), (600, "10m"), (179 * 60 + 59, "179m"), (3 * 3600, "3h"), (3 * 3600 + 300, "3h5m"),
+    (8 * 3600, "8h"), (47 * 3600, "47h"), (48 * 3600, "2d"), (6 * 86400 + 7200, "6d2h"), (8 * 86400, "8d"),
+    (730 * 86400, "2y"), (800 * 86400, "2y70d"), (3000 * 86400, "8y")])
+def test_durations_read_as_kubectl_writes_them(seconds: float | None, text: str) -> None:
+    assert kube_duration(seconds) == text
 
 
 # ------------------------------------------------------------------------------------------ filters

@@ -34,7 +34,7 @@ def kube_duration(seconds: float | None) -> str:
     """kubectl's human duration (k8s.io/apimachinery/pkg/util/duration.HumanDuration); '-' for None."""
     if seconds is None or not math.isfinite(seconds):
         return "-"
-    if seconds < -1:
+    if int(seconds) < -1:
         return "<invalid>"
     s = max(0, int(seconds))
     if s < 120:
