@@ -62,10 +62,10 @@ def test_replay_says_how_many_dead_letters_rotation_dropped(tmp_path: Path, caps
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     import functools
 
-    import tracker.cli
+    from tracker.runtime import pipeline
 
-    monkeypatch.setattr(tracker.cli, "JsonlDeadLetters",
-                        functools.partial(tracker.cli.JsonlDeadLetters, max_bytes=20_000, files=2))
+    monkeypatch.setattr(pipeline, "JsonlDeadLetters",
+                        functools.partial(pipeline.JsonlDeadLetters, max_bytes=20_000, files=2))
     bad = tmp_path / "bad.jsonl"
     bad.write_text("".join(f'{{"type": "ADDED", "object": {{"kind": "Pod", "n": {i}, "x": {"y" * 200}\n'
                            for i in range(500)))

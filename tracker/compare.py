@@ -1,0 +1,142 @@
+"""`tracker compare`: runs side by side, what one asks of two runs of an experiment: where each came from
+(commit, config, inputs), how it went (attempts, evictions and retries with their reasons, admission waits, time
+in each phase) and what it reached (each metric's first, latest, min and max).
+
+Pure: histories in, JSON-ready data or a rich table out. Nothing here reads the clock: the time a live run has
+spent in its current phase is counted up to the ``now`` the caller gives.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from rich import box
+from rich.table import Table
+from rich.text import Text
+
+from tracker.core.model import FINAL_STATUSES, Phase, RunHistory
+from tracker.render import human_duration
+
+
+def _utc(dt: datetime) -> datetime:
+    return dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt.astimezone(UTC)
+
+
+def _num(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+def phase_durations(history: RunHistory, now: datetime | None) -> dict[str, float]:
+    """Seconds spent in each phase, over every attempt: from each transition to the next; a live run's last
+    phase up to ``now`` (not counted without one). A run's final Completion has no duration."""
+    out: dict[str, float] = {}
+    trs = history.transitions
+    live = history.run.status not in FINAL_STATUSES
+    for i, t in enumerate(trs):
+        if i + 1 < len(trs):
+            end = trs[i + 1].at
+        elif live and now is not None:
+            end = now
+        else:
+            continue
+        seconds = max(0.0, (_utc(end) - _utc(t.at)).total_seconds())
+        out[t.phase.value] = out.get(t.phase.value, 0.0) + seconds
+    return {p.value: out[p.value] for p in Phase if p.value in out}
+
+
+def compare_data(histories: Sequence[RunHistory], now: datetime | None) -> dict[str, Any]:
+    """JSON-ready comparison: one object per run, in the order given."""
+    runs = []
+    for h in histories:
+        r = h.run
+        attempts = [{
+            "attempt": a.attempt, "trigger": a.trigger, "cluster_queue": a.cluster_queue,
+            "admission_wait_s": a.admission_wait_s, "end_reason": a.end_reason, "end_message": a.end_message,
+            "underlying_cause": a.underlying_cause, "retries": a.retries,
+            "failures": [{"pod": f.pod, "reason": f.reason, "exit_code": f.exit_code, "message": f.message}
+                         for f in a.failures],
+        } for a in h.attempts]
+        runs.append({
+            "run_id": r.run_id, "kind": r.kind, "namespace": r.namespace, "name": r.name,
+            "status": r.status.value, "reason": r.reason, "phase": r.phase.value,
+            "provenance": {"project": r.project, "workspace": r.workspace, "target": r.target,
+                           "git_commit": r.git_commit, "config_digest": r.config_digest, "config_ref": r.config_ref,
+                           "input_refs": list(r.input_refs), "output_uri": r.output_uri, "resume_of": r.resume_of,
+                           "queue": r.queue, "cluster_queue": r.cluster_queue},
+            "attempts": r.attempts, "retries": r.retries, "evictions": r.evictions,
+            "evicted_by": [a.trigger for a in h.attempts[1:]],
+            "admission_waits_s": [a.admission_wait_s for a in h.attempts],
+            "attempt_details": attempts,
+            "phase_durations_s": phase_durations(h, now),
+            "metrics": {m.metric: {"first": _num(m.first_value), "first_step": m.first_step,
+                                   "latest": _num(m.latest_value), "latest_step": m.latest_step,
+                                   "min": _num(m.min_value), "max": _num(m.max_value), "points": m.points}
+                        for m in h.metrics},
+        })
+    return {"runs": runs}
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"
+
+
+def compare_table(data: dict[str, Any]) -> Table:
+    """One column per run, one row per property; rows whose values differ between runs are marked."""
+    runs: list[dict[str, Any]] = data["runs"]
+    table = Table(box=box.SIMPLE_HEAD, header_style="bold", pad_edge=False, show_edge=False)
+    table.add_column("", style="bold", no_wrap=True)
+    for r in runs:
+        table.add_column(r["run_id"], overflow="fold")
+
+    def row(label: str, values: list[str]) -> None:
+        differs = len(set(values)) > 1
+        table.add_row(Text(label, style="bold yellow" if differs else "bold"), *(Text(v) for v in values))
+
+    def section(title: str) -> None:
+        table.add_row(Text(title, style="dim"), *("" for _ in runs))
+
+    section("provenance")
+    row("workload", [f"{r['kind'] or '?'} {r['namespace'] or '?'}/{r['name'] or '?'}" for r in runs])
+    for key, label in (("project", "project"), ("workspace", "workspace"), ("target", "target"),
+                       ("queue", "queue"), ("cluster_queue", "ClusterQueue"), ("git_commit", "git commit"),
+                       ("config_digest", "config digest"), ("config_ref", "config ref"),
+                       ("output_uri", "output"), ("resume_of", "resume of")):
+        row(label, [str(r["provenance"][key] or "-") for r in runs])
+    row("inputs", [", ".join(r["provenance"]["input_refs"]) or "-" for r in runs])
+    section("outcome")
+    row("status", [r["status"] + (f" ({r['reason']})" if r["reason"] else "") for r in runs])
+    row("phase", [r["phase"] for r in runs])
+    row("attempts", [str(r["attempts"]) for r in runs])
+    row("evictions", [str(r["evictions"]) + (f": {', '.join(r['evicted_by'])}" if r["evicted_by"] else "")
+                      for r in runs])
+    row("retries", [str(r["retries"]) + _failures(r) for r in runs])
+    row("admission waits", [", ".join(human_duration(w) for w in r["admission_waits_s"]) or "-" for r in runs])
+    row("attempt ends", [", ".join(f"{a['attempt']}: {a['end_reason']}"
+                                   + (f" ({a['underlying_cause']})" if a["underlying_cause"] else "")
+                                   for a in r["attempt_details"] if a["end_reason"]) or "-" for r in runs])
+    section("time in phase")
+    for phase in Phase:
+        if any(phase.value in r["phase_durations_s"] for r in runs):
+            row(phase.value, [human_duration(r["phase_durations_s"].get(phase.value)) for r in runs])
+    names = sorted({m for r in runs for m in r["metrics"]})
+    if names:
+        section("metrics")
+    for name in names:
+        values = []
+        for r in runs:
+            m = r["metrics"].get(name)
+            values.append("-" if m is None else f"{_fmt(m['first'])} → {_fmt(m['latest'])} @{m['latest_step']} "
+                                                f"(min {_fmt(m['min'])}, max {_fmt(m['max'])})")
+        row(name, values)
+    return table
+
+
+def _failures(r: dict[str, Any]) -> str:
+    reasons: dict[str, int] = {}
+    for a in r["attempt_details"]:
+        for f in a["failures"]:
+            reasons[f["reason"]] = reasons.get(f["reason"], 0) + 1
+    return (": " + ", ".join(f"{k} x{n}" if n > 1 else k for k, n in reasons.items())) if reasons else ""

@@ -1,0 +1,213 @@
+"""`tracker runs` output in kubectl's manner: a plain table (fitted to a width, or unpadded when piped), the wide
+table, one run id per line, JSON and YAML.
+
+Pure presentation on the rows of ``tracker.shell.index_query`` (plain dicts), standard library only, so listing
+runs starts fast. Durations follow kubectl's ``AGE`` format (``95s``, ``5m30s``, ``45m``, ``3h5m``, ``30h``,
+``6d2h``, ``90d``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any, NamedTuple
+
+from tracker.shell.index_query import Run, parse_time
+
+OUTPUTS = ("table", "wide", "json", "yaml", "name")
+# The run fields each output reads (json and yaml: all of them).
+FIELDS: dict[str, tuple[str, ...]] = {
+    "table": ("run_id", "namespace", "status", "phase", "attempts", "evictions", "admission_wait_s", "reason",
+              "created_at"),
+    "wide": ("run_id", "kind", "namespace", "name", "status", "phase", "attempts", "retries", "evictions", "queue",
+             "cluster_queue", "project", "workspace", "created_at", "admission_wait_s", "reason", "message",
+             "pending_message"),
+    "name": ("run_id",),
+}
+GAP = "  "
+ELLIPSIS = "…"
+
+
+def kube_duration(seconds: float | None) -> str:
+    """kubectl's human duration (k8s.io/apimachinery/pkg/util/duration.HumanDuration); '-' for None."""
+    if seconds is None or not math.isfinite(seconds):
+        return "-"
+    if int(seconds) < -1:
+        return "<invalid>"
+    s = max(0, int(seconds))
+    if s < 120:
+        return f"{s}s"
+    minutes = s // 60
+    if minutes < 10:
+        return f"{minutes}m" + (f"{s % 60}s" if s % 60 else "")
+    if minutes < 180:
+        return f"{minutes}m"
+    hours = s // 3600
+    if hours < 8:
+        return f"{hours}h" + (f"{minutes % 60}m" if minutes % 60 else "")
+    if hours < 48:
+        return f"{hours}h"
+    days = hours // 24
+    if days < 8:
+        return f"{days}d" + (f"{hours % 24}h" if hours % 24 else "")
+    if days < 365 * 2:
+        return f"{days}d"
+    years = days // 365
+    if years < 8:
+        return f"{years}y" + (f"{days % 365}d" if days % 365 else "")
+    return f"{years}y"
+
+
+def display_status(data: dict[str, Any]) -> str:
+    """One word in the way of a pod's STATUS: the outcome of a finished run, ``Running`` once the application
+    started, else the phase the run waits in (Admission, Scheduling, Runtime, ...)."""
+    status = str(data["status"])
+    if status == "pending":
+        return str(data["phase"])
+    return status.capitalize()
+
+
+def age_seconds(run: Run, now: datetime) -> float | None:
+    """How long the run has been in its current phase (since its last transition, else since it was created)."""
+    since = parse_time(run.phase_since) or parse_time(run.data.get("created_at"))
+    return None if since is None else (now - since).total_seconds()
+
+
+# ------------------------------------------------------------------------------------------ table
+
+
+class Column(NamedTuple):
+    header: str
+    cell: Callable[[Run], str]
+    min_width: int = 0  # > 0: elastic, cut to no less than this to fit the width
+    right: bool = False
+    shrink_first: bool = False  # elastic columns marked so are cut before the others
+    free_text: bool = False  # text from the cluster: runs of white space (new lines too) become one space
+
+
+def _reason(run: Run) -> str:
+    return str(run.data.get("reason") or "-")
+
+
+def _message(run: Run) -> str:
+    d = run.data
+    return " ".join(str(d.get("message") or d.get("pending_message") or "-").split())
+
+
+def _reason_why(run: Run) -> str:
+    reason, message = run.data.get("reason"), run.data.get("message")
+    return f"{reason}: {message}" if reason and message else str(reason or message or "-")
+
+
+def columns(kind: str, now: datetime, short: dict[str, str], one_namespace: bool,
+            why: bool = False) -> list[Column]:
+    """The default (``table``) or ``wide`` columns. ``why``: the table's REASON has the message too (``--stuck``:
+    the scheduler's or Kueue's words, cut to fit)."""
+    def age(r: Run) -> str:
+        return kube_duration(age_seconds(r, now))
+
+    def wait(r: Run) -> str:
+        return kube_duration(r.data.get("admission_wait_s"))
+
+    if kind == "table":
+        namespace = [] if one_namespace else [Column("NAMESPACE", lambda r: str(r.data.get("namespace") or "-"),
+                                                     9, shrink_first=True)]
+        return [
+            *namespace,
+            Column("RUN", lambda r: short.get(r.run_id, r.run_id)),
+            Column("STATUS", lambda r: display_status(r.data)),
+            Column("ATT", lambda r: str(r.data["attempts"]), right=True),
+            Column("EVICT", lambda r: str(r.data["evictions"]), right=True),
+            Column("WAIT", wait, right=True),
+            Column("AGE", age, right=True),
+            Column("REASON", _reason_why if why else _reason, 12, free_text=True),
+        ]
+    return [
+        Column("RUN", lambda r: r.run_id),
+        Column("KIND", lambda r: str(r.data.get("kind") or "-")),
+        Column("NAMESPACE", lambda r: str(r.data.get("namespace") or "-")),
+        Column("NAME", lambda r: str(r.data.get("name") or "-")),
+        Column("STATUS", lambda r: str(r.data["status"])),
+        Column("PHASE", lambda r: str(r.data["phase"])),
+        Column("ATT", lambda r: str(r.data["attempts"]), right=True),
+        Column("RETRY", lambda r: str(r.data["retries"]), right=True),
+        Column("EVICT", lambda r: str(r.data["evictions"]), right=True),
+        Column("QUEUE", lambda r: str(r.data.get("queue") or "-")),
+        Column("CLUSTER-QUEUE", lambda r: str(r.data.get("cluster_queue") or "-")),
+        Column("PROJECT", lambda r: str(r.data.get("project") or "-")),
+        Column("WORKSPACE", lambda r: str(r.data.get("workspace") or "-")),
+        Column("CREATED", lambda r: _clock(r.data.get("created_at"))),
+        Column("WAIT", wait, right=True),
+        Column("AGE", age, right=True),
+        Column("REASON", _reason, free_text=True),
+        Column("MESSAGE", _message, free_text=True),
+    ]
+
+
+def _clock(text: str | None) -> str:
+    dt = parse_time(text)
+    return "-" if dt is None else dt.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: max(0, width - 1)] + ELLIPSIS
+
+
+def render_table(runs: Sequence[Run], cols: Sequence[Column], width: int | None) -> str:
+    """Aligned columns separated by two spaces, no trailing blanks. With a ``width``, the elastic columns are cut
+    (those marked ``shrink_first`` first, then from the right, each to its minimum) until every line fits; without
+    one nothing is cut."""
+    values: list[list[str]] = []
+    for c in cols:  # column by column: one function over every run
+        f = c.cell
+        column = [c.header, *(f(r) for r in runs)]
+        if c.free_text:
+            column = [" ".join(v.split()) for v in column]
+        values.append(column)
+    natural = [max(map(len, column)) for column in values]
+    widths = list(natural)
+    if width is not None:
+        excess = sum(widths) + len(GAP) * (len(cols) - 1) - width
+        order = sorted(reversed(range(len(cols))), key=lambda i: not cols[i].shrink_first)
+        for i in order:
+            if excess <= 0:
+                break
+            floor = max(cols[i].min_width, len(cols[i].header))
+            if cols[i].min_width and widths[i] > floor:
+                cut = min(excess, widths[i] - floor)
+                widths[i] -= cut
+                excess -= cut
+    last = len(cols) - 1
+    for i, (c, column) in enumerate(zip(cols, values, strict=True)):
+        w = widths[i]
+        if natural[i] > w:
+            column = [_cut(v, w) if len(v) > w else v for v in column]
+        if c.right:
+            column = [v.rjust(w) for v in column]
+        elif i != last:
+            column = [v.ljust(w) for v in column]
+        values[i] = column
+    return "".join(GAP.join(parts).rstrip() + "\n" for parts in zip(*values, strict=True))
+
+
+# ------------------------------------------------------------------------------------------ data
+
+
+def runs_data(runs: Sequence[Run]) -> list[dict[str, Any]]:
+    """Every RunRecord field per run, as ``tracker.render.runs_json`` gives them."""
+    return [r.data for r in runs]
+
+
+def render(runs: Sequence[Run], output: str, *, now: datetime, width: int | None, short: dict[str, str],
+           one_namespace: bool = False, why: bool = False) -> str:
+    if output == "json":
+        return json.dumps(runs_data(runs), indent=2) + "\n"
+    if output == "yaml":
+        import yaml
+
+        return str(yaml.safe_dump(runs_data(runs), sort_keys=False, allow_unicode=True))
+    if output == "name":
+        return "".join(f"{r.run_id}\n" for r in runs)
+    return render_table(runs, columns(output, now, short, one_namespace, why), width if output == "table" else None)
