@@ -24,7 +24,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, NamedTuple, TypeVar
 
-KNOWN_SCHEMA_VERSION = 2  # the newest schema this module reads on its own (tracker.shell.index.SCHEMA_VERSION)
+KNOWN_SCHEMA_VERSION = 3  # the newest schema this module reads on its own (tracker.shell.index.SCHEMA_VERSION)
 READ_RETRIES = 3
 BUSY_TIMEOUT_MS = 10_000
 
