@@ -7,8 +7,10 @@ The stream is generated (tracker.samples.lifecycles.generate_stream: realistic w
 submitted 3 s apart, about 20 records per run, in time order, as a live watch delivers them). It is folded by a
 ``Reducer`` with the limits `tracker serve` gives its embedded pipeline (retirement on: ``retire_after_s``, and
 ``max_retired`` retirements remembered), flushing every 5,000 records as the pipeline does. Every ``--every``
-runs it prints the runs in memory, the retirements remembered, the process's RSS and the Python heap
-(``tracemalloc`` is not used: it would slow the fold tenfold; ``gc.collect`` runs before each reading).
+runs it prints the runs in memory, the retirements remembered, the process's RSS and the Python heap in allocated
+blocks (``sys.getallocatedblocks``; ``tracemalloc`` is not used: it would slow the fold tenfold; ``gc.collect``
+runs before each reading). Each phase runs in a process of its own, so one's freed memory does not hide the other's
+growth.
 
 Baseline, in the same process first: the same stream without retirement for ``--baseline-runs`` runs (the memory
 per run that grows without bound). ``--mix ending`` (the default) makes every run end for good: the generator's
@@ -22,6 +24,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import gc
+import multiprocessing
 import random
 import sys
 import time
@@ -59,7 +62,8 @@ def fold(label: str, runs: int, every: int, limits: ReducerLimits, mix: str, see
     readings: list[tuple[int, float]] = []
     print(f"\n{label}: {runs:,} runs, mix={mix}, retire_after_us={limits.retire_after_us}, "
           f"max_retired={limits.max_retired:,}")
-    print(f"{'runs':>10} {'records':>12} {'in memory':>10} {'retired':>10} {'RSS MiB':>9} {'rec/s':>9}")
+    print(f"{'runs':>10} {'records':>12} {'in memory':>10} {'retired':>10} {'RSS MiB':>9} {'blocks':>11} "
+          f"{'rec/s':>7}")
     n = 0
     for n, rec in enumerate(generate_stream(runs, seed, params), start=1):
         red.apply(rec)
@@ -73,11 +77,23 @@ def fold(label: str, runs: int, every: int, limits: ReducerLimits, mix: str, see
                 mib = rss_mib()
                 readings.append((submitted, mib))
                 print(f"{submitted:>10,} {n:>12,} {len(red.runs):>10,} {len(red.retired):>10,} {mib:>9.1f} "
-                      f"{n / (time.perf_counter() - started):>9,.0f}", flush=True)
+                      f"{sys.getallocatedblocks():>11,} {n / (time.perf_counter() - started):>7,.0f}", flush=True)
     red.flush()
     print(f"done: {n:,} records in {time.perf_counter() - started:.0f} s; {red.stats.retired:,} runs retired, "
           f"{red.stats.after_retirement:,} records after retirement ignored")
     return readings
+
+
+def phase(label: str, runs: int, every: int, limits: ReducerLimits, mix: str, seed: int) -> list[tuple[int, float]]:
+    """``fold`` in a process of its own; its readings."""
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(1) as pool:
+        return pool.apply(_phase, (label, runs, every, limits, mix, seed))
+
+
+def _phase(label: str, runs: int, every: int, limits: ReducerLimits, mix: str, seed: int) -> list[tuple[int, float]]:
+    tune_gc()
+    return fold(label, runs, every, limits, mix, seed)
 
 
 def main() -> int:
@@ -90,16 +106,14 @@ def main() -> int:
     ap.add_argument("--baseline-runs", type=int, default=100_000, help="runs folded without retirement first")
     ap.add_argument("--seed", type=int, default=7)
     args = ap.parse_args()
-    tune_gc()
     if args.baseline_runs:
-        base = fold("baseline (no retirement)", args.baseline_runs, max(1, args.baseline_runs // 4),
+        base = phase("baseline (no retirement)", args.baseline_runs, max(1, args.baseline_runs // 4),
                     ReducerLimits(), args.mix, args.seed)
         if len(base) >= 2:
             (r0, m0), (r1, m1) = base[0], base[-1]
             print(f"baseline growth: {(m1 - m0) * 1024 / (r1 - r0):.2f} KiB per run")
-        gc.collect()
     limits = ReducerLimits(retire_after_us=round(args.grace_s * 1_000_000), max_retired=args.max_retired)
-    got = fold("retiring (the embedded pipeline's limits)", args.runs, args.every, limits, args.mix, args.seed)
+    got = phase("retiring (the embedded pipeline's limits)", args.runs, args.every, limits, args.mix, args.seed)
     if len(got) >= 4:
         half = got[len(got) // 2 - 1:]
         (r0, m0), (r1, m1) = half[0], half[-1]
