@@ -55,9 +55,9 @@ from tracker.core.model import LABEL_QUEUE, LABEL_RUN_ID, RunHistory  # noqa: E4
 from tracker.core.reducer import Reducer  # noqa: E402
 from tracker.runtime import service  # noqa: E402
 from tracker.runtime.ops import Health, Metrics  # noqa: E402
-from tracker.runtime.settings import Settings, load_settings  # noqa: E402
 from tracker.runtime.sinks import OffsetKey, index_sink_runner  # noqa: E402
 from tracker.samples import builders as b  # noqa: E402
+from tracker.settings import Settings, load_settings  # noqa: E402
 from tracker.shell import kafka  # noqa: E402
 from tracker.shell.capture import Record  # noqa: E402
 from tracker.shell.index import ExperimentIndex, StateRows  # noqa: E402

@@ -56,9 +56,9 @@ from tracker.runtime.commands import add_service_commands
 from tracker.runtime.ops import Health, Metrics
 from tracker.runtime.pipeline import run_pipeline
 from tracker.runtime.reduce import CONTENT_HASH_HEADER, ReduceService
-from tracker.runtime.settings import Settings, SettingsError, TopicSettings, load_settings, redacted
 from tracker.runtime.sinks import SinkRunner, index_sink_runner
 from tracker.samples import builders
+from tracker.settings import Settings, SettingsError, TopicSettings, load_settings, redacted
 from tracker.shell import kafka
 from tracker.shell.capture import Record
 from tracker.shell.index import ExperimentIndex

@@ -295,7 +295,7 @@ def test_the_kafka_dead_letters_topic_carries_redacted_letters(kafka_bootstrap: 
 ])
 def test_a_settings_error_names_the_field_and_never_a_secret(tmp_path: Path, clean_env: dict[str, str],
                                                              name: str, text: str, says: str) -> None:
-    from tracker.runtime.settings import SettingsError, load_settings
+    from tracker.settings import SettingsError, load_settings
 
     secret = f"FAKESECRET{uuid.uuid4().hex[:12]}"
     path = tmp_path / name

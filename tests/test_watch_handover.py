@@ -40,7 +40,7 @@ from tests.test_watch_kube import (
     missing,
     watcher_api,
 )
-from tracker.runtime.settings import KafkaSettings, TopicSettings
+from tracker.settings import KafkaSettings, TopicSettings
 from tracker.shell import kafka
 from tracker.shell.watch import (
     Checkpoint,
@@ -395,8 +395,8 @@ async def test_a_deposed_leader_stops_at_its_next_save(
 def test_tracker_watch_shares_the_checkpoint_only_with_a_lease_and_kafka(tmp_path: Path) -> None:
     """`tracker watch`: the watch-state topic with a lease and Kafka; `--checkpoint FILE` always wins; a single
     replica, a capture or an embedded watcher keep what they had (a file if given, else none)."""
-    from tracker.runtime.settings import Settings
     from tracker.runtime.watch_cmd import WatchOptions, checkpoint_store
+    from tracker.settings import Settings
     from tracker.shell.bus import InProcessBus
     from tracker.shell.leader import LeaseConfig
     from tracker.shell.watch import BusPublisher
@@ -431,8 +431,8 @@ async def test_tracker_watch_terms_resume_from_the_watch_state_topic(
     from aiokafka import TopicPartition
 
     from tracker.runtime.ops import Health, Metrics, Shutdown
-    from tracker.runtime.settings import Settings
     from tracker.runtime.watch_cmd import WatchOptions, watch_body
+    from tracker.settings import Settings
     from tracker.shell.leader import LeaseConfig
 
     ks = kafka_settings(kafka_bootstrap, partitions=1, side_partitions=1)

@@ -44,8 +44,8 @@ from tests.infra.proc import Process, free_port, http_ok, spawn, wait_for
 from tests.laws import fold, histories
 from tracker.runtime.ops import Health, Metrics, Shutdown
 from tracker.runtime.service import create_topics as service_create_topics
-from tracker.runtime.settings import load_settings
 from tracker.runtime.watch_cmd import WatchOptions, watch_body
+from tracker.settings import load_settings
 from tracker.shell import kafka
 from tracker.shell.capture import Record, read_capture
 from tracker.shell.leader import Lease, LeaseConfig, LeaseElector, lead

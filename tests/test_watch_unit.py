@@ -25,9 +25,9 @@ from rich.console import Console
 from tests.laws import fold, histories
 from tracker.core.model import DeadLetter
 from tracker.core.reducer import Reducer
-from tracker.runtime.settings import KafkaSettings
 from tracker.runtime.watch_cmd import KafkaPublisher, add_watch_command
 from tracker.samples import builders as b
+from tracker.settings import KafkaSettings
 from tracker.shell import watch as watch_module
 from tracker.shell.bus import InProcessBus
 from tracker.shell.capture import Record, read_capture

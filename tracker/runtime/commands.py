@@ -19,7 +19,7 @@ from rich.markup import escape
 
 from tracker.runtime import service
 from tracker.runtime.ops import Health, Metrics, Shutdown
-from tracker.runtime.settings import Settings, SettingsError, load_settings
+from tracker.settings import Settings, SettingsError, load_settings
 from tracker.shell import kafka
 
 

@@ -54,7 +54,7 @@ from tracker.core.model import FINAL_STATUSES, DeadLetter, Phase, RunHistory, St
 from tracker.core.reducer import Flushed, Reducer, ReducerLimits
 from tracker.core.timefmt import ts
 from tracker.runtime.ops import Health, Metrics
-from tracker.runtime.settings import Settings
+from tracker.settings import Settings
 from tracker.shell import jsonio, kafka
 
 log = structlog.get_logger("tracker.reduce")

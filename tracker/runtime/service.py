@@ -30,10 +30,10 @@ from tracker.core import extract as x
 from tracker.core.correlate import KINDS, Correlator, link
 from tracker.core.model import DeadLetter
 from tracker.runtime.ops import Health, Metrics, OpsServer, Shutdown, configure_logging
-from tracker.runtime.pipeline import PipelineReport, run_pipeline
+from tracker.runtime.pipeline import JsonlDeadLetters, PipelineLimits, PipelineReport, run_pipeline
 from tracker.runtime.reduce import SOURCE_HEADER, ReduceFatal, ReduceService
-from tracker.runtime.settings import KafkaSettings, Settings, redacted
 from tracker.runtime.sinks import SinkFatal, SinkRunner, adx_sink_runner, index_sink_runner
+from tracker.settings import EmbeddedSettings, KafkaSettings, Settings, redacted
 from tracker.shell import jsonio, kafka
 from tracker.shell.capture import BadRecord, Record, capture_files, interleave
 from tracker.shell.index import IndexSchemaError
@@ -356,6 +356,18 @@ async def _intake(settings: Settings, source: Source) -> None:
 EMBEDDED_POLL_S = 0.005  # how often the embedded pipeline looks for new changes when its input is empty
 
 
+def dead_letter_file(es: EmbeddedSettings, index_path: Path, on_drop: Callable[[int], None] | None = None
+                     ) -> JsonlDeadLetters:
+    """The bounded dead-letter file of the embedded index at ``index_path``: ``<index>.dead-letters.jsonl``."""
+    return JsonlDeadLetters(index_path.with_name(index_path.stem + ".dead-letters.jsonl"), es.dead_letter_file_bytes,
+                            es.dead_letter_files, on_drop)
+
+
+def pipeline_limits(es: EmbeddedSettings) -> PipelineLimits:
+    """The embedded pipeline's queue and flush bounds."""
+    return PipelineLimits(change_queue=es.change_queue, history_queue=es.history_queue, flush_every=es.flush_every)
+
+
 async def _serve_embedded(settings: Settings, opts: ServeOptions, intake: Source, metrics: Metrics, health: Health,
                           shutdown: Shutdown) -> PipelineReport:
     """The embedded pipeline on its own thread (its sinks are synchronous), fed through a bounded queue."""
@@ -383,13 +395,13 @@ async def _serve_embedded(settings: Settings, opts: ServeOptions, intake: Source
     dropped = Counter("tracker_dead_letters_dropped_total",
                       "Dead letters deleted with the oldest dead-letter file when the files were rotated.",
                       registry=metrics.registry)
-    dead = settings.embedded.dead_letters(index_path, on_drop=dropped.inc)
+    dead = dead_letter_file(settings.embedded, index_path, on_drop=dropped.inc)
 
     def pipeline() -> PipelineReport:
         with ExperimentIndex(index_path) as index:  # continue from the reducer state the index keeps
             reducer_state.refuse_runs_without_state(index)
             reducer = reducer_state.restore(index, settings.reduce.reducer_limits())
-            return asyncio.run(run_pipeline(records(), reducer, [], dead, limits=settings.embedded.limits(),
+            return asyncio.run(run_pipeline(records(), reducer, [], dead, limits=pipeline_limits(settings.embedded),
                                             store=index))
 
     running = asyncio.ensure_future(asyncio.to_thread(pipeline))

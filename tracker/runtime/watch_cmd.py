@@ -42,7 +42,7 @@ from tracker.core.model import DeadLetter
 from tracker.runtime import service
 from tracker.runtime.ops import Health, Metrics, Shutdown
 from tracker.runtime.reduce import SOURCE_HEADER
-from tracker.runtime.settings import KafkaSettings, Settings, SettingsError, load_settings
+from tracker.settings import KafkaSettings, Settings, SettingsError, load_settings
 from tracker.shell import jsonio, kafka, watch_state
 from tracker.shell.leader import Lease, LeaseConfig, LeaseElector, lead
 from tracker.shell.watch import (

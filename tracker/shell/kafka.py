@@ -39,7 +39,7 @@ from aiokafka.errors import (
 )
 from aiokafka.helpers import create_ssl_context
 
-from tracker.runtime.settings import KafkaSettings, TopicSettings
+from tracker.settings import KafkaSettings, TopicSettings
 
 T = TypeVar("T")
 log = structlog.get_logger("tracker.kafka")

@@ -57,7 +57,7 @@ import structlog
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.errors import ProducerFenced
 
-from tracker.runtime.settings import KafkaSettings
+from tracker.settings import KafkaSettings
 from tracker.shell import kafka
 from tracker.shell.watch import CHECKPOINT_VERSION, Entry, LeadershipLost, Saved, Snapshot
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
@@ -31,15 +31,11 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from tracker.core.redact import secret_env, secret_fields, secret_values, validation_problems
 from tracker.core.reducer import ReducerLimits
-from tracker.runtime.pipeline import (
-    DEAD_LETTER_FILE_BYTES,
-    DEAD_LETTER_FILES,
-    JsonlDeadLetters,
-    PipelineLimits,
-)
 
 CONFIG_FILE_ENV = "TRACKER_CONFIG_FILE"
 MIB = 1024 * 1024
+DEAD_LETTER_FILE_BYTES = 64 * MIB  # an embedded index's dead-letter file is rotated when it reaches this size
+DEAD_LETTER_FILES = 5  # the current file and the rotated ones kept: at most about 5 x 64 MiB
 
 
 class SettingsError(ValueError):
@@ -244,15 +240,6 @@ class EmbeddedSettings(_Section):
         default=DEAD_LETTER_FILES, ge=1, le=1_000,
         description="Dead-letter files kept, the current one included; the letters of older ones are dropped "
                     "(counted: tracker_dead_letters_dropped_total).")
-
-    def dead_letters(self, path: Path, on_drop: Callable[[int], None] | None = None) -> JsonlDeadLetters:
-        """The bounded dead-letter file of the index at ``path``."""
-        return JsonlDeadLetters(path.with_name(path.stem + ".dead-letters.jsonl"), self.dead_letter_file_bytes,
-                                self.dead_letter_files, on_drop)
-
-    def limits(self) -> PipelineLimits:
-        return PipelineLimits(change_queue=self.change_queue, history_queue=self.history_queue,
-                              flush_every=self.flush_every)
 
 
 class OpsSettings(_Section):
