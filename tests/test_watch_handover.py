@@ -50,10 +50,10 @@ from tracker.shell.watch import (
     LeadershipLost,
     Saved,
     Snapshot,
-    WatchConfig,
     Watcher,
+    WatchSettings,
 )
-from tracker.shell.watch_state import KafkaCheckpoint, transactional_id
+from tracker.shell.watch.kafka_checkpoint import KafkaCheckpoint, transactional_id
 
 Obj = dict[str, Any]
 MIB = 1024 * 1024
@@ -232,7 +232,7 @@ class Replica:
 
 
 @asynccontextmanager
-async def replicas(api: KubeApi, config: WatchConfig, tmp_path: Path) -> AsyncIterator[
+async def replicas(api: KubeApi, config: WatchSettings, tmp_path: Path) -> AsyncIterator[
         Callable[[str, Path | CheckpointStore], Any]]:
     started: list[Replica] = []
 
@@ -262,7 +262,7 @@ class Handover:
     after: list[Obj]  # written while b led
 
 
-async def handover(c: Cluster, api: KubeApi, config: WatchConfig, tmp_path: Path,
+async def handover(c: Cluster, api: KubeApi, config: WatchSettings, tmp_path: Path,
                    store_a: Path | CheckpointStore, store_b: Path | CheckpointStore) -> Handover:
     """The three runs of tests/test_watch_kube.py; replica a leads until the victim run is evicted, then loses the
     lease. While no replica watches, the victim's pods are deleted, its Job and Workload change several times

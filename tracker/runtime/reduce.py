@@ -56,11 +56,11 @@ from tracker.core.timefmt import ts
 from tracker.runtime.ops import Health, Metrics
 from tracker.settings import Settings
 from tracker.shell import jsonio, kafka
+from tracker.shell.kafka import SOURCE_HEADER
 
 log = structlog.get_logger("tracker.reduce")
 
 CONTENT_HASH_HEADER = "content-hash"
-SOURCE_HEADER = "source"
 ALERT_SCHEMA: Literal["taugrid.io/stalled-admission-alert/v1"] = "taugrid.io/stalled-admission-alert/v1"
 _OUTPUT_MARGIN = 1_024  # bytes kept free under max.message.bytes for the record's key, headers and framing
 

@@ -26,73 +26,26 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 from prometheus_client import Counter
 
-from tracker.core import extract as x
-from tracker.core.correlate import KINDS, Correlator, link
 from tracker.core.model import DeadLetter
 from tracker.runtime.ops import Health, Metrics, OpsServer, Shutdown, configure_logging
 from tracker.runtime.pipeline import JsonlDeadLetters, PipelineLimits, PipelineReport, run_pipeline
-from tracker.runtime.reduce import SOURCE_HEADER, ReduceFatal, ReduceService
+from tracker.runtime.reduce import ReduceFatal, ReduceService
 from tracker.runtime.sinks import SinkFatal, SinkRunner, adx_sink_runner, index_sink_runner
 from tracker.settings import EmbeddedSettings, KafkaSettings, Settings, redacted
 from tracker.shell import jsonio, kafka
 from tracker.shell.capture import BadRecord, Record, capture_files, interleave
 from tracker.shell.index import IndexSchemaError
+from tracker.shell.kafka import SOURCE_HEADER
 from tracker.shell.reducer_state import StateError
+from tracker.shell.watch.keying import KeyedRecord, RunKeyer
 
 log = structlog.get_logger("tracker.service")
 
-SourceItem = tuple[Record | BadRecord, str | None]  # a record and its run key (None: not keyed)
+SourceItem = KeyedRecord  # a record and its run key (None: not keyed)
 Source = AsyncIterator[SourceItem]
 
 
 # ------------------------------------------------------------------------------------------ intake
-
-
-class RunKeyer:
-    """Keys records by run, as the watcher does: a record whose owner has not been seen yet is held (bounded) and
-    released, keyed, right after the record that binds its owner. Records that belong to no run are dropped;
-    records that cannot be keyed (malformed, held too long) come out with no key, to be dead-lettered."""
-
-    def __init__(self, max_held: int) -> None:
-        self.corr = Correlator(max_held)
-
-    def key(self, item: Record | BadRecord) -> list[SourceItem]:
-        if isinstance(item, BadRecord) or not isinstance(item.value, dict):
-            return [(item, None)]
-        value = item.value
-        if "schema" in value:
-            run_id = value.get("run_id")
-            return [(item, run_id if isinstance(run_id, str) and run_id else None)]
-        etype, obj = value.get("type"), value.get("object")
-        if etype in ("BOOKMARK", "ERROR"):
-            return []
-        if etype not in ("ADDED", "MODIFIED", "DELETED") or not isinstance(obj, dict) \
-                or not isinstance(obj.get("kind"), str) or obj["kind"] not in KINDS:
-            return [(item, None)]  # the reducer makes it a dead letter
-        try:
-            ln = link(obj)
-        except x.Malformed:
-            return [(item, None)]
-        if ln is None:
-            return []
-        run_id = self.corr.run_of(ln)
-        if run_id is None:
-            assert ln.owner is not None
-            dropped = self.corr.hold(ln.owner, (str(etype), obj, item.source))
-            return [(Record(src, {"type": e, "object": o}), None) for _owner, (e, o, src) in dropped]
-        out: list[SourceItem] = [(item, run_id)]
-        if ln.uid:
-            for e, o, src in self.corr.bind(ln.uid, run_id):
-                out.extend(self.key(Record(src, {"type": e, "object": o})))
-        return out
-
-    def unkeyed(self) -> list[SourceItem]:
-        """The records still held (their owner never came): with no key."""
-        held: list[SourceItem] = [(Record(src, {"type": e, "object": o}), None)
-                                  for e, o, src in self.corr.held.values()]
-        self.corr.held.clear()
-        self.corr.held_by_owner.clear()
-        return held
 
 
 async def capture_source(paths: list[Path], max_held: int) -> Source:
@@ -102,7 +55,7 @@ async def capture_source(paths: list[Path], max_held: int) -> Source:
         raise ValueError("no capture files given (expected .json or .jsonl files or directories of them)")
     keyer = RunKeyer(max_held)
     for n, item in enumerate(interleave(files), start=1):
-        for out in keyer.key(item):
+        for out in keyer.key_record(item):
             yield out
         if n % 1024 == 0:
             await asyncio.sleep(0)  # let the other tasks of the process run
