@@ -55,12 +55,13 @@ from tracker.core.model import LABEL_QUEUE, LABEL_RUN_ID, RunHistory  # noqa: E4
 from tracker.core.reducer import Reducer  # noqa: E402
 from tracker.runtime import service  # noqa: E402
 from tracker.runtime.ops import Health, Metrics  # noqa: E402
-from tracker.runtime.settings import Settings, load_settings  # noqa: E402
 from tracker.runtime.sinks import OffsetKey, index_sink_runner  # noqa: E402
 from tracker.samples import builders as b  # noqa: E402
+from tracker.settings import Settings, load_settings  # noqa: E402
 from tracker.shell import kafka  # noqa: E402
 from tracker.shell.capture import Record  # noqa: E402
 from tracker.shell.index import ExperimentIndex, StateRows  # noqa: E402
+from tracker.shell.watch.keying import RunKeyer  # noqa: E402
 
 Event = dict[str, Any]
 QUEUE = "gpu-a"
@@ -208,8 +209,8 @@ LATENCY_RUNS = 200  # running runs that receive the progress changes of the late
 
 
 def keyed(records: Sequence[Event], label: str) -> list[service.SourceItem]:
-    keyer = service.RunKeyer(100_000)
-    return [item for i, rec in enumerate(records) for item in keyer.key(Record(f"{label}:{i}", rec))]
+    keyer = RunKeyer(100_000)
+    return [item for i, rec in enumerate(records) for item in keyer.key_record(Record(f"{label}:{i}", rec))]
 
 
 async def as_source(items: Sequence[service.SourceItem]) -> AsyncIterator[service.SourceItem]:

@@ -36,7 +36,7 @@ from typing import Any
 from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.config import new_client_from_config
 
-from tracker.shell.watch import Change, KubeApi, WatchConfig, Watcher
+from tracker.shell.watch import Change, KubeApi, Watcher, WatchSettings
 
 Obj = dict[str, Any]
 NAMESPACE = "tracker-bench"
@@ -140,7 +140,7 @@ async def update_pods(client: ApiClient, pods: list[Obj], round_: int, concurren
 async def bench(args: argparse.Namespace, kubeconfig: Path, workdir: Path) -> None:
     n_jobs, per_job, per_event = args.jobs, args.pods_per_job, args.events_per_job
     total = n_jobs * (1 + per_job + per_event)
-    config = WatchConfig(namespaces=(NAMESPACE,), outbox_size=args.outbox, page_size=500,
+    config = WatchSettings(namespaces=(NAMESPACE,), outbox_size=args.outbox, page_size=500,
                          checkpoint_interval_s=5.0, log_interval_s=3600)
     async with AsyncExitStack() as stack:
         admin = await stack.enter_async_context(await new_client_from_config(config_file=str(kubeconfig)))

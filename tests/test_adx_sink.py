@@ -40,10 +40,11 @@ from tracker.core.model import (
     Transition,
 )
 from tracker.core.reducer import Reducer
+from tracker.runtime.kusto_cmd import add_kusto_commands
 from tracker.runtime.pipeline import PipelineLimits, run_pipeline
 from tracker.shell.adx import STATE_COLUMNS, TABLES, AdxSettings, AdxSink, connection, history_rows
 from tracker.shell.capture import BadRecord, capture_files, interleave
-from tracker.shell.kusto_apply import PROBE, ApplyError, add_kusto_commands, apply_schema, schema_commands
+from tracker.shell.kusto_apply import PROBE, ApplyError, apply_schema, schema_commands
 
 SCHEMA = json.loads((Path(__file__).parents[1] / "schemas" / "kusto" / "schema.json").read_text())
 DB = "TauGridTest"

@@ -18,7 +18,8 @@ from tracker.core.model import DeadLetter
 from tracker.core.redact import REDACTED, identity, redact_inline, redact_text
 from tracker.core.reducer import Reducer
 from tracker.runtime.pipeline import JsonlDeadLetters, run_pipeline
-from tracker.runtime.settings import load_settings
+from tracker.runtime.service import dead_letter_file
+from tracker.settings import load_settings
 from tracker.shell.capture import interleave
 
 JOB: dict[str, Any] = {
@@ -204,7 +205,7 @@ def test_the_bound_is_a_setting_with_sane_defaults(tmp_path: Path, monkeypatch: 
     assert (s.embedded.dead_letter_file_bytes, s.embedded.dead_letter_files) == (64 * 1024 * 1024, 5)
     monkeypatch.setenv("TRACKER_EMBEDDED__DEAD_LETTER_FILE_BYTES", "100000")
     monkeypatch.setenv("TRACKER_EMBEDDED__DEAD_LETTER_FILES", "2")
-    dead = load_settings().embedded.dead_letters(tmp_path / "runs.sqlite")
+    dead = dead_letter_file(load_settings().embedded, tmp_path / "runs.sqlite")
     assert (dead.path.name, dead.max_bytes, dead.files) == ("runs.dead-letters.jsonl", 100_000, 2)
 
 

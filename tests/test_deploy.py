@@ -32,7 +32,7 @@ from tests.infra.fixtures import unavailable
 from tests.infra.kubectl import Kubectl
 from tests.infra.proc import InfraError
 from tracker.cli import build_parser
-from tracker.runtime.settings import TopicSettings, load_settings
+from tracker.settings import TopicSettings, load_settings
 from tracker.shell.adx import AdxSettings
 from tracker.shell.kafka import topic_specs, topics_document
 from tracker.shell.watch import EVENTS_APIS, KubeApi, discover, resources

@@ -34,7 +34,7 @@ from tests.infra.proc import InfraError, free_port
 from tests.test_deploy import K8S, apply, kustomize_binary, render
 from tracker.runtime.doctor import main as doctor_main
 from tracker.runtime.doctor import watcher_rbac
-from tracker.runtime.settings import KafkaSettings, TopicSettings
+from tracker.settings import KafkaSettings, TopicSettings
 from tracker.shell import kafka
 from tracker.shell.adx import TABLES
 from tracker.shell.watch import resources

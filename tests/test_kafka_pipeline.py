@@ -56,12 +56,13 @@ from tracker.runtime.commands import add_service_commands
 from tracker.runtime.ops import Health, Metrics
 from tracker.runtime.pipeline import run_pipeline
 from tracker.runtime.reduce import CONTENT_HASH_HEADER, ReduceService
-from tracker.runtime.settings import Settings, SettingsError, TopicSettings, load_settings, redacted
 from tracker.runtime.sinks import SinkRunner, index_sink_runner
 from tracker.samples import builders
+from tracker.settings import Settings, SettingsError, TopicSettings, load_settings, redacted
 from tracker.shell import kafka
 from tracker.shell.capture import Record
 from tracker.shell.index import ExperimentIndex
+from tracker.shell.watch.keying import RunKeyer
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "tracker" / "captures" / "demo"
@@ -109,8 +110,8 @@ async def create_topics(settings: Settings) -> None:
 
 def keyed(records: Sequence[dict[str, Any]]) -> list[service.SourceItem]:
     """The records as the watcher would publish them: keyed by run (RunKeyer), in order."""
-    keyer = service.RunKeyer(100_000)
-    out = [item for i, rec in enumerate(records) for item in keyer.key(Record(f"synthetic:{i}", rec))]
+    keyer = RunKeyer(100_000)
+    out = [item for i, rec in enumerate(records) for item in keyer.key_record(Record(f"synthetic:{i}", rec))]
     return out + keyer.unkeyed()
 
 

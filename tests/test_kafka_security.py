@@ -52,7 +52,7 @@ from tracker.runtime import service
 from tracker.runtime.doctor import kafka_checks
 from tracker.runtime.ops import Health, Metrics
 from tracker.runtime.reduce import ReduceService
-from tracker.runtime.settings import Settings, load_settings, redacted
+from tracker.settings import Settings, load_settings, redacted
 from tracker.shell import kafka
 
 pytestmark = pytest.mark.kafka

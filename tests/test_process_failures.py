@@ -25,8 +25,8 @@ from tracker.core.reducer import Reducer
 from tracker.runtime import service
 from tracker.runtime.ops import Health, Metrics, Shutdown
 from tracker.runtime.reduce import ReduceFatal, ReduceService, _Partition
-from tracker.runtime.settings import Settings
 from tracker.runtime.watch_cmd import add_watch_command
+from tracker.settings import Settings
 
 
 def log_lines(err: str) -> list[dict[str, Any]]:

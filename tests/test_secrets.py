@@ -295,7 +295,7 @@ def test_the_kafka_dead_letters_topic_carries_redacted_letters(kafka_bootstrap: 
 ])
 def test_a_settings_error_names_the_field_and_never_a_secret(tmp_path: Path, clean_env: dict[str, str],
                                                              name: str, text: str, says: str) -> None:
-    from tracker.runtime.settings import SettingsError, load_settings
+    from tracker.settings import SettingsError, load_settings
 
     secret = f"FAKESECRET{uuid.uuid4().hex[:12]}"
     path = tmp_path / name
@@ -310,8 +310,8 @@ def test_an_adx_settings_error_names_the_field_and_never_the_client_secret(
         monkeypatch: pytest.MonkeyPatch, clean_env: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
     import argparse
 
+    from tracker.runtime.kusto_cmd import add_kusto_commands
     from tracker.shell.adx import AdxSettingsError, load_adx_settings
-    from tracker.shell.kusto_apply import add_kusto_commands
 
     secret = f"FAKESECRET{uuid.uuid4().hex[:12]}"
     monkeypatch.setenv("TRACKER_ADX_AUTH", "app-secret")

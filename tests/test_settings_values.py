@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tracker.runtime.settings import SettingsError, load_settings
+from tracker.settings import SettingsError, load_settings
 
 
 @pytest.mark.parametrize("servers", ["host:notaport", "host", "localhost:9092,:9", "k-0:0", "k-0:65536"])

@@ -29,7 +29,7 @@ from tests.infra.watching import has_condition
 from tests.laws import fold, histories
 from tests.test_watch_kube import RBAC, watcher_identity
 from tracker.shell.capture import Record, read_capture
-from tracker.shell.watch import ApiError, JsonlCapture, KubeApi, WatchConfig, Watcher, resources
+from tracker.shell.watch import ApiError, JsonlCapture, KubeApi, Watcher, WatchSettings, resources
 
 pytestmark = pytest.mark.cluster
 
@@ -37,7 +37,7 @@ Obj = dict[str, Any]
 #: kwok "general" pod stages read these; a long delay keeps a pod Running until it is preempted.
 KEEP_RUNNING = {"pod-complete.stage.kwok.x-k8s.io/delay": "10m",
                 "pod-complete.stage.kwok.x-k8s.io/jitter-delay": "10m"}
-CONFIG = WatchConfig(watch_timeout_s=30, read_timeout_s=15, backoff_base_s=0.1, backoff_cap_s=1,
+CONFIG = WatchSettings(watch_timeout_s=30, read_timeout_s=15, backoff_base_s=0.1, backoff_cap_s=1,
                      checkpoint_interval_s=0.5)
 
 

@@ -40,7 +40,7 @@ from tests.test_watch_kube import (
     missing,
     watcher_api,
 )
-from tracker.runtime.settings import KafkaSettings, TopicSettings
+from tracker.settings import KafkaSettings, TopicSettings
 from tracker.shell import kafka
 from tracker.shell.watch import (
     Checkpoint,
@@ -50,10 +50,10 @@ from tracker.shell.watch import (
     LeadershipLost,
     Saved,
     Snapshot,
-    WatchConfig,
     Watcher,
+    WatchSettings,
 )
-from tracker.shell.watch_state import KafkaCheckpoint, transactional_id
+from tracker.shell.watch.kafka_checkpoint import KafkaCheckpoint, transactional_id
 
 Obj = dict[str, Any]
 MIB = 1024 * 1024
@@ -232,7 +232,7 @@ class Replica:
 
 
 @asynccontextmanager
-async def replicas(api: KubeApi, config: WatchConfig, tmp_path: Path) -> AsyncIterator[
+async def replicas(api: KubeApi, config: WatchSettings, tmp_path: Path) -> AsyncIterator[
         Callable[[str, Path | CheckpointStore], Any]]:
     started: list[Replica] = []
 
@@ -262,7 +262,7 @@ class Handover:
     after: list[Obj]  # written while b led
 
 
-async def handover(c: Cluster, api: KubeApi, config: WatchConfig, tmp_path: Path,
+async def handover(c: Cluster, api: KubeApi, config: WatchSettings, tmp_path: Path,
                    store_a: Path | CheckpointStore, store_b: Path | CheckpointStore) -> Handover:
     """The three runs of tests/test_watch_kube.py; replica a leads until the victim run is evicted, then loses the
     lease. While no replica watches, the victim's pods are deleted, its Job and Workload change several times
@@ -395,8 +395,8 @@ async def test_a_deposed_leader_stops_at_its_next_save(
 def test_tracker_watch_shares_the_checkpoint_only_with_a_lease_and_kafka(tmp_path: Path) -> None:
     """`tracker watch`: the watch-state topic with a lease and Kafka; `--checkpoint FILE` always wins; a single
     replica, a capture or an embedded watcher keep what they had (a file if given, else none)."""
-    from tracker.runtime.settings import Settings
     from tracker.runtime.watch_cmd import WatchOptions, checkpoint_store
+    from tracker.settings import Settings
     from tracker.shell.bus import InProcessBus
     from tracker.shell.leader import LeaseConfig
     from tracker.shell.watch import BusPublisher
@@ -431,8 +431,8 @@ async def test_tracker_watch_terms_resume_from_the_watch_state_topic(
     from aiokafka import TopicPartition
 
     from tracker.runtime.ops import Health, Metrics, Shutdown
-    from tracker.runtime.settings import Settings
     from tracker.runtime.watch_cmd import WatchOptions, watch_body
+    from tracker.settings import Settings
     from tracker.shell.leader import LeaseConfig
 
     ks = kafka_settings(kafka_bootstrap, partitions=1, side_partitions=1)

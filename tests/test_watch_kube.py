@@ -44,12 +44,12 @@ from tests.infra.proc import Process, free_port, http_ok, spawn, wait_for
 from tests.laws import fold, histories
 from tracker.runtime.ops import Health, Metrics, Shutdown
 from tracker.runtime.service import create_topics as service_create_topics
-from tracker.runtime.settings import load_settings
 from tracker.runtime.watch_cmd import WatchOptions, watch_body
+from tracker.settings import load_settings
 from tracker.shell import kafka
 from tracker.shell.capture import Record, read_capture
 from tracker.shell.leader import Lease, LeaseConfig, LeaseElector, lead
-from tracker.shell.watch import ApiError, Change, JsonlCapture, KubeApi, WatchConfig, Watcher
+from tracker.shell.watch import ApiError, Change, JsonlCapture, KubeApi, Watcher, WatchSettings
 
 pytestmark = pytest.mark.kube
 
@@ -59,7 +59,7 @@ SYSTEM_NS = "tracker-system"
 SA = "tracker-watcher"
 BATCH, CORE, EVENTS = "/apis/batch/v1", "/api/v1", "/apis/events.k8s.io/v1"
 KUEUE, RAY = "/apis/kueue.x-k8s.io/v1beta1", "/apis/ray.io/v1"
-CONFIG = WatchConfig(watch_timeout_s=20, read_timeout_s=8, connect_timeout_s=2, backoff_base_s=0.1, backoff_cap_s=1,
+CONFIG = WatchSettings(watch_timeout_s=20, read_timeout_s=8, connect_timeout_s=2, backoff_base_s=0.1, backoff_cap_s=1,
                      checkpoint_interval_s=0.2)
 
 # ------------------------------------------------------------------------------------------ control plane
@@ -559,7 +559,7 @@ async def running(watcher: Watcher) -> AsyncIterator[asyncio.Event]:
 
 
 @asynccontextmanager
-async def watcher_api(kubeconfig: Path, config: WatchConfig = CONFIG) -> AsyncIterator[KubeApi]:
+async def watcher_api(kubeconfig: Path, config: WatchSettings = CONFIG) -> AsyncIterator[KubeApi]:
     async with client_for(kubeconfig) as client:
         yield KubeApi(client, connect_timeout_s=config.connect_timeout_s, request_timeout_s=10)
 

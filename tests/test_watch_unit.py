@@ -25,10 +25,9 @@ from rich.console import Console
 from tests.laws import fold, histories
 from tracker.core.model import DeadLetter
 from tracker.core.reducer import Reducer
-from tracker.runtime.settings import KafkaSettings
-from tracker.runtime.watch_cmd import KafkaPublisher, add_watch_command
+from tracker.runtime.watch_cmd import add_watch_command
 from tracker.samples import builders as b
-from tracker.shell import watch as watch_module
+from tracker.settings import KafkaSettings
 from tracker.shell.bus import InProcessBus
 from tracker.shell.capture import Record, read_capture
 from tracker.shell.leader import LeaseConfig, LeaseElector, lead
@@ -39,14 +38,16 @@ from tracker.shell.watch import (
     Change,
     Checkpoint,
     JsonlCapture,
+    KafkaPublisher,
     KubeApi,
     LeadershipLost,
-    RunKeys,
+    RunKeyer,
     Snapshot,
-    WatchConfig,
     Watcher,
     WatchFatal,
+    WatchSettings,
 )
+from tracker.shell.watch import stream as watch_module
 
 Obj = dict[str, Any]
 NS = "team-a"
@@ -225,7 +226,7 @@ def test_slim_leaves_malformed_values_for_the_reducer_to_reject() -> None:
 def test_run_keys_hold_until_the_owner_and_release_in_order() -> None:
     events = job_run("train")
     pods = [e for e in events if e["object"]["kind"] == "Pod"]
-    keys = RunKeys(max_held=100, max_runs=10)
+    keys = RunKeyer(max_held=100, max_runs=10)
     for e in pods:
         assert keys.key(e["type"], e["object"], "src") == []
     assert keys.held == 4
@@ -240,7 +241,7 @@ def test_run_keys_hold_until_the_owner_and_release_in_order() -> None:
 
 
 def test_run_keys_forget_the_least_recent_run_and_drop_the_oldest_held() -> None:
-    keys = RunKeys(max_held=2, max_runs=1)
+    keys = RunKeyer(max_held=2, max_runs=1)
     a, c = job_run("a"), job_run("c")
     keys.key("ADDED", a[0]["object"], "s")
     keys.key("ADDED", c[0]["object"], "s")  # run-a forgotten
@@ -252,7 +253,7 @@ def test_run_keys_forget_the_least_recent_run_and_drop_the_oldest_held() -> None
 
 def test_run_keys_restore_binds_dependents_of_checkpointed_roots() -> None:
     objs = [slim(e["object"]) for e in rayjob_run("rj")]
-    keys = RunKeys(max_held=10, max_runs=10)
+    keys = RunKeyer(max_held=10, max_runs=10)
     keys.restore(reversed(objs))  # any order: pods after their RayCluster after their RayJob
     head_event = b.core_event(meta=b.object_meta(name="e", namespace=NS, uid="e1", created=b.at("10:00:05")),
                               regarding=b.object_reference("v1", "Pod", NS, "h", b.uid("head", "rj")), reason="Pulled",
@@ -540,7 +541,7 @@ class Recorder:
                  r["object"]["metadata"]["resourceVersion"]) for _k, r, _s in self.records]
 
 
-FAST = WatchConfig(namespaces=(NS,), page_size=2, watch_timeout_s=3, read_timeout_s=2, backoff_base_s=0.02,
+FAST = WatchSettings(namespaces=(NS,), page_size=2, watch_timeout_s=3, read_timeout_s=2, backoff_base_s=0.02,
                    backoff_cap_s=0.1, unavailable_retry_cap_s=0.2, checkpoint_interval_s=0.05)
 
 

@@ -711,8 +711,8 @@ def build_parser(service_commands: bool = True) -> argparse.ArgumentParser:
         # the service commands (their modules import the Kafka, Kubernetes and Azure clients)
         from tracker.runtime.commands import add_service_commands
         from tracker.runtime.doctor import add_doctor_command
+        from tracker.runtime.kusto_cmd import add_kusto_commands
         from tracker.runtime.watch_cmd import add_watch_command
-        from tracker.shell.kusto_apply import add_kusto_commands
 
         services: Any = sub
         add_watch_command(services)

@@ -19,7 +19,7 @@ from rich.markup import escape
 
 from tracker.runtime import service
 from tracker.runtime.ops import Health, Metrics, Shutdown
-from tracker.runtime.settings import Settings, SettingsError, load_settings
+from tracker.settings import Settings, SettingsError, load_settings
 from tracker.shell import kafka
 
 
@@ -160,9 +160,10 @@ def _serve_watching(settings: Settings, opts: service.ServeOptions, args: argpar
     The embedded watcher keeps no checkpoint: the bus cannot confirm what the reducer committed, so it lists
     again at start, and the reducer's facts absorb the repeats."""
     from tracker.runtime.watch_cmd import WatchOptions, watch_body
+    from tracker.settings import WatchSettings as WatchConfig
     from tracker.shell.bus import InProcessBus
     from tracker.shell.capture import Record
-    from tracker.shell.watch import BusPublisher, WatchConfig
+    from tracker.shell.watch.publish import BusPublisher
 
     wopts = WatchOptions(config=WatchConfig(namespaces=tuple(args.namespaces)), kubeconfig=args.kubeconfig,
                          context=args.context)

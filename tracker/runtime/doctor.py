@@ -44,10 +44,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from tracker.runtime.ops import configure_logging
-from tracker.runtime.settings import KafkaSettings, Settings, SettingsError, load_settings, yaml_problem
-from tracker.runtime.watch_cmd import kube_client
+from tracker.settings import KafkaSettings, Settings, SettingsError, load_settings, yaml_problem
 from tracker.shell import kafka
-from tracker.shell.watch import EVENTS_APIS, ApiError, KubeApi, Resource, discover, resources
+from tracker.shell.kube import ApiError, KubeApi, Resource, discover, kube_client
+from tracker.shell.watch.resources import EVENTS_APIS, resources
 
 if TYPE_CHECKING:
     from tracker.shell.adx import AdxSettings

@@ -22,7 +22,7 @@ import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from tracker.runtime.settings import OpsSettings
+from tracker.settings import OpsSettings
 
 T = TypeVar("T")
 log = structlog.get_logger("tracker.ops")

@@ -16,6 +16,7 @@ from typing import BinaryIO, Protocol
 
 from tracker.core.model import DeadLetter, RunHistory
 from tracker.core.reducer import Reducer
+from tracker.settings import DEAD_LETTER_FILE_BYTES, DEAD_LETTER_FILES
 from tracker.shell.bus import InProcessBus
 from tracker.shell.capture import BadRecord, Record
 from tracker.shell.index import StateRows
@@ -53,10 +54,6 @@ class PipelineReport:
     stopped: bool = False  # a stop request ended the intake before the records did
     stopped_by: int = 0  # the signal that asked to stop, when one did
     last_source: str = ""  # where the last record folded came from ("path:line")
-
-
-DEAD_LETTER_FILE_BYTES = 64 * 1024 * 1024  # a dead-letter file is rotated when it reaches this size
-DEAD_LETTER_FILES = 5  # the current file and the rotated ones kept: at most about 5 x 64 MiB
 
 
 class JsonlDeadLetters:

@@ -54,13 +54,13 @@ from tracker.core.model import DeadLetter, Phase, RunHistory, Status, utc
 from tracker.core.reducer import Flushed, Reducer, ReducerLimits
 from tracker.core.timefmt import ts
 from tracker.runtime.ops import Health, Metrics
-from tracker.runtime.settings import Settings
+from tracker.settings import Settings
 from tracker.shell import jsonio, kafka
+from tracker.shell.kafka import SOURCE_HEADER
 
 log = structlog.get_logger("tracker.reduce")
 
 CONTENT_HASH_HEADER = "content-hash"
-SOURCE_HEADER = "source"
 ALERT_SCHEMA: Literal["taugrid.io/stalled-admission-alert/v1"] = "taugrid.io/stalled-admission-alert/v1"
 _OUTPUT_MARGIN = 1_024  # bytes kept free under max.message.bytes for the record's key, headers and framing
 
@@ -151,7 +151,7 @@ class ReduceService:
         self.ks = settings.kafka
         self.topics = settings.kafka.topics
         self.metrics = metrics
-        self.limits: ReducerLimits = settings.reduce.reducer_limits(retire=True)
+        self.limits: ReducerLimits = settings.reduce.reducer_limits()
         self._parts: dict[TopicPartition, _Partition] = {}
         self._pending: set[TopicPartition] = set()  # assigned, not (yet) set up and verified
         self._fenced: set[TopicPartition] = set()  # taken over by another process; wait for the rebalance

@@ -26,73 +26,26 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 from prometheus_client import Counter
 
-from tracker.core import extract as x
-from tracker.core.correlate import KINDS, Correlator, link
 from tracker.core.model import DeadLetter
 from tracker.runtime.ops import Health, Metrics, OpsServer, Shutdown, configure_logging
-from tracker.runtime.pipeline import PipelineReport, run_pipeline
-from tracker.runtime.reduce import SOURCE_HEADER, ReduceFatal, ReduceService
-from tracker.runtime.settings import KafkaSettings, Settings, redacted
+from tracker.runtime.pipeline import JsonlDeadLetters, PipelineLimits, PipelineReport, run_pipeline
+from tracker.runtime.reduce import ReduceFatal, ReduceService
 from tracker.runtime.sinks import SinkFatal, SinkRunner, adx_sink_runner, index_sink_runner
+from tracker.settings import EmbeddedSettings, KafkaSettings, Settings, redacted
 from tracker.shell import jsonio, kafka
 from tracker.shell.capture import BadRecord, Record, capture_files, interleave
 from tracker.shell.index import IndexSchemaError
+from tracker.shell.kafka import SOURCE_HEADER
 from tracker.shell.reducer_state import StateError
+from tracker.shell.watch.keying import KeyedRecord, RunKeyer
 
 log = structlog.get_logger("tracker.service")
 
-SourceItem = tuple[Record | BadRecord, str | None]  # a record and its run key (None: not keyed)
+SourceItem = KeyedRecord  # a record and its run key (None: not keyed)
 Source = AsyncIterator[SourceItem]
 
 
 # ------------------------------------------------------------------------------------------ intake
-
-
-class RunKeyer:
-    """Keys records by run, as the watcher does: a record whose owner has not been seen yet is held (bounded) and
-    released, keyed, right after the record that binds its owner. Records that belong to no run are dropped;
-    records that cannot be keyed (malformed, held too long) come out with no key, to be dead-lettered."""
-
-    def __init__(self, max_held: int) -> None:
-        self.corr = Correlator(max_held)
-
-    def key(self, item: Record | BadRecord) -> list[SourceItem]:
-        if isinstance(item, BadRecord) or not isinstance(item.value, dict):
-            return [(item, None)]
-        value = item.value
-        if "schema" in value:
-            run_id = value.get("run_id")
-            return [(item, run_id if isinstance(run_id, str) and run_id else None)]
-        etype, obj = value.get("type"), value.get("object")
-        if etype in ("BOOKMARK", "ERROR"):
-            return []
-        if etype not in ("ADDED", "MODIFIED", "DELETED") or not isinstance(obj, dict) \
-                or not isinstance(obj.get("kind"), str) or obj["kind"] not in KINDS:
-            return [(item, None)]  # the reducer makes it a dead letter
-        try:
-            ln = link(obj)
-        except x.Malformed:
-            return [(item, None)]
-        if ln is None:
-            return []
-        run_id = self.corr.run_of(ln)
-        if run_id is None:
-            assert ln.owner is not None
-            dropped = self.corr.hold(ln.owner, (str(etype), obj, item.source))
-            return [(Record(src, {"type": e, "object": o}), None) for _owner, (e, o, src) in dropped]
-        out: list[SourceItem] = [(item, run_id)]
-        if ln.uid:
-            for e, o, src in self.corr.bind(ln.uid, run_id):
-                out.extend(self.key(Record(src, {"type": e, "object": o})))
-        return out
-
-    def unkeyed(self) -> list[SourceItem]:
-        """The records still held (their owner never came): with no key."""
-        held: list[SourceItem] = [(Record(src, {"type": e, "object": o}), None)
-                                  for e, o, src in self.corr.held.values()]
-        self.corr.held.clear()
-        self.corr.held_by_owner.clear()
-        return held
 
 
 async def capture_source(paths: list[Path], max_held: int) -> Source:
@@ -102,7 +55,7 @@ async def capture_source(paths: list[Path], max_held: int) -> Source:
         raise ValueError("no capture files given (expected .json or .jsonl files or directories of them)")
     keyer = RunKeyer(max_held)
     for n, item in enumerate(interleave(files), start=1):
-        for out in keyer.key(item):
+        for out in keyer.key_record(item):
             yield out
         if n % 1024 == 0:
             await asyncio.sleep(0)  # let the other tasks of the process run
@@ -356,6 +309,18 @@ async def _intake(settings: Settings, source: Source) -> None:
 EMBEDDED_POLL_S = 0.005  # how often the embedded pipeline looks for new changes when its input is empty
 
 
+def dead_letter_file(es: EmbeddedSettings, index_path: Path, on_drop: Callable[[int], None] | None = None
+                     ) -> JsonlDeadLetters:
+    """The bounded dead-letter file of the embedded index at ``index_path``: ``<index>.dead-letters.jsonl``."""
+    return JsonlDeadLetters(index_path.with_name(index_path.stem + ".dead-letters.jsonl"), es.dead_letter_file_bytes,
+                            es.dead_letter_files, on_drop)
+
+
+def pipeline_limits(es: EmbeddedSettings) -> PipelineLimits:
+    """The embedded pipeline's queue and flush bounds."""
+    return PipelineLimits(change_queue=es.change_queue, history_queue=es.history_queue, flush_every=es.flush_every)
+
+
 async def _serve_embedded(settings: Settings, opts: ServeOptions, intake: Source, metrics: Metrics, health: Health,
                           shutdown: Shutdown) -> PipelineReport:
     """The embedded pipeline on its own thread (its sinks are synchronous), fed through a bounded queue."""
@@ -383,13 +348,13 @@ async def _serve_embedded(settings: Settings, opts: ServeOptions, intake: Source
     dropped = Counter("tracker_dead_letters_dropped_total",
                       "Dead letters deleted with the oldest dead-letter file when the files were rotated.",
                       registry=metrics.registry)
-    dead = settings.embedded.dead_letters(index_path, on_drop=dropped.inc)
+    dead = dead_letter_file(settings.embedded, index_path, on_drop=dropped.inc)
 
     def pipeline() -> PipelineReport:
         with ExperimentIndex(index_path) as index:  # continue from the reducer state the index keeps
             reducer_state.refuse_runs_without_state(index)
-            reducer = reducer_state.restore(index, settings.reduce.reducer_limits(retire=True))
-            return asyncio.run(run_pipeline(records(), reducer, [], dead, limits=settings.embedded.limits(),
+            reducer = reducer_state.restore(index, settings.reduce.reducer_limits(settings.embedded.max_retired))
+            return asyncio.run(run_pipeline(records(), reducer, [], dead, limits=pipeline_limits(settings.embedded),
                                             store=index))
 
     running = asyncio.ensure_future(asyncio.to_thread(pipeline))

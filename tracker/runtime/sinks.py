@@ -37,7 +37,7 @@ from pydantic import ValidationError
 from tracker.core.model import RunHistory
 from tracker.runtime.ops import Health, Metrics
 from tracker.runtime.pipeline import HistorySink
-from tracker.runtime.settings import Settings
+from tracker.settings import Settings
 from tracker.shell import kafka
 
 T = TypeVar("T")

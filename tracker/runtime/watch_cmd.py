@@ -10,8 +10,9 @@ watches and publishes; a leader that loses the lease stops publishing at once an
 Without it, run exactly one replica.
 
 Where the checkpoint lives (``checkpoint_store``): with a lease and Kafka (publishing to the changes topic), in the
-compacted watch-state topic, shared by the replicas (``tracker.shell.watch_state``): every leadership term resumes
-from the last checkpoint of whichever replica led before, and starting a term fences the previous leader's saves.
+compacted watch-state topic, shared by the replicas (``tracker.shell.watch.kafka_checkpoint``): every leadership
+term resumes from the last checkpoint of whichever replica led before, and starting a term fences the previous
+leader's saves.
 ``--checkpoint FILE`` always means a local SQLite file instead (each replica its own: a new leader then resumes
 from its own, possibly stale, state and re-lists); so does a single replica, or a capture output, which has no
 checkpoint unless ``--checkpoint`` is given.
@@ -32,42 +33,30 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aiokafka import AIOKafkaProducer
-from kubernetes_asyncio.client import ApiClient, Configuration
-from kubernetes_asyncio.config import ConfigException, load_incluster_config, load_kube_config
+from kubernetes_asyncio.config import ConfigException
 from rich.console import Console
 from rich.markup import escape
 
-from tracker.core.model import DeadLetter
 from tracker.runtime import service
 from tracker.runtime.ops import Health, Metrics, Shutdown
-from tracker.runtime.reduce import SOURCE_HEADER
-from tracker.runtime.settings import KafkaSettings, Settings, SettingsError, load_settings
-from tracker.shell import jsonio, kafka, watch_state
+from tracker.settings import LeaseSettings, Settings, SettingsError, WatchSettings, load_settings
+from tracker.shell import kafka
+from tracker.shell.kube import ApiError, KubeApi, kube_client
 from tracker.shell.leader import Lease, LeaseConfig, LeaseElector, lead
-from tracker.shell.watch import (
-    EVENTS_APIS,
-    ApiError,
-    Change,
-    CheckpointStore,
-    JsonlCapture,
-    KubeApi,
-    Publisher,
-    WatchCollector,
-    WatchConfig,
-    Watcher,
-    WatchFatal,
-    resources,
-)
-from tracker.shell.watch_state import KafkaCheckpoint
+from tracker.shell.watch.checkpoint import CheckpointStore
+from tracker.shell.watch.kafka_checkpoint import KafkaCheckpoint, transactional_id
+from tracker.shell.watch.publish import JsonlCapture, KafkaPublisher, Publisher
+from tracker.shell.watch.resources import EVENTS_APIS, resources
+from tracker.shell.watch.stream import WatchFatal
+from tracker.shell.watch.watcher import WatchCollector, Watcher
 
 # what stops `tracker watch` with one "stopped by an error" line and exit code 1 (also inside task groups)
 WATCH_FATAL: service.Errors = (*service.FATAL, WatchFatal, ApiError, ConfigException, sqlite3.Error)
 
 
 def add_watch_command(subparsers: Any) -> None:
-    """Add ``tracker watch`` to an ``argparse`` sub-parser collection."""
-    d = WatchConfig()
+    """Add ``tracker watch`` to an ``argparse`` sub-parser collection. A flag given overrides its setting
+    (``watch.*``, ``lease.*``: ``TRACKER_WATCH__PAGE_SIZE``, the settings file...); defaults are the settings'."""
     w = subparsers.add_parser("watch", help="list+watch Jobs, Pods, Events, Workloads, RayJobs and RayClusters; "
                                             "publish changes keyed by run id")
     w.add_argument("--kubeconfig", type=Path, help="default: the in-cluster service account, else ~/.kube/config")
@@ -84,22 +73,27 @@ def add_watch_command(subparsers: Any) -> None:
                         "checkpoint per replica")
     w.add_argument("--checkpoint-load-timeout", type=float, default=300.0, metavar="SECONDS",
                    help="reading the shared checkpoint at the start of a leadership term, at most")
-    w.add_argument("--events-api", choices=sorted(EVENTS_APIS), default=d.events_api,
+    d, dl = WatchSettings(), LeaseSettings()
+    w.add_argument("--events-api", choices=sorted(EVENTS_APIS), default=d.events_api, action=_Given,
                    help="which API to read Events from (both serve the same objects)")
-    w.add_argument("--page-size", type=int, default=d.page_size, help="LIST page size")
-    w.add_argument("--watch-timeout", type=int, default=d.watch_timeout_s, metavar="SECONDS",
+    w.add_argument("--page-size", type=int, default=d.page_size, action=_Given, help="LIST page size")
+    w.add_argument("--watch-timeout", type=int, default=d.watch_timeout_s, action=_Given, metavar="SECONDS",
                    help="server-side timeout of one watch request")
-    w.add_argument("--read-timeout", type=float, default=d.read_timeout_s, metavar="SECONDS",
+    w.add_argument("--read-timeout", type=float, default=d.read_timeout_s, action=_Given, metavar="SECONDS",
                    help="a watch connection silent for this long is dropped and resumed")
-    w.add_argument("--max-held", type=int, default=d.max_held, help="records waiting for their owner, at most")
-    w.add_argument("--checkpoint-interval", type=float, default=d.checkpoint_interval_s, metavar="SECONDS")
+    w.add_argument("--max-held", type=int, default=d.max_held, action=_Given,
+                   help="records waiting for their owner, at most")
+    w.add_argument("--checkpoint-interval", type=float, default=d.checkpoint_interval_s, action=_Given,
+                   metavar="SECONDS")
     le = w.add_argument_group("leader election (all three durations in seconds)")
-    le.add_argument("--lease-namespace", help="elect a leader with a Lease in this namespace (the pod's own)")
-    le.add_argument("--lease-name", default="tracker-watcher")
-    le.add_argument("--identity", help="this replica's name in the Lease (default: host name and process id)")
-    le.add_argument("--lease-duration", type=float, default=15.0)
-    le.add_argument("--renew-deadline", type=float, default=10.0)
-    le.add_argument("--retry-period", type=float, default=2.0)
+    le.add_argument("--lease-namespace", action=_Given,
+                    help="elect a leader with a Lease in this namespace (the pod's own)")
+    le.add_argument("--lease-name", default=dl.name, action=_Given)
+    le.add_argument("--identity", action=_Given,
+                    help="this replica's name in the Lease (default: host name and process id)")
+    le.add_argument("--lease-duration", type=float, default=dl.lease_duration_s, action=_Given)
+    le.add_argument("--renew-deadline", type=float, default=dl.renew_deadline_s, action=_Given)
+    le.add_argument("--retry-period", type=float, default=dl.retry_period_s, action=_Given)
     w.add_argument("--config", type=Path, help="settings file (YAML or JSON; also TRACKER_CONFIG_FILE)")
     w.add_argument("--bootstrap-servers", help="Kafka bootstrap servers (also TRACKER_KAFKA__BOOTSTRAP_SERVERS)")
     w.add_argument("--metrics-port", type=int, help="serve /metrics, /healthz, /readyz on this port (0: any)")
@@ -107,9 +101,30 @@ def add_watch_command(subparsers: Any) -> None:
     w.set_defaults(func=cmd_watch)
 
 
+class _Given(argparse.Action):
+    """Stores a flag's value and notes that it was given: a given flag overrides its setting (``watch.*``,
+    ``lease.*``), one not given leaves it to the environment, the settings file or the default."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        setattr(namespace, self.dest, values)
+        namespace.given = {*getattr(namespace, "given", ()), self.dest}
+
+
+# flag dest -> (settings section, field)
+_FLAG_SETTINGS = {
+    "events_api": ("watch", "events_api"), "page_size": ("watch", "page_size"),
+    "watch_timeout": ("watch", "watch_timeout_s"), "read_timeout": ("watch", "read_timeout_s"),
+    "max_held": ("watch", "max_held"), "checkpoint_interval": ("watch", "checkpoint_interval_s"),
+    "lease_namespace": ("lease", "namespace"), "lease_name": ("lease", "name"), "identity": ("lease", "identity"),
+    "lease_duration": ("lease", "lease_duration_s"), "renew_deadline": ("lease", "renew_deadline_s"),
+    "retry_period": ("lease", "retry_period_s"),
+}
+
+
 @dataclass(frozen=True, slots=True)
 class WatchOptions:
-    config: WatchConfig
+    config: WatchSettings
     kubeconfig: Path | None = None
     context: str | None = None
     capture: Path | None = None
@@ -120,30 +135,37 @@ class WatchOptions:
 
 def cmd_watch(args: argparse.Namespace, console: Console) -> int:
     try:
-        overrides = {section: {k: v for k, v in values.items() if v is not None} for section, values in {
+        flags: dict[str, dict[str, Any]] = {
             "kafka": {"bootstrap_servers": args.bootstrap_servers},
-            "ops": {"metrics_port": args.metrics_port, "log_format": args.log_format}}.items()}
+            "ops": {"metrics_port": args.metrics_port, "log_format": args.log_format},
+            "watch": {"namespaces": tuple(args.namespaces) or None}, "lease": {}}
+        for dest in getattr(args, "given", ()):
+            section, name = _FLAG_SETTINGS[dest]
+            flags[section][name] = getattr(args, dest)
+        overrides = {section: {k: v for k, v in values.items() if v is not None} for section, values in flags.items()}
         settings = load_settings(args.config, {k: v for k, v in overrides.items() if v})
         if args.capture is None and not settings.kafka.enabled:
             raise SettingsError("`tracker watch` needs an output: --capture FILE, or Kafka (--bootstrap-servers or "
                                 "TRACKER_KAFKA__BOOTSTRAP_SERVERS)")
-        config = WatchConfig(namespaces=tuple(args.namespaces), events_api=args.events_api, page_size=args.page_size,
-                             watch_timeout_s=args.watch_timeout, read_timeout_s=args.read_timeout,
-                             max_held=args.max_held, checkpoint_interval_s=args.checkpoint_interval)
+        config = settings.watch
         if not args.checkpoint_load_timeout > 0:
             raise ValueError(f"--checkpoint-load-timeout must be positive, got {args.checkpoint_load_timeout}")
-        lease = None
-        if args.lease_namespace:
-            lease = LeaseConfig(namespace=args.lease_namespace, name=args.lease_name,
-                                identity=args.identity or f"{socket.gethostname()}-{os.getpid()}",
-                                lease_duration_s=args.lease_duration, renew_deadline_s=args.renew_deadline,
-                                retry_period_s=args.retry_period)
+        lease = lease_config(settings.lease)
     except (SettingsError, ValueError) as exc:
         console.print(f"[red]error:[/] {escape(str(exc))}")
         return 2
     opts = WatchOptions(config=config, kubeconfig=args.kubeconfig, context=args.context, capture=args.capture,
                         checkpoint=args.checkpoint, lease=lease, checkpoint_load_timeout_s=args.checkpoint_load_timeout)
     return asyncio.run(service.run_process(settings, "watch", watch_body(settings, opts), fatal=WATCH_FATAL))
+
+
+def lease_config(ls: LeaseSettings) -> LeaseConfig | None:
+    """This replica's election (``LeaseConfig`` checks the durations), or None without ``lease.namespace``."""
+    if not ls.namespace:
+        return None
+    identity = ls.identity or f"{socket.gethostname()}-{os.getpid()}"
+    return LeaseConfig(namespace=ls.namespace, name=ls.name, identity=identity, lease_duration_s=ls.lease_duration_s,
+                       renew_deadline_s=ls.renew_deadline_s, retry_period_s=ls.retry_period_s)
 
 
 def watch_body(settings: Settings, opts: WatchOptions, into: Publisher | None = None) -> service.Body:
@@ -185,55 +207,8 @@ def checkpoint_store(settings: Settings, opts: WatchOptions, into: Publisher | N
         return None
     lease = opts.lease
     return KafkaCheckpoint(settings.kafka, scope=f"{lease.namespace}/{lease.name}",
-                           transactional_id=watch_state.transactional_id(settings.kafka, lease.namespace, lease.name),
+                           transactional_id=transactional_id(settings.kafka, lease.namespace, lease.name),
                            load_timeout_s=opts.checkpoint_load_timeout_s)
-
-
-async def kube_client(kubeconfig: Path | None, context: str | None, *, connections: int) -> ApiClient:
-    """An ApiClient from ``kubeconfig``; without one, the in-cluster service account, else ~/.kube/config."""
-    cfg = Configuration()
-    if kubeconfig is None:
-        try:
-            load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]  # untyped upstream
-        except ConfigException:
-            await load_kube_config(context=context, client_configuration=cfg)
-    else:
-        await load_kube_config(config_file=str(kubeconfig), context=context, client_configuration=cfg)
-    cfg.connection_pool_maxsize = max(cfg.connection_pool_maxsize, connections)  # one connection per watch
-    return ApiClient(cfg)
-
-
-class KafkaPublisher:
-    """Changes to the changes topic, keyed by run id, encoded as ``tracker serve`` encodes them, and dead letters
-    to the dead-letters topic; at most ``max_in_flight`` unacknowledged. ``flush`` waits until every record sent
-    so far is acknowledged."""
-
-    def __init__(self, producer: AIOKafkaProducer, ks: KafkaSettings, max_in_flight: int) -> None:
-        self.producer = producer
-        self.ks = ks
-        self.max_in_flight = max_in_flight
-        self.in_flight: list[asyncio.Future[object]] = []
-
-    async def publish(self, key: str, record: Change, source: str) -> None:
-        value = jsonio.dumps(record)
-        self.in_flight.append(await kafka.bounded(
-            self.producer.send(self.ks.topics.changes, value=value, key=key.encode(),
-                               headers=[(SOURCE_HEADER, source.encode())]),
-            self.ks.call_timeout_s, "sending a change"))
-        if len(self.in_flight) >= self.max_in_flight:
-            await self.flush()
-
-    async def dead_letter(self, letter: DeadLetter) -> None:
-        self.in_flight.append(await kafka.bounded(
-            self.producer.send(self.ks.topics.dead_letters, value=letter.model_dump_json().encode()),
-            self.ks.call_timeout_s, "sending a dead letter"))
-        if len(self.in_flight) >= self.max_in_flight:
-            await self.flush()
-
-    async def flush(self) -> None:
-        pending, self.in_flight = self.in_flight, []
-        if pending:
-            await kafka.bounded(asyncio.gather(*pending), self.ks.call_timeout_s, "delivering changes")
 
 
 @asynccontextmanager

@@ -39,10 +39,12 @@ from aiokafka.errors import (
 )
 from aiokafka.helpers import create_ssl_context
 
-from tracker.runtime.settings import KafkaSettings, TopicSettings
+from tracker.settings import KafkaSettings, TopicSettings
 
 T = TypeVar("T")
 log = structlog.get_logger("tracker.kafka")
+
+SOURCE_HEADER = "source"  # header of a changes record: where the change was read ("watch:<stream>", "path:line")
 
 
 class KafkaCallTimeout(TimeoutError):

@@ -1,4 +1,5 @@
-"""`tracker kusto apply [--dry-run]`: create or update the TauGrid tables, mappings, policies, views and functions.
+"""Applying the Kusto schema: create or update the TauGrid tables, mappings, policies, views and functions (the
+command line, `tracker kusto apply [--dry-run]`, is ``tracker.runtime.kusto_cmd``).
 
 Runs the scripts under ``schemas/kusto/*.kql`` in file-name order, each command on its own as a management
 command in the configured database (``TRACKER_ADX_*`` settings, see ``tracker.shell.adx.AdxSettings``), and
@@ -11,7 +12,6 @@ command sent, its place among all, and a line every 15 s while one runs.
 
 from __future__ import annotations
 
-import argparse
 import re
 import sys
 import time
@@ -23,15 +23,12 @@ from pathlib import Path
 from typing import TextIO, TypeVar
 
 from azure.kusto.data import ClientRequestProperties, KustoClient
-from azure.kusto.data.exceptions import KustoError
 
 from tracker.shell.adx import (
     AdxSettings,
-    AdxSettingsError,
     DeadlineExceeded,
     call_with_deadline,
     connection,
-    load_adx_settings,
 )
 
 SCHEMA_DIR = Path(__file__).resolve().parents[2] / "schemas" / "kusto"
@@ -140,30 +137,3 @@ def _wait(fn: Callable[[], T], timeout_s: float, progress: tuple[float, Callable
         return call_with_deadline(fn, timeout_s, "kusto apply", progress)
     except DeadlineExceeded:
         raise ApplyError(timeout_message) from None
-
-
-def cmd_kusto_apply(args: argparse.Namespace, console: object = None) -> int:
-    """The `kusto apply` command (``console``, passed by the CLI to every command, is not used). Exit codes: 0
-    applied, 1 the cluster did not answer or refused a command, 2 bad settings."""
-    try:
-        settings = load_adx_settings()
-    except AdxSettingsError as exc:
-        sys.stderr.write(f"error: kusto apply: {exc}\n")
-        return 2
-    try:
-        apply_schema(settings, args.dry_run, args.schema_dir)
-    except (ApplyError, ValueError, KustoError, FileNotFoundError) as exc:
-        sys.stderr.write(f"error: kusto apply: {exc}\n")
-        return 1
-    return 0
-
-
-def add_kusto_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Adds `kusto apply [--dry-run] [--schema-dir DIR]` to the tracker's argparse sub-commands."""
-    kusto = subparsers.add_parser("kusto", help="Azure Data Explorer schema (settings: TRACKER_ADX_* variables)")
-    sub = kusto.add_subparsers(dest="kusto_command", required=True)
-    apply = sub.add_parser("apply", help="create or update the TauGrid tables, mappings, policies, views and "
-                                         "functions (idempotent)")
-    apply.add_argument("--dry-run", action="store_true", help="print the commands in order; send nothing")
-    apply.add_argument("--schema-dir", type=Path, default=SCHEMA_DIR, help=f"default: {SCHEMA_DIR}")
-    apply.set_defaults(func=cmd_kusto_apply)

@@ -26,24 +26,37 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 import structlog
 
-from tracker.shell.watch import ApiError, KubeApi, LeadershipLost
+from tracker.settings import LEASE_DURATION_S, LEASE_NAME, RENEW_DEADLINE_S, RETRY_PERIOD_S
+from tracker.shell.kube import ApiError, KubeApi
 
 log = structlog.get_logger("tracker.leader")
 
 
+class LeadershipLost(Exception):
+    """The lease this watcher published under is no longer certainly held: stop publishing now."""
+
+
+class Leadership(Protocol):
+    """What a leader checks before each publish (``Lease``)."""
+
+    def valid(self) -> bool: ...
+
+
 @dataclass(frozen=True, slots=True)
 class LeaseConfig:
+    """One candidate's election, as ``tracker.settings.LeaseSettings`` configures it (with its defaults)."""
+
     namespace: str
     identity: str
-    name: str = "tracker-watcher"
-    lease_duration_s: float = 15.0
-    renew_deadline_s: float = 10.0
-    retry_period_s: float = 2.0
+    name: str = LEASE_NAME
+    lease_duration_s: float = LEASE_DURATION_S
+    renew_deadline_s: float = RENEW_DEADLINE_S
+    retry_period_s: float = RETRY_PERIOD_S
 
     def __post_init__(self) -> None:
         if not 0 < self.retry_period_s < self.renew_deadline_s < self.lease_duration_s:

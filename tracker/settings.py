@@ -1,4 +1,9 @@
-"""Service settings: environment (``TRACKER_`` prefix, ``__`` between levels), an optional YAML/JSON file, flags.
+"""The settings of every process, one tree: environment (``TRACKER_`` prefix, ``__`` between levels), an optional
+YAML/JSON file, flags. One section per concern: ``kafka`` (with ``topics``), ``reduce``, ``alerts``, ``sink``,
+``source``, ``embedded``, ``watch``, ``lease``, ``ops``. The reducer's limits (``ReduceSettings.reducer_limits``) are
+built from here; the embedded pipeline's by ``tracker.runtime.service`` from ``embedded``.
+
+This module is the layer just above ``tracker.core``: shell, runtime and cli import it; it imports only core.
 
 Precedence, highest first: command-line flags, environment variables, the settings file (``--config PATH`` or
 ``TRACKER_CONFIG_FILE``), the defaults below. Examples::
@@ -9,6 +14,7 @@ Precedence, highest first: command-line flags, environment variables, the settin
     TRACKER_KAFKA__SASL_USERNAME='$ConnectionString'        # Azure Event Hubs' Kafka endpoint
     TRACKER_KAFKA__SASL_PASSWORD='Endpoint=sb://...'         # a SecretStr: never logged or printed
     TRACKER_ALERTS__STALLED_ADMISSION_S=1800
+    TRACKER_WATCH__PAGE_SIZE=250                             # or `tracker watch --page-size 250`
 
 Everything is validated when the process starts; ``load_settings`` raises ``SettingsError`` listing every bad
 value by its dotted name. Every queue, timeout and retry the service uses is a setting here, with a default.
@@ -19,27 +25,25 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic.dataclasses import dataclass
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from tracker.core.redact import secret_env, secret_fields, secret_values, validation_problems
 from tracker.core.reducer import ReducerLimits
-from tracker.runtime.pipeline import (
-    DEAD_LETTER_FILE_BYTES,
-    DEAD_LETTER_FILES,
-    JsonlDeadLetters,
-    PipelineLimits,
-)
 
 CONFIG_FILE_ENV = "TRACKER_CONFIG_FILE"
 MIB = 1024 * 1024
+DEAD_LETTER_FILE_BYTES = 64 * MIB  # an embedded index's dead-letter file is rotated when it reaches this size
+DEAD_LETTER_FILES = 5  # the current file and the rotated ones kept: at most about 5 x 64 MiB
+MAX_HELD = ReducerLimits().max_held  # records held until their owner is seen: the reducer's bound, everywhere
 
 
 class SettingsError(ValueError):
@@ -189,7 +193,7 @@ class ReduceSettings(_Section):
     max_change_bytes: int = Field(default=int(1.5 * MIB), ge=1_024,
                                   description="A changes value larger than this is a dead letter (etcd's object "
                                               "limit is ~1.5 MiB).")
-    max_held: int = Field(default=100_000, ge=1)
+    max_held: int = Field(default=MAX_HELD, ge=1, description="Records held by the reducer until their owner is seen.")
     max_dead_letters: int = Field(default=10_000, ge=1, description="Dead letters kept between two commits.")
     max_retired: int = Field(default=1_000_000, ge=1, description="Finished runs remembered per partition.")
     retire_after_s: float = Field(
@@ -201,12 +205,12 @@ class ReduceSettings(_Section):
                              description="Consecutive failed transactions or restores of one partition before exit.")
     retry_backoff_max_s: float = Field(default=10.0, gt=0, le=600)
 
-    def reducer_limits(self, retire: bool = False) -> ReducerLimits:
-        """The reducer's bounds; with ``retire``, the reducer retires finished runs itself (the embedded
-        pipeline; the Kafka reducer retires them in its transactions)."""
+    def reducer_limits(self, max_retired: int | None = None) -> ReducerLimits:
+        """The reducer's bounds, retirement included (``tracker reduce`` and the embedded pipeline retire finished
+        runs by one policy; only ``max_retired`` differs: see ``EmbeddedSettings.max_retired``)."""
         return ReducerLimits(max_held=self.max_held, max_dead_letters=self.max_dead_letters,
-                             max_retired=self.max_retired,
-                             retire_after_us=round(self.retire_after_s * 1_000_000) if retire else None)
+                             max_retired=self.max_retired if max_retired is None else max_retired,
+                             retire_after_us=round(self.retire_after_s * 1_000_000))
 
 
 class AlertSettings(_Section):
@@ -229,7 +233,7 @@ class SinkSettings(_Section):
 
 
 class SourceSettings(_Section):
-    max_held: int = Field(default=100_000, ge=1,
+    max_held: int = Field(default=MAX_HELD, ge=1,
                           description="Records held by the run keyer until their owner is seen.")
     max_in_flight: int = Field(default=10_000, ge=1, description="Changes sent but not yet acknowledged.")
     max_retries: int = Field(default=8, ge=0, le=1_000, description="Failed deliveries in a row before giving up.")
@@ -237,6 +241,11 @@ class SourceSettings(_Section):
 
 
 class EmbeddedSettings(_Section):
+    max_retired: int = Field(
+        default=100_000, ge=1,
+        description="Retired runs the embedded reducer remembers (their late records are recognised); the index "
+                    "remembers every retirement, so forgetting one never loses a history. Bounds memory at about "
+                    "0.4 KiB per remembered run (bench/memory.py).")
     change_queue: int = Field(default=10_000, ge=1)
     history_queue: int = Field(default=64, ge=1)
     flush_every: int = Field(default=5_000, ge=1)
@@ -248,14 +257,51 @@ class EmbeddedSettings(_Section):
         description="Dead-letter files kept, the current one included; the letters of older ones are dropped "
                     "(counted: tracker_dead_letters_dropped_total).")
 
-    def dead_letters(self, path: Path, on_drop: Callable[[int], None] | None = None) -> JsonlDeadLetters:
-        """The bounded dead-letter file of the index at ``path``."""
-        return JsonlDeadLetters(path.with_name(path.stem + ".dead-letters.jsonl"), self.dead_letter_file_bytes,
-                                self.dead_letter_files, on_drop)
 
-    def limits(self) -> PipelineLimits:
-        return PipelineLimits(change_queue=self.change_queue, history_queue=self.history_queue,
-                              flush_every=self.flush_every)
+@dataclass(frozen=True, config=ConfigDict(extra="forbid", hide_input_in_errors=True))
+class WatchSettings:
+    """`tracker watch` (and `tracker serve --watch`): how the watcher talks to the apiserver and how much it may
+    remember. Durations in seconds. A dataclass (``dataclasses.replace`` works on it); its flags: ``--namespace``,
+    ``--events-api``, ``--page-size``, ``--watch-timeout``, ``--read-timeout``, ``--max-held``,
+    ``--checkpoint-interval``."""
+
+    namespaces: tuple[str, ...] = ()  # empty: cluster-wide (one stream per resource)
+    events_api: str = "events.k8s.io/v1"  # or "v1": both serve the same Events, only one is watched
+    page_size: int = Field(default=500, ge=1)  # LIST limit: bounds one response's memory
+    watch_timeout_s: int = Field(default=240, ge=1)  # server-side timeoutSeconds: the apiserver ends the watch cleanly
+    read_timeout_s: float = Field(default=90.0, gt=0)  # silence on a watch longer than this = dead connection
+    connect_timeout_s: float = Field(default=10.0, gt=0)
+    request_timeout_s: float = Field(default=60.0, gt=0)  # one LIST page or discovery request, in total
+    backoff_base_s: float = Field(default=0.5, gt=0)  # reconnect backoff: doubles per failure, jittered, capped
+    backoff_cap_s: float = Field(default=30.0, gt=0)
+    unavailable_retry_cap_s: float = Field(default=300.0, gt=0)  # a missing CRD or forbidden resource: this rarely
+    max_held: int = Field(default=MAX_HELD, ge=1)  # records waiting for their owner
+    max_runs: int = Field(default=200_000, ge=1)  # runs whose owner bindings are kept (least recently seen forgotten)
+    max_known: int = Field(default=1_000_000, ge=1)  # objects remembered per stream (resourceVersion and last state)
+    outbox_size: int = Field(default=10_000, ge=1)  # records handled but not yet published
+    checkpoint_interval_s: float = Field(default=2.0, gt=0)
+    log_interval_s: float = Field(default=60.0, gt=0)  # one progress line per interval
+
+
+LEASE_NAME = "tracker-watcher"
+LEASE_DURATION_S = 15.0
+RENEW_DEADLINE_S = 10.0
+RETRY_PERIOD_S = 2.0
+
+
+class LeaseSettings(_Section):
+    """Leader election of `tracker watch` replicas through a ``coordination.k8s.io/v1`` Lease (flags
+    ``--lease-namespace``, ``--lease-name``, ``--identity``, ``--lease-duration``, ``--renew-deadline``,
+    ``--retry-period``); checked as ``tracker.shell.leader.LeaseConfig`` when the watcher starts."""
+
+    namespace: str | None = Field(default=None, description="Elect a leader with a Lease in this namespace (the "
+                                                             "pod's own); none: no election, run one replica.")
+    name: str = LEASE_NAME
+    identity: str | None = Field(default=None, description="This replica's name in the Lease (default: host name "
+                                                            "and process id).")
+    lease_duration_s: float = LEASE_DURATION_S
+    renew_deadline_s: float = RENEW_DEADLINE_S
+    retry_period_s: float = RETRY_PERIOD_S
 
 
 class OpsSettings(_Section):
@@ -281,6 +327,8 @@ class Settings(BaseSettings):
     sink: SinkSettings = SinkSettings()
     source: SourceSettings = SourceSettings()
     embedded: EmbeddedSettings = EmbeddedSettings()
+    watch: WatchSettings = WatchSettings()
+    lease: LeaseSettings = LeaseSettings()
     ops: OpsSettings = OpsSettings()
 
     @classmethod

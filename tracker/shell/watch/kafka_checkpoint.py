@@ -57,9 +57,10 @@ import structlog
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.errors import ProducerFenced
 
-from tracker.runtime.settings import KafkaSettings
+from tracker.settings import KafkaSettings
 from tracker.shell import kafka
-from tracker.shell.watch import CHECKPOINT_VERSION, Entry, LeadershipLost, Saved, Snapshot
+from tracker.shell.leader import LeadershipLost
+from tracker.shell.watch.checkpoint import CHECKPOINT_VERSION, Entry, Saved, Snapshot
 
 log = structlog.get_logger("tracker.watch_state")
 

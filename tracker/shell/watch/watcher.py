@@ -1,0 +1,218 @@
+"""The watcher: all streams of one watcher process, their run keying, outbox, publishing and checkpoint; and its
+Prometheus view (see ``tracker.shell.watch`` for the theory of operation)."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import structlog
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from tracker.core import extract as x
+from tracker.core import redact
+from tracker.core.model import EXCERPT_MAX, DeadLetter
+from tracker.settings import WatchSettings
+from tracker.shell import jsonio
+from tracker.shell.kube import KubeApi
+from tracker.shell.leader import Leadership, LeadershipLost
+from tracker.shell.watch.checkpoint import CheckpointStore, Saved, Snapshot, SqliteCheckpoint
+from tracker.shell.watch.keying import RunKeyer
+from tracker.shell.watch.publish import DeadLetterPublisher, Outbox, Publisher
+from tracker.shell.watch.resources import resources
+from tracker.shell.watch.stream import Stream, WatchStats, name_of
+
+log = structlog.get_logger("tracker.watch")
+
+
+class Watcher:
+    """All streams of one watcher process, their keying, outbox, publishing and checkpoint."""
+
+    def __init__(self, api: KubeApi, publisher: Publisher, config: WatchSettings | None = None, *,
+                 checkpoint: Path | CheckpointStore | None = None, leadership: Leadership | None = None,
+                 rng: random.Random | None = None) -> None:
+        """``checkpoint``: a SQLite file, or any ``CheckpointStore`` (loaded by ``run``, closed when it ends)."""
+        self.api = api
+        self.publisher = publisher
+        self.letters: DeadLetterPublisher | None = publisher if isinstance(publisher, DeadLetterPublisher) else None
+        self.config = config or WatchSettings()
+        self.leadership = leadership
+        self.rng = rng or random.Random()
+        self.stats = WatchStats()
+        self.keys = RunKeyer(self.config.max_held, self.config.max_runs)
+        self.outbox = Outbox(self.config.outbox_size)
+        self.streams = [Stream(res, ns, api=api, config=self.config, stats=self.stats, rng=self.rng, emit=self.emit,
+                               dead_letter=self.dead_letter, wait_room=self.outbox.wait_room)
+                        for res in resources(self.config.events_api) for ns in (self.config.namespaces or (None,))]
+        self.store: CheckpointStore | None = (SqliteCheckpoint(checkpoint) if isinstance(checkpoint, Path)
+                                              else checkpoint)
+        self.saving = asyncio.Lock()
+        self.started = asyncio.Event()  # state loaded, streams running
+
+    # ------------------------------------------------------------ keyed emission (synchronous)
+
+    def emit(self, etype: str, obj: dict[str, Any], source: str) -> None:
+        if etype == "DELETED" and obj.get("kind") == "Event":
+            return  # an Event's expiry is no lifecycle fact, and the reducer ignores it
+        try:
+            keyed = self.keys.key(etype, obj, source)
+        except x.Malformed as exc:
+            self.stats.malformed += 1
+            log.warning("watch_object_uncorrelatable", source=source, detail=str(exc), kind=obj.get("kind"),
+                        name=name_of(obj))
+            self.dead_letter(source, f"malformed {obj.get('kind')}", str(exc), obj)
+            return
+        except Exception as exc:  # a bug in keying this object: it costs this record only
+            log.exception("watch_record_failed", source=source, type=etype, kind=obj.get("kind"), name=name_of(obj))
+            self.dead_letter(source, "watcher error", f"{type(exc).__name__}: {exc}", obj)
+            return
+        for run, k_etype, k_obj, k_source in keyed:
+            self.outbox.put_nowait(run, {"type": k_etype, "object": k_obj}, k_source)
+        if self.keys.just_dropped:
+            for owner, (d_etype, d_obj, d_source) in self.keys.just_dropped:
+                log.warning("watch_record_dropped", reason="owner not seen while max_held records were held",
+                            owner_uid=owner, type=d_etype, kind=d_obj.get("kind"), source=d_source,
+                            max_held=self.config.max_held)
+            self.keys.just_dropped.clear()
+
+    def dead_letter(self, source: str, reason: str, detail: str, obj: Any) -> None:
+        """Queue a dead letter for a record that is not published, in order with the records around it. ``obj``
+        is its excerpt: a slimmed object, or only the identity of a raw one (whose spec may hold secrets); the
+        DeadLetter redacts what may still be secret in it."""
+        try:
+            excerpt = jsonio.dumps(obj).decode(errors="replace")[:2 * EXCERPT_MAX]
+        except (TypeError, ValueError):
+            excerpt = repr(obj)[:2 * EXCERPT_MAX]
+        self.stats.dead_letters += 1
+        self.outbox.put_item(DeadLetter(source=source, reason=reason, detail=detail[:1024],
+                                        identity=redact.identity(obj), excerpt=excerpt))
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Watch until ``stop`` is set, then drain, checkpoint and return. Raises ``LeadershipLost``
+        (wrapped in an ExceptionGroup, like any failure of its tasks, such as ``WatchFatal``) without a final
+        checkpoint; so does a save that a newer leader's store fenced."""
+        try:
+            if self.store is not None:
+                self.restore(await self.store.load())
+            async with asyncio.TaskGroup() as tg:
+                publishing = tg.create_task(self.publish_forever())
+                housekeeping = tg.create_task(self.housekeep_forever())
+                watching = [tg.create_task(s.run([t for t in self.streams if t.res.tier < s.res.tier]))
+                            for s in self.streams]
+                self.started.set()
+                await stop.wait()
+                for task in watching:
+                    task.cancel()
+                await asyncio.wait(watching)
+                await self.outbox.wait_delivered(self.outbox.enqueued)
+                await self.save()
+                publishing.cancel()
+                housekeeping.cancel()
+        finally:
+            if self.store is not None:
+                await self.store.close()
+
+    def restore(self, saved: Saved) -> None:
+        for s in self.streams:
+            s.rv = saved.rvs.get(s.key)
+            s.known = saved.known.get(s.key, {})
+        self.keys.restore(jsonio.loads(blob) for s in self.streams if s.res.kind != "Event"
+                          for _rv, blob in s.known.values())
+        for etype, obj, source in saved.held:  # what waited for an owner waits again (or is released)
+            self.emit(etype, obj, source)
+        log.info("watch_resumed", streams={s.key: s.rv for s in self.streams if s.rv},
+                 objects=sum(len(s.known) for s in self.streams), held=len(saved.held))
+
+    async def publish_forever(self) -> None:
+        stats, outbox, leadership = self.stats, self.outbox, self.leadership
+        while True:
+            batch = await outbox.get_batch(1024)
+            for item in batch:
+                if leadership is not None and not leadership.valid():
+                    raise LeadershipLost("the lease was not renewed in time; publishing stopped")
+                if isinstance(item, DeadLetter):
+                    if self.letters is not None:
+                        await self.letters.dead_letter(item)
+                    else:
+                        log.error("watch_dead_letter", **item.model_dump())
+                    continue
+                key, record, source = item
+                await self.publisher.publish(key, record, source)
+                stats.published += 1
+            await outbox.mark_delivered(len(batch))
+
+    async def housekeep_forever(self) -> None:
+        cfg = self.config
+        last_log = time.monotonic()
+        while True:
+            await asyncio.sleep(cfg.checkpoint_interval_s)
+            await self.save()
+            if time.monotonic() - last_log >= cfg.log_interval_s:
+                last_log = time.monotonic()
+                log.info("watch_progress", held=len(self.keys.corr.held), outbox=len(self.outbox.items),
+                         **self.stats.as_dict())
+
+    def snapshot(self) -> Snapshot:
+        changed = {}
+        for s in self.streams:
+            changed[s.key], s.changed = s.changed, {}
+        return Snapshot({s.key: s.rv for s in self.streams}, changed, self.keys.held_records())
+
+    async def save(self) -> None:
+        """Checkpoint what has been handled, once all of it is published and flushed."""
+        async with self.saving:  # one at a time, in snapshot order
+            if self.store is None:
+                await self.publisher.flush()
+                return
+            snap = self.snapshot()
+            await self.outbox.wait_delivered(self.outbox.enqueued)
+            await self.publisher.flush()
+            await self.store.save(snap)
+
+    async def wait_synced(self) -> None:
+        """Until every stream has listed (or resumed) once, or found its resource unavailable."""
+        await self.started.wait()
+        for s in self.streams:
+            await s.synced.wait()
+
+
+class WatchCollector:
+    """Prometheus view of the current watcher's statistics, read at scrape time (register it in a registry;
+    a leader-elected process sets ``watcher`` anew for every term it leads, and ``standby`` while it does not)."""
+
+    def __init__(self, *, standby: bool = False) -> None:
+        self.watcher: Watcher | None = None
+        self.standby = standby
+
+    def ready(self) -> bool:
+        """A replica on standby is ready; a watching one once every stream has listed or resumed."""
+        w = self.watcher
+        return self.standby or (w is not None and w.started.is_set() and all(st.synced.is_set() for st in w.streams))
+
+    def collect(self) -> Iterator[Metric]:
+        w = self.watcher
+        if w is None:
+            return
+        for name, value in w.stats.as_dict().items():
+            if name == "largest_record":
+                yield GaugeMetricFamily("tracker_watch_largest_record_bytes", "Largest slimmed record.", value=value)
+            else:
+                yield CounterMetricFamily(f"tracker_watch_{name}", f"Watcher {name.replace('_', ' ')}.", value=value)
+        for name in ("ignored", "held", "released", "dropped"):
+            yield CounterMetricFamily(f"tracker_watch_keying_{name}", f"Records {name} by run keying.",
+                                      value=getattr(w.keys, name))
+        yield GaugeMetricFamily("tracker_watch_waiting", "Records waiting for their owner.",
+                                value=len(w.keys.corr.held))
+        yield GaugeMetricFamily("tracker_watch_outbox", "Records handled, not yet published.",
+                                value=len(w.outbox.items))
+        known = GaugeMetricFamily("tracker_watch_known_objects", "Objects remembered, per stream.", labels=["stream"])
+        for st in w.streams:
+            known.add_metric([st.key], len(st.known))
+        yield known
+
