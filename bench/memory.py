@@ -24,8 +24,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import gc
-import multiprocessing
 import random
+import subprocess
 import sys
 import time
 
@@ -84,16 +84,14 @@ def fold(label: str, runs: int, every: int, limits: ReducerLimits, mix: str, see
     return readings
 
 
-def phase(label: str, runs: int, every: int, limits: ReducerLimits, mix: str, seed: int) -> list[tuple[int, float]]:
-    """``fold`` in a process of its own; its readings."""
-    ctx = multiprocessing.get_context("spawn")
-    with ctx.Pool(1) as pool:
-        return pool.apply(_phase, (label, runs, every, limits, mix, seed))
-
-
-def _phase(label: str, runs: int, every: int, limits: ReducerLimits, mix: str, seed: int) -> list[tuple[int, float]]:
-    tune_gc()
-    return fold(label, runs, every, limits, mix, seed)
+def summary(label: str, readings: list[tuple[int, float]], half: bool) -> None:
+    """Memory growth per run over the readings (their second half: after the grace and ``max_retired`` filled)."""
+    if half:
+        readings = readings[len(readings) // 2 - 1:]
+    if len(readings) >= 2:
+        (r0, m0), (r1, m1) = readings[0], readings[-1]
+        print(f"{label} ({r0:,} -> {r1:,} runs): {(m1 - m0) * 1024 / (r1 - r0):.3f} KiB RSS per run; "
+              f"peak RSS {max(m for _r, m in readings):.1f} MiB", flush=True)
 
 
 def main() -> int:
@@ -105,20 +103,21 @@ def main() -> int:
     ap.add_argument("--mix", choices=("ending", "realistic"), default="ending")
     ap.add_argument("--baseline-runs", type=int, default=100_000, help="runs folded without retirement first")
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--phase", choices=("both", "baseline", "retiring"), default="both", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    if args.baseline_runs:
-        base = phase("baseline (no retirement)", args.baseline_runs, max(1, args.baseline_runs // 4),
+    tune_gc()
+    if args.phase == "both":  # each phase in a process of its own: one's freed memory would hide the other's growth
+        for phase in ("baseline", "retiring") if args.baseline_runs else ("retiring",):
+            subprocess.run([sys.executable, __file__, *sys.argv[1:], "--phase", phase], check=True)
+        return 0
+    if args.phase == "baseline":
+        base = fold("baseline (no retirement)", args.baseline_runs, max(1, args.baseline_runs // 4),
                     ReducerLimits(), args.mix, args.seed)
-        if len(base) >= 2:
-            (r0, m0), (r1, m1) = base[0], base[-1]
-            print(f"baseline growth: {(m1 - m0) * 1024 / (r1 - r0):.2f} KiB per run")
+        summary("baseline growth", base, half=False)
+        return 0
     limits = ReducerLimits(retire_after_us=round(args.grace_s * 1_000_000), max_retired=args.max_retired)
-    got = phase("retiring (the embedded pipeline's limits)", args.runs, args.every, limits, args.mix, args.seed)
-    if len(got) >= 4:
-        half = got[len(got) // 2 - 1:]
-        (r0, m0), (r1, m1) = half[0], half[-1]
-        print(f"retiring, second half ({r0:,} -> {r1:,} runs): {(m1 - m0) * 1024 / (r1 - r0):.3f} KiB per run; "
-              f"peak RSS {max(m for _r, m in got):.1f} MiB")
+    got = fold("retiring (the embedded pipeline's limits)", args.runs, args.every, limits, args.mix, args.seed)
+    summary("retiring, second half", got, half=True)
     return 0
 
 
