@@ -369,10 +369,10 @@ def load_settings(config_file: Path | None = None, overrides: Mapping[str, Any] 
         # a message names the field, never a secret's value (whatever pydantic said about it)
         secrets = [*secret_values(data, SECRET_FIELDS), *secret_values(overrides, SECRET_FIELDS),
                    *secret_env(os.environ, "TRACKER_", SECRET_FIELDS)]
-        lines = [f"  {line}" for line in validation_problems(exc.errors(include_input=False, include_url=False),
-                                                             SECRET_FIELDS, secrets)]
-        raise SettingsError(f"invalid settings{where}; environment variables are TRACKER_<SECTION>__<NAME>:\n"
-                            + "\n".join(lines)) from None
+        problems = validation_problems(exc.errors(include_input=False, include_url=False), SECRET_FIELDS, secrets)
+        # one line (a log collector keeps it whole): every problem, then where the settings come from
+        raise SettingsError(f"invalid settings{where}: " + "; ".join(" ".join(p.split()) for p in problems)
+                            + " (environment variables are TRACKER_<SECTION>__<NAME>)") from None
     finally:
         _FILE_DATA.reset(token)
 

@@ -211,7 +211,7 @@ def _usage(exc: ValueError) -> int:
 
 
 def _error(exc: BaseException) -> None:
-    Console(stderr=True).print("[red]error:[/]", escape(str(exc)), highlight=False)
+    Console(stderr=True, soft_wrap=True).print("[red]error:[/]", escape(" ".join(str(exc).split())), highlight=False)
 
 
 def main(argv: list[str] | None = None) -> int:
