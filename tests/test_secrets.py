@@ -334,3 +334,29 @@ def test_an_adx_settings_error_names_the_field_and_never_the_client_secret(
     captured = capsys.readouterr()
     assert captured.err.startswith("error: kusto apply: invalid ADX settings") and captured.err.count("\n") == 1
     assert secret not in captured.err + captured.out and secret[-8:] not in captured.err + captured.out
+
+
+def test_serve_from_a_capture_publishes_objects_slimmed_as_the_watcher_does(tmp_path: Path) -> None:
+    """`tracker serve --from-capture` into Kafka: each object is cut to what the reducer reads before it is
+    published (a capture holds whole objects: annotations, env values, arguments), as the watcher cuts them."""
+    import asyncio
+
+    from tracker.runtime.service import capture_source
+    from tracker.shell.capture import BadRecord
+
+    secret = Secrets()
+    captures = write_captures(tmp_path, secret)
+
+    async def published() -> list[bytes]:
+        out = []
+        async for record, _key in capture_source([captures], 1_000):
+            if not isinstance(record, BadRecord):
+                out.append(json.dumps(record.value).encode())
+        return out
+
+    values = asyncio.run(published())
+    assert len(values) > len(KINDS) * 10
+    object_secrets = {w: v for w, v in secret.made.items() if w.split()[0] in KINDS}
+    assert len(object_secrets) >= 20
+    found = [where for where, value in object_secrets.items() if any(value.encode() in blob for blob in values)]
+    assert not found, found

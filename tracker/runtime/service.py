@@ -37,6 +37,7 @@ from tracker.shell.capture import BadRecord, Record, capture_files, interleave
 from tracker.shell.index import IndexSchemaError
 from tracker.shell.kafka import SOURCE_HEADER
 from tracker.shell.reducer_state import StateError
+from tracker.shell.slim import slim_event
 from tracker.shell.watch.keying import KeyedRecord, RunKeyer
 
 log = structlog.get_logger("tracker.service")
@@ -49,12 +50,15 @@ Source = AsyncIterator[SourceItem]
 
 
 async def capture_source(paths: list[Path], max_held: int) -> Source:
-    """Replay capture files (interleaved as ``tracker replay`` does), keyed by run."""
+    """Replay capture files (interleaved as ``tracker replay`` does), keyed by run, each object slimmed to what the
+    reducer reads as the watcher slims it (a capture holds whole objects: managedFields, env values)."""
     files = capture_files(paths)
     if not files:
         raise ValueError("no capture files given (expected .json or .jsonl files or directories of them)")
     keyer = RunKeyer(max_held)
     for n, item in enumerate(interleave(files), start=1):
+        if isinstance(item, Record):
+            item = Record(item.source, slim_event(item.value))
         for out in keyer.key_record(item):
             yield out
         if n % 1024 == 0:

@@ -130,3 +130,15 @@ def _metadata(meta: dict[str, Any], *, root: bool) -> dict[str, Any]:
     elif root and annotations is not None:
         out["annotations"] = annotations
     return out
+
+
+def slim_event(value: Any) -> Any:
+    """A watch event (``{"type", "object"}``) with its object slimmed; any other value (an intake event, a
+    bookmark, an object of no known kind) as it is, for the reducer to fold or dead-letter."""
+    if not isinstance(value, dict):
+        return value
+    obj = value.get("object")
+    kind = obj.get("kind") if isinstance(obj, dict) else None
+    if not isinstance(obj, dict) or not isinstance(kind, str) or kind not in SHAPES:
+        return value
+    return {**value, "object": slim(obj)}
