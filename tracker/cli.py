@@ -108,7 +108,8 @@ def index_path(args: argparse.Namespace) -> Path:
 # ------------------------------------------------------------------------------------------ commands
 
 
-def replay(captures: list[Path], index_path: Path, console: Console, quiet: bool = False) -> PipelineReport:
+def replay(captures: list[Path], index_path: Path, console: Console, quiet: bool = False,
+           retire_after_s: float | None = None) -> PipelineReport:
     import asyncio
 
     from rich.markup import escape
@@ -122,11 +123,16 @@ def replay(captures: list[Path], index_path: Path, console: Console, quiet: bool
         raise UsageError("no capture files given (expected .json or .jsonl files or directories of them)")
     total_bytes = sum(capture_size(f) for f in files)
     dead_path = index_path.with_name(index_path.stem + ".dead-letters.jsonl")
+    from tracker.core.reducer import ReducerLimits
     from tracker.shell.reducer_state import refuse_runs_without_state, restore
 
+    # no retirement by default: a capture replayed a file (one watch stream) at a time has no event time that
+    # holds for the others, and would lose records of runs retired too early (docs/limits.md)
+    limits = ReducerLimits() if retire_after_s is None else ReducerLimits(
+        retire_after_us=round(retire_after_s * 1_000_000), max_retired=100_000)
     with ExperimentIndex(index_path) as index:
         refuse_runs_without_state(index)
-        reducer = restore(index)
+        reducer = restore(index, limits)
         known = len(reducer.runs)
         progress = None
         on_progress = None
@@ -204,7 +210,8 @@ def _signal_name(signum: int) -> str:
 
 
 def cmd_replay(args: argparse.Namespace, console: Console) -> int:
-    report = replay(args.captures, args.index, console)
+    retire = None if args.retire_after is None else parse_duration(args.retire_after)
+    report = replay(args.captures, args.index, console, retire_after_s=retire)
     return 128 + report.stopped_by if report.stopped and report.stopped_by else 0
 
 
@@ -620,6 +627,11 @@ def build_parser(service_commands: bool = True) -> argparse.ArgumentParser:
                    "also gzip-compressed); - for standard input")
     r.add_argument("--index", type=Path, default=os.environ.get(INDEX_ENV) or None, required=not os.environ.get(
         INDEX_ENV), metavar="PATH", help=f"SQLite experiment index (created if missing; default: ${INDEX_ENV})")
+    r.add_argument("--retire-after", metavar="DURATION",
+                   help="free finished runs once the captures' event time is DURATION past their last change "
+                        "(e.g. 1h), as `tracker serve` does: memory stays flat on a long capture. Only for captures "
+                        "read in step (one time-ordered file, or a directory read together), and the same on every "
+                        "replay into one index; off by default")
     r.set_defaults(func=cmd_replay, needs_console=True)
 
     q = sub.add_parser("runs", help="list runs from the experiment index (kubectl style)",
