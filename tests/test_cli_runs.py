@@ -388,3 +388,18 @@ def test_readers_import_only_what_they_use(index: Path) -> None:
         assert not {m for m in modules if m.split(".")[0] in ("pydantic", "rich") or m.startswith(HEAVY)}, args
     modules = imported(["show", "gpt-moe-6wz8r", "--index", str(index)])
     assert not {m for m in modules if m.startswith(HEAVY)}
+
+
+@pytest.mark.parametrize("columns", ["80", ""])
+def test_the_demo_piped_fits_columns_and_pads_no_line(tmp_path: Path, columns: str) -> None:
+    """`./run demo | less` at 80 columns: every line fits, none ends in blanks (150 columns when COLUMNS is unset)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "TRACKER_INDEX")}
+    if columns:
+        env["COLUMNS"] = columns
+    proc = subprocess.run([sys.executable, "-m", "tracker.cli", "demo", "--index", str(tmp_path / "demo.sqlite")],
+                          capture_output=True, text=True, cwd=REPO, env=env, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert len(lines) > 50
+    assert max(len(line) for line in lines) <= int(columns or 150)
+    assert [line for line in lines if line != line.rstrip()] == []

@@ -18,7 +18,7 @@ import threading
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO, cast
 
 if TYPE_CHECKING:
     import asyncio
@@ -409,6 +409,33 @@ def _print_rich(make: Callable[[int], Any]) -> None:
     sys.stdout.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
 
 
+class _TrailingBlanksCut:
+    """A text stream that writes whole lines to ``out`` without their trailing blanks."""
+
+    def __init__(self, out: Any) -> None:
+        self.out = out
+        self._partial = ""
+
+    def write(self, text: str) -> int:
+        lines = (self._partial + text).split("\n")
+        self._partial = lines.pop()
+        if lines:
+            self.out.write("".join(line.rstrip() + "\n" for line in lines))
+        return len(text)
+
+    def flush(self) -> None:
+        if self._partial:
+            self.out.write(self._partial.rstrip())
+            self._partial = ""
+        self.out.flush()
+
+    def isatty(self) -> bool:
+        return False
+
+    def fileno(self) -> int:
+        return int(self.out.fileno())
+
+
 def _note(message: str) -> None:
     sys.stderr.write(f"note: {message}\n")
 
@@ -756,8 +783,10 @@ def main(argv: list[str] | None = None) -> int:
         from tracker.runtime.gctune import tune_gc
 
         tune_gc()
-        # a pipe or a CI log gets a fixed, readable width instead of rich's 80-column fallback
-        console = Console(width=None if sys.stdout.isatty() else 150)
+        # a pipe or a CI log gets COLUMNS or a fixed, readable width instead of rich's 80-column fallback, and
+        # lines without the trailing blanks rich pads them with
+        console = Console() if sys.stdout.isatty() else Console(width=table_width() or 150,
+                                                                file=cast(TextIO, _TrailingBlanksCut(sys.stdout)))
     try:
         rc: int = args.func(args, console)
     except NotFound as exc:
