@@ -416,6 +416,26 @@ def test_service_commands_parse() -> None:
     assert parser.parse_args(["reduce", "--instance-id", "r0"]).func.__name__ == "cmd_reduce"
 
 
+def test_every_service_command_option_has_help() -> None:
+    import argparse
+
+    from tracker.cli import build_parser
+
+    def walk(p: argparse.ArgumentParser, path: str) -> Iterator[tuple[str, argparse.Action]]:
+        for action in p._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, child in action.choices.items():
+                    yield from walk(child, f"{path} {name}")
+            else:
+                yield path, action
+
+    seen = set()
+    for path, action in walk(build_parser(service_commands=True), "tracker"):
+        seen.add(path)
+        assert action.help, (path, action.option_strings or action.dest)
+    assert {"tracker watch", "tracker reduce", "tracker serve", "tracker topics create", "tracker doctor"} <= seen
+
+
 def test_run_keyer_holds_records_until_their_owner_is_seen() -> None:
     records = synthetic_stream(3, seed=5, outcomes=["succeeded"])
     pods = [r for r in records if r.get("object", {}).get("kind") == "Pod"]
