@@ -31,8 +31,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator, Sequence
-from datetime import datetime
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -49,8 +48,10 @@ from tests.infra import kafka as infra_kafka
 from tests.infra.fixtures import unavailable
 from tests.infra.proc import Process, free_port, spawn
 from tracker.cli import replay
-from tracker.core.model import FINAL_STATUSES, Phase, RunHistory, Status
+from tracker.core.model import FINAL_STATUSES, RunHistory, Status
 from tracker.core.reducer import Reducer
+from tracker.core.stuck import Stuck, StuckRunAlert, stuck_candidate
+from tracker.core.timefmt import ts
 from tracker.runtime import service
 from tracker.runtime.commands import add_service_commands
 from tracker.runtime.ops import Health, Metrics
@@ -95,6 +96,8 @@ def configure(monkeypatch: pytest.MonkeyPatch, bootstrap: str, **extra: str) -> 
         "REDUCE__RETRY_BACKOFF_MAX_S": "2",
         "SINK__INDEX_GROUP": f"{prefix}-index",
         "ALERTS__STALLED_ADMISSION_S": str(STALLED_S),
+        "ALERTS__STUCK_SCHEDULING_S": str(STALLED_S),
+        "ALERTS__STUCK_RUNTIME_S": str(STALLED_S),
         "OPS__METRICS_INTERVAL_S": "1",
         **extra,
     }
@@ -319,22 +322,35 @@ def check_transitions(transitions: Sequence[ConsumerRecord], expected: dict[str,
     assert not wrong, f"{len(wrong)} runs end with another history than a fault-free fold, e.g. {wrong[:5]}"
 
 
+def alert_keys(alerts: Sequence[ConsumerRecord]) -> list[tuple[str, int, str]]:
+    """(run, attempt, phase) of each stuck-run alert, checked against the published schema."""
+    docs = [json.loads(a.value) for a in alerts]
+    for doc, rec in zip(docs, alerts, strict=True):
+        StuckRunAlert.model_validate(doc)
+        assert rec.key.decode() == doc["run_id"]
+    return [(d["run_id"], d["attempt"], d["phase"]) for d in docs]
+
+
+def stuck_at_end(histories: Iterable[RunHistory]) -> dict[tuple[str, int, str], Stuck]:
+    return {(s.run_id, s.attempt, s.phase.value): s for h in histories if (s := stuck_candidate(h)) is not None}
+
+
 def check_alerts(alerts: Sequence[ConsumerRecord], transitions: Sequence[ConsumerRecord]) -> None:
-    """Alerts are unique per (run, attempt); every run still waiting at the end and older than the threshold by
-    its partition's event clock (the latest transition time the partition published) has its alert."""
-    keys = [(json.loads(a.value)["run_id"], json.loads(a.value)["attempt"]) for a in alerts]
+    """Alerts are unique per (run, attempt, phase); every run still stuck at the end (pending in Admission,
+    Scheduling or Runtime) and longer than the threshold in its phase by its partition's event clock (the latest
+    transition time the partition published) has its alert."""
+    keys = alert_keys(alerts)
     assert len(keys) == len(set(keys)), f"alerts repeated: {[k for k, n in Counter(keys).items() if n > 1][:5]}"
     last = {r.key.decode(): (r.partition, RunHistory.model_validate_json(r.value)) for r in transitions}
-    watermark: dict[int, datetime] = {}
+    watermark: dict[int, int] = {}
     for partition, h in last.values():
         for t in h.transitions:
-            watermark[partition] = max(watermark.get(partition, t.at), t.at)
-    waiting = {run_id: (p, h.run) for run_id, (p, h) in last.items()
-               if h.run.status == Status.PENDING and h.run.phase == Phase.ADMISSION and h.run.queued_at}
-    due = {(run_id, run.attempts) for run_id, (p, run) in waiting.items()
-           if run.queued_at is not None and (watermark[p] - run.queued_at).total_seconds() >= STALLED_S}
-    assert due, "the input should leave some runs stalled in admission"
-    assert due <= set(keys), f"stalled runs without an alert: {sorted(due - set(keys))[:5]}"
+            watermark[partition] = max(watermark.get(partition, 0), ts(t.at) or 0)
+    partition_of = {run_id: p for run_id, (p, _) in last.items()}
+    due = {k for k, s in stuck_at_end(h for _, h in last.values()).items()
+           if s.age_us(watermark[partition_of[s.run_id]]) >= STALLED_S * 1_000_000}
+    assert {k for k in due if k[2] == "Admission"}, "the input should leave some runs stalled in admission"
+    assert due <= set(keys), f"stuck runs without an alert: {sorted(due - set(keys))[:5]}"
 
 
 def index_histories(index: Path) -> dict[str, RunHistory]:
@@ -398,6 +414,26 @@ def test_service_commands_parse() -> None:
                                                                                                    Path("b")]
     assert parser.parse_args(["topics", "create", "--partitions", "6"]).partitions == 6
     assert parser.parse_args(["reduce", "--instance-id", "r0"]).func.__name__ == "cmd_reduce"
+
+
+def test_every_service_command_option_has_help() -> None:
+    import argparse
+
+    from tracker.cli import build_parser
+
+    def walk(p: argparse.ArgumentParser, path: str) -> Iterator[tuple[str, argparse.Action]]:
+        for action in p._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, child in action.choices.items():
+                    yield from walk(child, f"{path} {name}")
+            else:
+                yield path, action
+
+    seen = set()
+    for path, action in walk(build_parser(service_commands=True), "tracker"):
+        seen.add(path)
+        assert action.help, (path, action.option_strings or action.dest)
+    assert {"tracker watch", "tracker reduce", "tracker serve", "tracker topics create", "tracker doctor"} <= seen
 
 
 def test_run_keyer_holds_records_until_their_owner_is_seen() -> None:
@@ -487,6 +523,9 @@ async def test_reduce_and_index_sink_processes_equal_replay(kafka_bootstrap: str
     assert f'tracker_partitions_assigned{{group="{settings.reduce.group_id}"}} {PARTITIONS}.0' in metrics
     assert 'tracker_changes_consumed_total{partition="0"}' in metrics
     assert 'tracker_transactions_total{outcome="committed"}' in metrics
+    if has_demo:  # the demo leaves runs stuck in Admission (quota) and Scheduling (unschedulable): wall-clock ages
+        for phase in ("Admission", "Scheduling"):
+            assert f'tracker_oldest_stuck_seconds{{phase="{phase}",queue=' in metrics, phase
     assert reducer.terminate() == 0 and sink.terminate() == 0  # graceful shutdown on SIGTERM
     assert any(e["event"] == "reducer stopped" for e in reducer.events())
 
@@ -625,12 +664,13 @@ async def test_poison_records_go_to_dead_letters_and_the_rest_flows(kafka_bootst
     assert all(f"{settings.kafka.topics.changes}/" in json.loads(r.value)["source"] for r in letters)
     assert sum(s.value for m in metrics.dead_letters.collect() for s in m.samples if s.name.endswith("_total")) == 4
     assert index_rows(index) == await replay_index(records, tmp_path / "replay.sqlite")
-    # wall clock: every run still waiting (queued in August 2026) is older than the threshold, alerted once
-    alerts = [json.loads(r.value) for r in await read_topic(settings, settings.kafka.topics.alerts, 1)]
-    waiting = {(h.run.run_id, h.run.attempts) for h in fault_free(records).values()
-               if h.run.status == Status.PENDING and h.run.phase == Phase.ADMISSION}
-    assert waiting and sorted((a["run_id"], a["attempt"]) for a in alerts) == sorted(waiting)
+    # wall clock: every run still stuck (in its phase since August 2026) is older than the threshold, alerted once
+    alert_records = await read_topic(settings, settings.kafka.topics.alerts, 1)
+    alerts = [json.loads(r.value) for r in alert_records]
+    waiting = stuck_at_end(fault_free(records).values())
+    assert any(k[2] == "Admission" for k in waiting) and sorted(alert_keys(alert_records)) == sorted(waiting)
     assert {a["clock"] for a in alerts} == {"wall"}
+    assert all(a["reason"] == waiting[(a["run_id"], a["attempt"], a["phase"])].reason for a in alerts)
 
 
 @pytest.mark.kafka

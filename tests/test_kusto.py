@@ -177,7 +177,7 @@ def test_functions_have_docstrings_and_readme_examples() -> None:
         assert m, text[:120]
         names.append(m.group(2))
         assert re.search(rf"\b{m.group(2)}\(", examples), f"{m.group(2)} has no example in schemas/kusto/README.md"
-    assert {"TaugridRunHistory", "TaugridRuns", "TaugridStalledAdmission", "TaugridRetryAudit",
+    assert {"TaugridRunHistory", "TaugridRuns", "TaugridStalledAdmission", "TaugridStuckRuns", "TaugridRetryAudit",
             "TaugridGpuUtilization", "TaugridPhaseDurations"} <= set(names)
 
 
@@ -190,10 +190,21 @@ def test_adxmon_resources_are_rendered_from_the_schema() -> None:
     assert sum(k == "Function" for k, _ in kinds) == len([c for c in schema_commands()
                                                           if c.text.startswith(".create-or-alter function")])
     alerts = {d["metadata"]["name"]: d["spec"] for d in docs if d["kind"] == "AlertRule"}
-    assert set(alerts) == {"taugrid-stalled-admission", "taugrid-gpu-idle-no-progress"}
+    assert set(alerts) == {"taugrid-stuck-runs", "taugrid-gpu-idle-no-progress"}
     for spec in alerts.values():
         assert {"database", "interval", "query", "destination"} <= set(spec)
         assert spec["database"] == SCHEMA["database"]
         assert re.search(r'CorrelationId = strcat\("taugrid-[a-z-]+/", Cluster, "/", RunId', spec["query"])
     assert "DCGMFIPROFGRENGINEACTIVE" in alerts["taugrid-gpu-idle-no-progress"]["query"]
-    assert "PendingReason" in alerts["taugrid-stalled-admission"]["query"]
+    stuck = alerts["taugrid-stuck-runs"]["query"]
+    assert "TaugridStuckRuns(30m)" in stuck and "PendingReason" in stuck and "Reason, Message" in stuck
+    assert 'tostring(Attempt), "/", Phase)' in stuck  # one alert per run, attempt and phase, as the reducer's
+
+
+def test_stuck_runs_function_covers_the_clis_phases() -> None:
+    """TaugridStuckRuns selects what `tracker runs --stuck` does: pending, in the phases before running."""
+    from tracker.shell.index_query import STUCK_PHASES
+
+    body = next(c.text for c in schema_commands() if ") TaugridStuckRuns(" in c.text)
+    phases = re.search(r'Status == "pending" and Phase in \(([^)]*)\)', body)
+    assert phases and tuple(p.strip().strip('"') for p in phases.group(1).split(",")) == STUCK_PHASES

@@ -36,6 +36,7 @@ from pydantic.dataclasses import dataclass
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from tracker.core.model import Phase
 from tracker.core.redact import secret_env, secret_fields, secret_values, validation_problems
 from tracker.core.reducer import ReducerLimits
 
@@ -214,12 +215,30 @@ class ReduceSettings(_Section):
 
 
 class AlertSettings(_Section):
+    """Stuck runs (``tracker.core.stuck``): a live run in Admission, Scheduling or Runtime whose application has not
+    started is alerted once per (run, attempt, phase) when its time in the phase reaches the phase's threshold."""
+
     stalled_admission_s: float = Field(default=1_800.0, gt=0,
-                                       description="Alert when a run has waited this long for admission.")
+                                       description="Alert when a run has waited this long for admission (phase "
+                                                   "Admission: quota, backoff).")
+    stuck_scheduling_s: float = Field(default=1_800.0, gt=0,
+                                      description="Alert when a run has been this long in Scheduling (pods "
+                                                  "unschedulable or not created).")
+    stuck_runtime_s: float = Field(default=1_800.0, gt=0,
+                                   description="Alert when a run has been this long in Runtime without its "
+                                               "containers starting (image pulls, PodsReady waits).")
     clock: Literal["event", "wall"] = Field(
         default="event", description="event: the partition's latest transition time (deterministic; advances only "
                                      "with traffic); wall: this host's clock (also fires on a quiet partition).")
+    metrics_clock: Literal["event", "wall"] = Field(
+        default="wall", description="The clock of tracker_oldest_stuck_seconds (wall: the gauge grows while a "
+                                    "partition is quiet); tracker_oldest_pending_admission_seconds keeps `clock`.")
     check_interval_s: float = Field(default=15.0, gt=0, description="How often the wall clock is checked.")
+
+    def stuck_thresholds_s(self) -> dict[Phase, float]:
+        """The alert threshold of each phase a run can be stuck in."""
+        return {Phase.ADMISSION: self.stalled_admission_s, Phase.SCHEDULING: self.stuck_scheduling_s,
+                Phase.RUNTIME: self.stuck_runtime_s}
 
 
 class SinkSettings(_Section):

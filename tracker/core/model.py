@@ -318,6 +318,8 @@ def schema_documents() -> dict[str, dict[str, Any]]:
     """The JSON Schemas published under ``schemas/`` (path relative to schemas/ -> schema)."""
     from pydantic import TypeAdapter
 
+    from tracker.core import stuck  # it builds on this module
+
     intake = TypeAdapter(IntakeEvent).json_schema()
     intake["$id"] = INTAKE_SCHEMA
     intake["title"] = "TauGrid intake event"
@@ -325,4 +327,5 @@ def schema_documents() -> dict[str, dict[str, Any]]:
         "intake/v1.schema.json": intake,
         "history/v1.schema.json": RunHistory.model_json_schema() | {"$id": "taugrid.io/run-history/v1"},
         "dead-letter/v1.schema.json": DeadLetter.model_json_schema() | {"$id": "taugrid.io/dead-letter/v1"},
+        **stuck.schema_documents(),
     }

@@ -68,7 +68,9 @@ def add_service_commands(subparsers: Any) -> None:
     tc = topics.add_parser("create", help="create missing topics with explicit partitions and configs")
     _common(tc)
     tc.add_argument("--partitions", type=int, help="partitions of changes, transitions and run-state")
-    tc.add_argument("--replication-factor", type=int)
+    tc.add_argument("--replication-factor", type=int,
+                    help="replicas of every topic, at most the number of brokers "
+                         "(default: kafka.topics.replication_factor, 3)")
     tc.add_argument("--dry-run", action="store_true", help="print the layout (YAML) without contacting Kafka")
     tc.set_defaults(func=cmd_topics_create)
 
@@ -77,7 +79,9 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", type=Path, help="settings file (YAML or JSON; also TRACKER_CONFIG_FILE)")
     p.add_argument("--bootstrap-servers", help="Kafka bootstrap servers (also TRACKER_KAFKA__BOOTSTRAP_SERVERS)")
     p.add_argument("--metrics-port", type=int, help="serve /metrics, /healthz, /readyz on this port (0: any)")
-    p.add_argument("--log-format", choices=["json", "console"])
+    p.add_argument("--log-format", choices=["json", "console"],
+                   help="log lines on stderr: json (one JSON object a line, the default; "
+                        "ops.log_format) or console (for people)")
 
 
 def _settings(args: argparse.Namespace, **sections: dict[str, Any]) -> Settings:

@@ -538,7 +538,9 @@ def add_doctor_command(subparsers: Any) -> None:
     d.add_argument("--no-lease", dest="lease", action="store_false",
                    help="skip the Lease permissions (a single watcher without leader election)")
     d.add_argument("--rbac-file", type=Path, default=RBAC_FILE, help=f"the watcher's RBAC (default: {RBAC_FILE})")
-    d.add_argument("--events-api", choices=sorted(EVENTS_APIS), default="events.k8s.io/v1")
+    d.add_argument("--events-api", choices=sorted(EVENTS_APIS), default="events.k8s.io/v1",
+                   help="the Events API the watcher reads (its --events-api): the one whose access is checked "
+                        "(default: %(default)s)")
     d.add_argument("--config", type=Path, help="settings file (YAML or JSON; also TRACKER_CONFIG_FILE)")
     d.add_argument("--bootstrap-servers", help="Kafka bootstrap servers (also TRACKER_KAFKA__BOOTSTRAP_SERVERS)")
     d.add_argument("--skip", action="append", default=[], choices=AREAS, help="skip an area (repeatable)")

@@ -116,8 +116,14 @@ class Metrics:
         self.oldest_pending = Gauge("tracker_oldest_pending_admission_seconds",
                                     "Age of the oldest run waiting for admission, per LocalQueue (namespace/name).",
                                     ["queue"], registry=r)
-        self.alerts = Counter("tracker_stalled_admission_alerts_total", "Stalled-admission alerts emitted.",
-                              ["queue"], registry=r)
+        self.alerts = Counter("tracker_stalled_admission_alerts_total", "Stalled-admission alerts emitted "
+                              "(stuck-run alerts of phase Admission).", ["queue"], registry=r)
+        self.oldest_stuck = Gauge("tracker_oldest_stuck_seconds",
+                                  "Time in the current phase of the oldest live run whose application has not "
+                                  "started, per phase (Admission, Scheduling, Runtime) and LocalQueue "
+                                  "(namespace/name), on alerts.metrics_clock.", ["phase", "queue"], registry=r)
+        self.stuck_alerts = Counter("tracker_stuck_run_alerts_total", "Stuck-run alerts emitted, per phase and "
+                                    "LocalQueue.", ["phase", "queue"], registry=r)
         self.runs = Gauge("tracker_runs", "Runs held in memory by the reducer, by status.", ["status"], registry=r)
         self.runs_finished = Counter("tracker_runs_finished_total", "Runs retired after a final status.",
                                      ["status"], registry=r)

@@ -24,14 +24,18 @@ run's last change, decided per record so that where polls cut the stream does no
 becomes the reducer's retired marker in the transaction of that batch. When the reducer forgets a retired run
 (``max_retired``), its run-state key gets a Kafka tombstone, so compaction removes it.
 
-Stalled admission: for each run waiting for admission (pending, phase Admission) the age is ``clock - queued_at``,
-per LocalQueue (``namespace/name``) in ``tracker_oldest_pending_admission_seconds``. With ``clock=event`` (the
-default) the clock is the partition's watermark: the latest transition time of any history the partition produced,
-persisted in run-state so a restart does not move it back. It depends on the input only, not on when or how fast
-the reducer runs (a replay of last week alerts as the live run did), but it does not advance while the partition is
-quiet. ``clock=wall`` uses this host's clock instead, checked every ``check_interval_s`` too, so a quiet cluster
-still alerts. Each (run, attempt) is alerted once: the alert and the run-state record that remembers it share a
-transaction.
+Stuck runs (``tracker.core.stuck``, the definition of ``tracker runs --stuck``): a live run pending in Admission,
+Scheduling or Runtime (its application not started) is stuck for ``clock - since``, ``since`` being its entry into
+the phase. The oldest age per phase and LocalQueue (``namespace/name``) is ``tracker_oldest_stuck_seconds``, on
+``alerts.metrics_clock`` (the wall clock by default); Admission's, as ``clock - queued_at``, is also in
+``tracker_oldest_pending_admission_seconds`` on ``alerts.clock``, as before. A ``StuckRunAlert`` goes to the alerts
+topic when the age reaches the phase's threshold (``alerts.stalled_admission_s``, ``stuck_scheduling_s``,
+``stuck_runtime_s``) by ``alerts.clock``. With ``clock=event`` (the default) the clock is the partition's
+watermark: the latest transition time of any history the partition produced, persisted in run-state so a restart
+does not move it back. It depends on the input only, not on when or how fast the reducer runs (a replay of last
+week alerts as the live run did), but it does not advance while the partition is quiet. ``clock=wall`` uses this
+host's clock instead, checked every ``check_interval_s`` too, so a quiet cluster still alerts. Each (run, attempt,
+phase) is alerted once: the alert and the run-state record that remembers it share a transaction.
 """
 
 from __future__ import annotations
@@ -48,10 +52,11 @@ from typing import Any, Literal
 import structlog
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from aiokafka.errors import KafkaError, ProducerFenced
-from pydantic import BaseModel, ConfigDict, Field
 
+from tracker.core import stuck as policy
 from tracker.core.model import DeadLetter, Phase, RunHistory, Status, utc
 from tracker.core.reducer import Flushed, Reducer, ReducerLimits
+from tracker.core.stuck import STUCK_RUN_SCHEMA, StalledAdmissionAlert, StuckRunAlert
 from tracker.core.timefmt import ts
 from tracker.runtime.ops import Health, Metrics
 from tracker.settings import Settings
@@ -61,31 +66,13 @@ from tracker.shell.kafka import SOURCE_HEADER
 log = structlog.get_logger("tracker.reduce")
 
 CONTENT_HASH_HEADER = "content-hash"
-ALERT_SCHEMA: Literal["taugrid.io/stalled-admission-alert/v1"] = "taugrid.io/stalled-admission-alert/v1"
+ALERT_SCHEMA: Literal["taugrid.io/stuck-run-alert/v1"] = STUCK_RUN_SCHEMA
+__all__ = ["ALERT_SCHEMA", "ReduceFatal", "ReduceService", "StalledAdmissionAlert", "StuckRunAlert", "content_hash"]
 _OUTPUT_MARGIN = 1_024  # bytes kept free under max.message.bytes for the record's key, headers and framing
 
 
 class ReduceFatal(RuntimeError):
     """The reducer cannot go on (a partition failed more often than ``max_retries``)."""
-
-
-class StalledAdmissionAlert(BaseModel):
-    """A run has waited for admission longer than the threshold (one per run and attempt)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
-
-    schema_: Literal["taugrid.io/stalled-admission-alert/v1"] = Field(default=ALERT_SCHEMA, alias="schema")
-    run_id: str
-    attempt: int
-    queue: str = Field(description="The LocalQueue, as namespace/name.")
-    cluster_queue: str | None
-    queued_at: datetime
-    observed_at: datetime = Field(description="The clock reading at which the age passed the threshold.")
-    clock: Literal["event", "wall"]
-    age_s: float
-    threshold_s: float
-    pending_reason: str | None
-    pending_message: str
 
 
 def content_hash(value: bytes) -> str:
@@ -98,20 +85,18 @@ class _RunShell:
 
     content_hash: str | None = None
     transitions: int = 0  # phase entries already counted in the metrics
-    alerted: list[int] = field(default_factory=list)  # attempts already alerted
+    alerted: list[int] = field(default_factory=list)  # attempts already alerted stuck in Admission
+    alerted_stuck: list[tuple[int, Phase]] = field(default_factory=list)  # (attempt, phase) alerted, other phases
     status: Status = Status.PENDING
 
+    def alerted_pairs(self) -> list[tuple[int, Phase]]:
+        return [(a, Phase.ADMISSION) for a in self.alerted] + self.alerted_stuck
 
-@dataclass(frozen=True, slots=True)
-class _Waiting:
-    """A run waiting for admission."""
-
-    queue: str
-    queued_at_us: int
-    attempt: int
-    cluster_queue: str | None
-    reason: str | None
-    message: str
+    def remember_alert(self, attempt: int, phase: Phase) -> None:
+        if phase == Phase.ADMISSION:
+            self.alerted.append(attempt)
+        else:
+            self.alerted_stuck.append((attempt, phase))
 
 
 @dataclass(slots=True)
@@ -121,7 +106,7 @@ class _Partition:
     reducer: Reducer
     position: int = 0  # next offset to fold
     runs: dict[str, _RunShell] = field(default_factory=dict)
-    waiting: dict[str, _Waiting] = field(default_factory=dict)
+    stuck: dict[str, policy.Stuck] = field(default_factory=dict)  # live runs before their application started
     watermark_us: int = 0
 
 
@@ -141,7 +126,7 @@ class _Plan:
     records: list[_Out] = field(default_factory=list)
     phases: Counter[str] = field(default_factory=Counter)
     dead: Counter[str] = field(default_factory=Counter)
-    alerts: Counter[str] = field(default_factory=Counter)
+    alerts: Counter[tuple[str, str]] = field(default_factory=Counter)  # (phase, queue)
     finished: Counter[str] = field(default_factory=Counter)
 
 
@@ -164,6 +149,7 @@ class ReduceService:
         self._last_tick = 0.0
         self._last_wall_check = 0.0
         self._queues: set[str] = set()
+        self._stuck_keys: set[tuple[str, str]] = set()
         health.register("reduce", self.ready)
 
     # ------------------------------------------------------------------------------------ lifecycle
@@ -312,8 +298,9 @@ class ReduceService:
             part.reducer.restore_run(doc)
             part.watermark_us = max(part.watermark_us, shell.get("watermark_us", 0))
             if not doc.get("retired"):
-                part.runs[doc["run_id"]] = _RunShell(shell.get("hash"), shell.get("transitions", 0),
-                                                     list(shell.get("alerted", ())))
+                part.runs[doc["run_id"]] = _RunShell(
+                    shell.get("hash"), shell.get("transitions", 0), list(shell.get("alerted", ())),
+                    [(int(a), Phase(p)) for a, p in shell.get("alerted_stuck", ())])
         for run_id, shell in part.runs.items():
             history = part.reducer.history(run_id)
             if history is not None:
@@ -415,7 +402,7 @@ class ReduceService:
         # not have changed in this batch); retirements it forgot get a tombstone
         for run_id in flushed.retired:
             gone: _RunShell | None = part.runs.pop(run_id, None)
-            part.waiting.pop(run_id, None)
+            part.stuck.pop(run_id, None)
             plan.finished[(gone.status if gone is not None else Status.SUCCEEDED).value] += 1
             touched.append(run_id)
         if now_us is None:
@@ -437,7 +424,7 @@ class ReduceService:
         shell = part.runs.get(run_id)
         snap["shell"] = {"watermark_us": part.watermark_us} if shell is None else {
             "watermark_us": part.watermark_us, "hash": shell.content_hash, "transitions": shell.transitions,
-            "alerted": shell.alerted}
+            "alerted": shell.alerted, "alerted_stuck": [[a, p.value] for a, p in shell.alerted_stuck]}
         value = jsonio.dumps(snap)
         limit = self.topics.max_message_bytes - _OUTPUT_MARGIN
         if len(value) > limit:
@@ -449,47 +436,41 @@ class ReduceService:
             return []
         return [_Out(self.topics.run_state, part.tp.partition, run_id.encode(), value)]
 
-    # ------------------------------------------------------------------------------------ stalled admission
+    # ------------------------------------------------------------------------------------ stuck runs
     def _wall_clock(self) -> int | None:
         """The wall clock in microseconds; None for the event clock (the watermark, known after the fold)."""
         return int(time.time() * 1_000_000) if self.s.alerts.clock == "wall" else None
 
     @staticmethod
     def _track_waiting(part: _Partition, h: RunHistory) -> None:
-        r = h.run
-        if r.status == Status.PENDING and r.phase == Phase.ADMISSION and r.queued_at is not None:
-            part.waiting[r.run_id] = _Waiting(f"{r.namespace or '-'}/{r.queue or '-'}", _us(r.queued_at),
-                                              r.attempts, r.cluster_queue, r.pending_reason, r.pending_message)
+        candidate = policy.stuck_candidate(h)
+        if candidate is None:
+            part.stuck.pop(h.run.run_id, None)
         else:
-            part.waiting.pop(r.run_id, None)
+            part.stuck[h.run.run_id] = candidate
 
     def _alerts(self, part: _Partition, now_us: int, plan: _Plan) -> list[str]:
         cfg = self.s.alerts
-        threshold_us = int(cfg.stalled_admission_s * 1_000_000)
+        thresholds = cfg.stuck_thresholds_s()
+        alerted_by_run = {run_id: part.runs[run_id].alerted_pairs() for run_id in part.stuck}
         alerted = []
-        for run_id, w in part.waiting.items():
-            shell = part.runs[run_id]
-            age_us = now_us - w.queued_at_us
-            if age_us < threshold_us or w.attempt in shell.alerted:
-                continue
-            shell.alerted.append(w.attempt)
-            alert = StalledAdmissionAlert(
-                run_id=run_id, attempt=w.attempt, queue=w.queue, cluster_queue=w.cluster_queue,
-                queued_at=_dt(w.queued_at_us), observed_at=_dt(now_us), clock=cfg.clock, age_s=age_us / 1e6,
-                threshold_s=cfg.stalled_admission_s, pending_reason=w.reason, pending_message=w.message)
-            plan.records.append(_Out(self.topics.alerts, None, run_id.encode(),
+        for s in policy.due(part.stuck.values(), now_us, thresholds, alerted_by_run):
+            part.runs[s.run_id].remember_alert(s.attempt, s.phase)
+            alert = policy.stuck_alert(s, now_us, cfg.clock, thresholds[s.phase])
+            plan.records.append(_Out(self.topics.alerts, None, s.run_id.encode(),
                                      alert.model_dump_json(by_alias=True).encode()))
-            plan.alerts[w.queue] += 1
-            alerted.append(run_id)
-            with structlog.contextvars.bound_contextvars(run_id=run_id):
-                log.warning("stalled admission", attempt=w.attempt, queue=w.queue, age_s=round(age_us / 1e6, 1))
+            plan.alerts[(s.phase.value, s.queue)] += 1
+            alerted.append(s.run_id)
+            with structlog.contextvars.bound_contextvars(run_id=s.run_id):
+                log.warning("stuck run", attempt=s.attempt, phase=s.phase.value, queue=s.queue,
+                            age_s=round(alert.age_s, 1), reason=s.reason)
         return alerted
 
     async def _wall_alerts(self) -> None:
         now_us = int(time.time() * 1_000_000)
         async with self._lock:
             for tp, part in list(self._parts.items()):
-                if tp in self._pending or not part.waiting:
+                if tp in self._pending or not part.stuck:
                     continue
                 plan = _Plan()
                 for run_id in self._alerts(part, now_us, plan):
@@ -538,8 +519,10 @@ class ReduceService:
             m.transitions.labels(phase).inc(n)
         for reason, n in plan.dead.items():
             m.dead_letters.labels(reason).inc(n)
-        for queue, n in plan.alerts.items():
-            m.alerts.labels(queue).inc(n)
+        for (phase, queue), n in plan.alerts.items():
+            m.stuck_alerts.labels(phase, queue).inc(n)
+            if phase == Phase.ADMISSION:
+                m.alerts.labels(queue).inc(n)
         for status, n in plan.finished.items():
             m.runs_finished.labels(status).inc(n)
 
@@ -556,6 +539,7 @@ class ReduceService:
         group = self.s.reduce.group_id
         statuses: Counter[str] = Counter()
         oldest: dict[str, float] = {}
+        oldest_stuck: dict[tuple[str, str], float] = {}
         wall_us = int(time.time() * 1_000_000)
         for tp, part in self._parts.items():
             high = consumer.last_stable_offset(tp)
@@ -564,8 +548,13 @@ class ReduceService:
                 m.consumer_lag.labels(group, tp.topic, str(tp.partition)).set(max(0, high - position))
             statuses.update(s.status.value for s in part.runs.values())
             clock = wall_us if self.s.alerts.clock == "wall" else part.watermark_us
-            for w in part.waiting.values():
-                oldest[w.queue] = max(oldest.get(w.queue, 0.0), (clock - w.queued_at_us) / 1e6)
+            for w in part.stuck.values():
+                if w.phase == Phase.ADMISSION and w.queued_at_us is not None:
+                    oldest[w.queue] = max(oldest.get(w.queue, 0.0), (clock - w.queued_at_us) / 1e6)
+            gauge_clock = wall_us if self.s.alerts.metrics_clock == "wall" else part.watermark_us
+            for (phase, queue), age in policy.oldest(part.stuck.values(), gauge_clock).items():
+                key = (phase.value, queue)
+                oldest_stuck[key] = max(oldest_stuck.get(key, 0.0), age)
         for status in Status:
             m.runs.labels(status.value).set(statuses.get(status.value, 0))
         for queue in self._queues - oldest.keys():
@@ -573,6 +562,11 @@ class ReduceService:
         for queue, age in oldest.items():
             m.oldest_pending.labels(queue).set(age)
         self._queues = set(oldest)
+        for key in self._stuck_keys - oldest_stuck.keys():
+            m.oldest_stuck.remove(*key)
+        for key, age in oldest_stuck.items():
+            m.oldest_stuck.labels(*key).set(age)
+        self._stuck_keys = set(oldest_stuck)
         m.partitions.labels(group).set(sum(1 for tp in self._parts if tp not in self._pending))
 
 

@@ -84,20 +84,30 @@ def add_watch_command(subparsers: Any) -> None:
     w.add_argument("--max-held", type=int, default=d.max_held, action=_Given,
                    help="records waiting for their owner, at most")
     w.add_argument("--checkpoint-interval", type=float, default=d.checkpoint_interval_s, action=_Given,
-                   metavar="SECONDS")
+                   metavar="SECONDS", help="save the checkpoint (resourceVersions, held records) this often "
+                                           "(default: %(default)s)")
     le = w.add_argument_group("leader election (all three durations in seconds)")
     le.add_argument("--lease-namespace", action=_Given,
                     help="elect a leader with a Lease in this namespace (the pod's own)")
-    le.add_argument("--lease-name", default=dl.name, action=_Given)
+    le.add_argument("--lease-name", default=dl.name, action=_Given,
+                    help="name of the Lease; also the scope of the shared checkpoint, so watchers of two clusters "
+                         "sharing Kafka need different names (default: %(default)s)")
     le.add_argument("--identity", action=_Given,
                     help="this replica's name in the Lease (default: host name and process id)")
-    le.add_argument("--lease-duration", type=float, default=dl.lease_duration_s, action=_Given)
-    le.add_argument("--renew-deadline", type=float, default=dl.renew_deadline_s, action=_Given)
-    le.add_argument("--retry-period", type=float, default=dl.retry_period_s, action=_Given)
+    le.add_argument("--lease-duration", type=float, metavar="SECONDS", default=dl.lease_duration_s, action=_Given,
+                    help="a standby takes the Lease over once it has seen it unrenewed this long "
+                         "(default: %(default)s)")
+    le.add_argument("--renew-deadline", type=float, metavar="SECONDS", default=dl.renew_deadline_s, action=_Given,
+                    help="the leader stops publishing when it could not renew within this long; less than "
+                         "--lease-duration (default: %(default)s)")
+    le.add_argument("--retry-period", type=float, metavar="SECONDS", default=dl.retry_period_s, action=_Given,
+                    help="time between two attempts to acquire or renew the Lease (default: %(default)s)")
     w.add_argument("--config", type=Path, help="settings file (YAML or JSON; also TRACKER_CONFIG_FILE)")
     w.add_argument("--bootstrap-servers", help="Kafka bootstrap servers (also TRACKER_KAFKA__BOOTSTRAP_SERVERS)")
     w.add_argument("--metrics-port", type=int, help="serve /metrics, /healthz, /readyz on this port (0: any)")
-    w.add_argument("--log-format", choices=["json", "console"])
+    w.add_argument("--log-format", choices=["json", "console"],
+                   help="log lines on stderr: json (one JSON object a line, the default; "
+                        "ops.log_format) or console (for people)")
     w.set_defaults(func=cmd_watch)
 
 

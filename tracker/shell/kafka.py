@@ -438,7 +438,7 @@ def topic_specs(ts: TopicSettings) -> list[TopicSpec]:
         TopicSpec("dead_letters", ts.dead_letters, ts.side_partitions, rf, kept,
                   "Inputs that could not be used: DeadLetter JSON (source, reason, detail, excerpt)."),
         TopicSpec("alerts", ts.alerts, ts.side_partitions, rf, kept,
-                  "Stalled-admission alerts, one per (run, attempt); key: run id."),
+                  "Stuck-run alerts (stuck-run-alert/v1), one per (run, attempt, phase); key: run id."),
         TopicSpec("watch_state", ts.watch_state_topic, 1, rf, compacted,
                   "The leader-elected watcher's shared checkpoint (stream resourceVersions, known objects, held "
                   "records), one transaction per save; key: lease and entry."),
