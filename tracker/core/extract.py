@@ -9,7 +9,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from tracker.core.facts import EventFacts, RunFacts, _max, _min, newer
+from tracker.core.facts import (
+    EventFacts,
+    PodEnd,
+    RayClusterFacts,
+    RayOutcome,
+    RunFacts,
+    Unschedulable,
+    _max,
+    _min,
+    newer,
+)
 from tracker.core.model import LABEL_QUEUE, TAUGRID_ANNOTATION_PREFIX
 from tracker.core.timefmt import BadTimestamp, in_range, ts
 
@@ -219,7 +229,7 @@ def ray_expected_pods(spec: dict[str, Any]) -> int:
 TERMINAL_RAY = ("Complete", "Failed", "Retrying")
 
 # One RayJob deployment as its status shows it: (startTime, rayClusterName, failed, Ray app start, outcome)
-RayStatus = tuple[int, str, int, int | None, tuple[int, str, str, str, str] | None]
+RayStatus = tuple[int, str, int, int | None, RayOutcome | None]
 
 
 def rayjob_status(status: dict[str, Any]) -> RayStatus | None:
@@ -235,7 +245,7 @@ def rayjob_status(status: dict[str, Any]) -> RayStatus | None:
     outcome = None
     if jds in TERMINAL_RAY:
         end = t(status, "endTime") or t(info, "endTime") or -1
-        outcome = (end, jds, s(status, "jobStatus"), s(status, "reason"), s(status, "message"))
+        outcome = RayOutcome(end, jds, s(status, "jobStatus"), s(status, "reason"), s(status, "message"))
     return start, cluster, failed, app_started, outcome
 
 
@@ -248,8 +258,8 @@ def merge_rayjob_status(r: RunFacts, ray: RayStatus) -> None:
     a.app_started = _min(a.app_started, app_started)
     # Retrying is followed by a terminal state only in a later deployment; within one, the
     # terminal write (with endTime) is the later one, so the larger tuple wins.
-    if outcome is not None and (a.outcome is None or (outcome[1] != "Retrying", outcome)
-                                > (a.outcome[1] != "Retrying", a.outcome)):
+    if outcome is not None and (a.outcome is None or (outcome.deployment_status != "Retrying", outcome)
+                                > (a.outcome.deployment_status != "Retrying", a.outcome)):
         a.outcome = outcome
 
 
@@ -320,7 +330,7 @@ def merge_pod(r: RunFacts, etype: str, obj: dict[str, Any], owner_uid: str | Non
             if cstatus == "True":
                 scheduled = ltt
             else:
-                unsched = (ltt, reason, msg)
+                unsched = Unschedulable(ltt, reason, msg)
         elif ctype == "DisruptionTarget" and cstatus == "True":
             disrupted = True
         elif ctype == "Ready" and cstatus == "False":
@@ -357,7 +367,7 @@ def merge_pod(r: RunFacts, etype: str, obj: dict[str, Any], owner_uid: str | Non
                 reason, code, msg = fail or (s(status, "reason") or "Failed", -1, s(status, "message"))
             else:
                 reason, code, msg = "Completed", 0, ""
-            finished = (at, phase, reason, code, msg)
+            finished = PodEnd(at, phase, reason, code, msg)
     # merge
     p = r.pod(uid, s(meta, "name"))
     p.owner_uid = owner_uid or p.owner_uid
@@ -368,8 +378,8 @@ def merge_pod(r: RunFacts, etype: str, obj: dict[str, Any], owner_uid: str | Non
     if node:
         p.node = node
     p.scheduled = _min(p.scheduled, scheduled)
-    if unsched is not None and (p.unschedulable is None or unsched[0] > p.unschedulable[0] or (
-            unsched[0] == p.unschedulable[0] and newer(rv, p.unschedulable_rv))):
+    if unsched is not None and (p.unschedulable is None or unsched.at > p.unschedulable.at or (
+            unsched.at == p.unschedulable.at and newer(rv, p.unschedulable_rv))):
         # the latest PodScheduled=False; its message as the newest pod version with it says
         p.unschedulable, p.unschedulable_rv = unsched, rv
     p.started = _min(p.started, started)
@@ -395,8 +405,8 @@ def merge_raycluster(r: RunFacts, etype: str, obj: dict[str, Any]) -> None:
     old = r.ray_clusters.get(name)
     created = t(meta, "creationTimestamp")
     if old is not None:
-        created, ready = _min(old[1], created), _min(old[2], ready)
-    r.ray_clusters[name] = (s(meta, "uid"), created, ready)
+        created, ready = _min(old.created, created), _min(old.ready, ready)
+    r.ray_clusters[name] = RayClusterFacts(s(meta, "uid"), created, ready)
 
 
 def merge_event(r: RunFacts, obj: dict[str, Any], involved: dict[str, Any]) -> None:
