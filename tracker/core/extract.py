@@ -28,6 +28,11 @@ class Malformed(ValueError):
     """The object cannot be used; the message says why."""
 
 
+# Field readers, short because every reader of an object calls them many times (``d``: a sub-object, ``lst``: a
+# list, ``s``: a string, ``t``: a timestamp, ``num``: an integer). Each checks the type the API gives the field and
+# raises Malformed otherwise; an absent or null field reads as empty. The exact class is tested first: the fast path.
+
+
 def d(obj: Any, key: str) -> dict[str, Any]:
     """A sub-object that may be absent or null, but must be an object when present."""
     v = obj.get(key)
@@ -41,6 +46,7 @@ def d(obj: Any, key: str) -> dict[str, Any]:
 
 
 def lst(obj: dict[str, Any], key: str) -> list[Any]:
+    """A list that may be absent or null (then empty)."""
     v = obj.get(key)
     if v.__class__ is list:
         return v
@@ -52,6 +58,7 @@ def lst(obj: dict[str, Any], key: str) -> list[Any]:
 
 
 def s(obj: dict[str, Any], key: str) -> str:
+    """A string that may be absent or null (then empty)."""
     v = obj.get(key)
     if v.__class__ is str:
         return v
@@ -67,6 +74,8 @@ _TS_CACHE_MAX = 200_000
 
 
 def t(obj: dict[str, Any], key: str) -> int | None:
+    """An RFC 3339 timestamp in microseconds since the epoch; None when absent, null or empty. Parsed values are
+    memoised (the same timestamps recur across the versions of an object and across objects)."""
     v = obj.get(key)
     if v.__class__ is str:
         hit = _TS_CACHE.get(v)
@@ -113,6 +122,7 @@ def resource_version(meta: dict[str, Any]) -> int | None:
 
 
 def conditions(status: dict[str, Any]) -> list[tuple[str, str, str, int, str]]:
+    """``status.conditions`` as (type, status, reason, lastTransitionTime, message); one without a time is skipped."""
     out = []
     for c in lst(status, "conditions"):
         if not isinstance(c, dict):
@@ -310,6 +320,8 @@ def merge_workload(r: RunFacts, etype: str, obj: dict[str, Any]) -> None:
 
 
 def merge_pod(r: RunFacts, etype: str, obj: dict[str, Any], owner_uid: str | None) -> None:
+    """A pod of the run. ``etype`` is not read (a deleted pod's last state says all); the reducer passes it to every
+    object merge."""
     meta = d(obj, "metadata")
     spec = d(obj, "spec")
     status = d(obj, "status")
@@ -392,6 +404,7 @@ def merge_pod(r: RunFacts, etype: str, obj: dict[str, Any], owner_uid: str | Non
 
 
 def merge_raycluster(r: RunFacts, etype: str, obj: dict[str, Any]) -> None:
+    """A RayCluster of the run: when it was created and became ready. ``etype`` is not read, as for pods."""
     meta = d(obj, "metadata")
     status = d(obj, "status")
     name = s(meta, "name")
