@@ -108,8 +108,20 @@ class Cond(NamedTuple):
 
 def _true(conds: CondFacts, ctype: str) -> list[Cond]:
     """Every ``ctype=True`` condition seen, earliest first."""
-    return sorted(Cond(at, reason, msg) for (t, status, reason, at), msg in conds.items()
-                  if t == ctype and status == "True")
+    hits = [Cond(at, reason, msg) for (t, status, reason, at), msg in conds.items() if t == ctype and status == "True"]
+    hits.sort()
+    return hits
+
+
+def _true_times(conds: CondFacts, ctype: str) -> list[int]:
+    """When a ``ctype=True`` condition was seen, earliest first, each time once."""
+    return sorted({at for t, status, _reason, at in conds if t == ctype and status == "True"})
+
+
+def _first_true(conds: CondFacts, ctype: str) -> Cond | None:
+    """The earliest ``ctype=True`` condition seen (of those at the same time, the least by reason, then message)."""
+    hits = [(at, reason, msg) for (t, status, reason, at), msg in conds.items() if t == ctype and status == "True"]
+    return Cond(*min(hits)) if hits else None
 
 
 class Entry(NamedTuple):
@@ -265,9 +277,9 @@ def _kueue_attempts(r: RunFacts) -> list[_Att]:
         a = _Att(SUBMITTED if r.wl_queue else CREATED, queued=queued0 if r.wl_queue else None)
         a.start = None if r.wl_queue else r.created
         return [a]
-    admits = sorted({c.at for c in _true(r.wl_conds, "Admitted")})
+    admits = _true_times(r.wl_conds, "Admitted")
     if not admits and not any(key[0] == "Admitted" for key in r.wl_conds):
-        admits = sorted({c.at for c in _true(r.wl_conds, "QuotaReserved")})
+        admits = _true_times(r.wl_conds, "QuotaReserved")
     evicts = _true(r.wl_conds, "Evicted")
     reactivations = [c for c in _true(r.wl_conds, "Requeued")
                      if c.reason == REACTIVATED and (r.root_deleted is None or c.at < r.root_deleted)]
@@ -467,10 +479,9 @@ def _intake_failed(run: _Run, intake: _Intake) -> _Final | None:
 
 def _job_condition(ctype: str, status: Status, default_reason: str) -> Callable[[_Run, _Intake], _Final | None]:
     def rule(run: _Run, intake: _Intake) -> _Final | None:
-        hits = _true(run.r.job_conds, ctype)
-        if not hits:
+        first = _first_true(run.r.job_conds, ctype)
+        if first is None:
             return None
-        first = hits[0]
         return _Final(status, first.reason or default_reason, first.message, first.at, run.root_src)
     return rule
 
@@ -488,10 +499,9 @@ def _rayjob_finished(run: _Run, intake: _Intake) -> _Final | None:
 
 
 def _workload_finished(run: _Run, intake: _Intake) -> _Final | None:
-    hits = _true(run.r.wl_conds, "Finished")
-    if not hits:
+    first = _first_true(run.r.wl_conds, "Finished")
+    if first is None:
         return None
-    first = hits[0]
     return _Final(Status.SUCCEEDED if first.reason == "Succeeded" else Status.FAILED, first.reason, first.message,
                   first.at, run.wl_src)
 
@@ -763,18 +773,18 @@ def derive(r: RunFacts) -> RunHistory:
         atts[-1].end, atts[-1].end_reason, atts[-1].end_message = final.at, final.reason, final.message
 
     transitions: list[Transition] = []
-    last = (0, 0)  # (attempt, time) of the last entry
+    last_attempt = last_at = 0  # of the last entry
 
     def add(attempt: int, phase: Phase, e: Entry) -> None:
-        nonlocal last
-        at = e.at
+        nonlocal last_attempt, last_at
+        at, reason, message, source = e
         if at is None:
             return
-        if last[0] == attempt:
-            at = max(at, last[1])  # never before the attempt's previous entry
-        last = (attempt, at)
+        if last_attempt == attempt and at < last_at:
+            at = last_at  # never before the attempt's previous entry
+        last_attempt, last_at = attempt, at
         transitions.append(Transition(run_id=r.run_id, attempt=attempt, phase=phase, at=utc(at),
-                                      reason=e.reason, message=e.message, source=e.source))
+                                      reason=reason, message=message, source=source))
 
     for phase, entry in intake.phases.items():
         add(1, phase, entry)
