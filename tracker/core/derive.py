@@ -262,13 +262,12 @@ class _CycleEvent(NamedTuple):
 def _kueue_attempts(r: RunFacts) -> list[_Att]:
     """Attempts from the Workload's admission and eviction cycles (or one attempt without Kueue).
 
-    An admission (``Admitted=True``; ``QuotaReserved=True`` for a Workload that never had an Admitted
-    condition: Kueue before admission checks) begins the Scheduling of an attempt; an eviction
-    (``Evicted=True``) ends it, and the next attempt is queued at once with the eviction's reason as its trigger.
-    A deactivation ends an attempt; a later reactivation (``Requeued=True/Reactivated``) opens the next one,
-    queued at the reactivation and triggered by the deactivation. A re-admission after a deactivation whose
-    reactivation was not seen opens it too, without a queue time. Nothing reopens a run after its root was
-    deleted."""
+    An admission (``Admitted=True``; ``QuotaReserved=True`` for a Workload that carries no Admitted condition at
+    all) begins the Scheduling of an attempt; an eviction (``Evicted=True``) of an admitted attempt ends it, and the
+    next attempt is queued at once with the eviction's reason as its trigger. A deactivation ends an attempt; a
+    later reactivation (``Requeued=True/Reactivated``) opens the next one, queued at the reactivation and triggered
+    by the deactivation. A re-admission after a deactivation whose reactivation was not seen opens it too, without a
+    queue time. Nothing reopens a run after its root was deleted."""
     queued0 = r.created if r.created is not None else r.wl_created
     if not r.wl_conds and not r.wl_uid:
         if r.kind is None:
@@ -543,7 +542,7 @@ FINAL_STATUS_RULES: tuple[FinalRule, ...] = (
               frozenset({Status.SUCCEEDED, Status.FAILED}), _workload_finished),
     FinalRule("deactivated", "the last attempt ended by a deactivation (Evicted=True/InactiveWorkload or "
               "Deactivated*) that no reactivation undid", frozenset({Status.STOPPED}), _deactivated),
-    FinalRule("root-deleted", "the Job/RayJob was deleted (or, never seen, its Workload) before any of the above",
+    FinalRule("root-deleted", "the Job/RayJob was deleted (or its Workload, when the Job/RayJob was never seen)",
               frozenset({Status.STOPPED}), _root_deleted),
 )
 
@@ -630,11 +629,11 @@ ATTEMPT_PHASES: tuple[AttemptPhase, ...] = (
                  "requeued it, or Requeued=True/Reactivated after a deactivation",
                  (SUBMITTED, REACTIVATED), "the Kueue eviction reason (Evicted=True) that requeued it",
                  _enter_admission),
-    AttemptPhase(Phase.SCHEDULING, "Workload Admitted=True (QuotaReserved=True before admission checks existed); "
+    AttemptPhase(Phase.SCHEDULING, "Workload Admitted=True (QuotaReserved=True if it has no Admitted condition); "
                  "without Kueue the root's creation; a RayJob retry's new deployment",
                  ("Admitted", RAYJOB_RETRY, "Created"), "", _enter_scheduling),
-    AttemptPhase(Phase.RUNTIME, "the expected number of pods PodScheduled=True (the latest of them), or the RayCluster "
-                 "ready, before the attempt ended", ("PodsScheduled",), "", _enter_runtime),
+    AttemptPhase(Phase.RUNTIME, "as many pods PodScheduled=True as the root expects (when the last of those was), or "
+                 "the RayCluster ready, before the attempt ended", ("PodsScheduled",), "", _enter_runtime),
     AttemptPhase(Phase.PROGRESS, "in Runtime, the first progress report inside the attempt, or the Ray app's start "
                  "(RayJob jobStatus RUNNING) if earlier", ("FirstStep", "RayJobRunning"), "", _enter_progress),
     AttemptPhase(Phase.COMPLETION, "an attempt but the last ended by a deactivation that a reactivation undid",
