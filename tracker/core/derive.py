@@ -124,8 +124,10 @@ def _first_true(conds: CondFacts, ctype: str) -> Cond | None:
     return Cond(*min(hits)) if hits else None
 
 
-class Entry(NamedTuple):
-    """A phase entry before it becomes a ``Transition``: when, why, and the object that evidences it."""
+@dataclass(slots=True)
+class Entry:
+    """A phase entry before it becomes a ``Transition``: when, why, and the object that evidences it. (A plain
+    slotted class: made for every transition, it is built twice as fast as a NamedTuple.)"""
 
     at: int | None  # None: not entered
     reason: str
@@ -202,7 +204,8 @@ class _AttemptView:
     att: _Att
     pods: list[PodFacts]
     scheduled: int  # pods of the attempt scheduled (RayJob: pods of its RayClusters)
-    started_at: int | None  # the expected number of pods scheduled (or the RayCluster ready): Runtime
+    started_at: int | None  # the expected number of pods scheduled (or the RayCluster ready)
+    runtime_at: int | None  # started_at if the attempt had not ended before: the Runtime entry
     progress_at: int | None  # first progress report or Ray app start inside the attempt: Progress
 
 
@@ -287,7 +290,6 @@ def _kueue_attempts(r: RunFacts) -> list[_Att]:
     for key in sorted(r.wl_evictions):
         reason, _, cause = key.partition("\x1f")
         causes.setdefault(reason, []).append(cause)
-    missed = _missed_eviction(r, evicts, causes)
     seen_reasons: dict[str, int] = {}
     timeline = sorted([_CycleEvent(at, _ADMIT, "", "") for at in admits]
                       + [_CycleEvent(e.at, _EVICT, e.reason, e.message) for e in evicts])
@@ -324,7 +326,7 @@ def _kueue_attempts(r: RunFacts) -> list[_Att]:
                 else:
                     # re-admitted without an observed eviction (intermediate states lost to a relist): the attempt
                     # before it was evicted at the latest when it was admitted again (docs/limits.md)
-                    cur.end, cur.end_reason, cur.end_message, cur.cause = ev.at, *missed
+                    cur.end, cur.end_reason, cur.end_message, cur.cause = ev.at, *_missed_eviction(r, evicts, causes)
                     atts.append(_Att(EVICTION_NOT_OBSERVED))
                 cur = atts[-1]
             cur.admitted = cur.start = ev.at
@@ -441,14 +443,13 @@ def _assign_pods(r: RunFacts, atts: list[_Att]) -> None:
         target.pods.append(uid)
 
 
-def _failures(r: RunFacts, a: _Att) -> tuple[list[PodFailure], int]:
-    """The attempt's pod failures (a pod killed from outside, by a disruption or a deletion, did not fail), and
-    how many of them the Job replaced (a pod of the attempt was created after the failure)."""
+def _failures(pods: list[PodFacts]) -> tuple[list[PodFailure], int]:
+    """The pod failures of an attempt's pods (a pod killed from outside, by a disruption or a deletion, did not
+    fail), and how many of them the Job replaced (a pod of the attempt was created after the failure)."""
     fails = []
-    created = sorted(r.pods[u].created or 0 for u in a.pods)
+    last_created: int | None = None  # computed at the first failure
     retries = 0
-    for u in a.pods:
-        p = r.pods[u]
+    for p in pods:
         end = p.finished
         if end is None or end.phase != "Failed":
             continue
@@ -456,7 +457,9 @@ def _failures(r: RunFacts, a: _Att) -> tuple[list[PodFailure], int]:
         if killed:
             continue
         fails.append((end.at, p.name, end.reason, end.exit_code, end.message))
-        if any(c > end.at for c in created):
+        if last_created is None:
+            last_created = max(q.created or 0 for q in pods)
+        if last_created > end.at:
             retries += 1
     fails.sort()
     return [PodFailure(pod=n, at=utc(at), reason=reason, exit_code=None if code < 0 else code, message=msg)
@@ -579,14 +582,8 @@ def _enter_scheduling(run: _Run, v: _AttemptView) -> Entry | None:
     return Entry(a.start, "Created", "", run.root_src)
 
 
-def _runtime_at(v: _AttemptView) -> int | None:
-    """When the attempt entered Runtime: all its pods scheduled before it ended."""
-    at, end = v.started_at, v.att.end
-    return at if at is not None and (end is None or at <= end) else None
-
-
 def _enter_runtime(run: _Run, v: _AttemptView) -> Entry | None:
-    at = _runtime_at(v)
+    at = v.runtime_at
     if at is None:
         return None
     r, a = run.r, v.att
@@ -596,7 +593,7 @@ def _enter_runtime(run: _Run, v: _AttemptView) -> Entry | None:
 
 
 def _enter_progress(run: _Run, v: _AttemptView) -> Entry | None:
-    if _runtime_at(v) is None or v.progress_at is None:
+    if v.runtime_at is None or v.progress_at is None:
         return None  # progress counts only once the attempt is in Runtime
     a = v.att
     ray_app = a.ray_start is not None and v.progress_at == run.r.ray[a.ray_start].app_started
@@ -665,7 +662,8 @@ def _view(run: _Run, number: int, a: _Att, progress_times: list[int]) -> _Attemp
         ray_app = r.ray[a.ray_start].app_started
         if ray_app is not None and (progress_at is None or ray_app < progress_at):
             progress_at = ray_app
-    return _AttemptView(number, a, pods, len(sched_times), started_at, progress_at)
+    runtime_at = started_at if started_at is not None and (a.end is None or started_at <= a.end) else None
+    return _AttemptView(number, a, pods, len(sched_times), started_at, runtime_at, progress_at)
 
 
 # ------------------------------------------------------------------------------------------ 5. unfinished runs
@@ -776,14 +774,14 @@ def derive(r: RunFacts) -> RunHistory:
 
     def add(attempt: int, phase: Phase, e: Entry) -> None:
         nonlocal last_attempt, last_at
-        at, reason, message, source = e
+        at = e.at
         if at is None:
             return
         if last_attempt == attempt and at < last_at:
             at = last_at  # never before the attempt's previous entry
         last_attempt, last_at = attempt, at
         transitions.append(Transition(run_id=r.run_id, attempt=attempt, phase=phase, at=utc(at),
-                                      reason=reason, message=message, source=source))
+                                      reason=e.reason, message=e.message, source=e.source))
 
     for phase, entry in intake.phases.items():
         add(1, phase, entry)
@@ -797,7 +795,7 @@ def derive(r: RunFacts) -> RunHistory:
             e = rule.enter(run, v)
             if e is not None:
                 add(i, rule.phase, e)
-        failures, retries = _failures(r, a)
+        failures, retries = _failures(v.pods)
         total_retries += retries
         placements = [PodPlacement(pod=p.name, node=p.node, created_at=utc(p.created), scheduled_at=utc(p.scheduled),
                                    finished_at=utc(p.finished.at) if p.finished else None)
