@@ -26,7 +26,8 @@ from tracker.core.model import RunHistory
 from tracker.core.reducer import Reducer
 from tracker.render import timeline
 from tracker.samples.builders import at
-from tracker.samples.scenarios import SCENARIOS, Write, _cluster
+from tracker.samples.scenarios import SCENARIOS, _cluster
+from tracker.samples.simulators import Write
 from tracker.shell.index import ExperimentIndex
 
 # scenario -> run id -> (run fields, transitions (attempt, phase, HH:MM:SS, reason),

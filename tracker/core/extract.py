@@ -9,13 +9,28 @@ from __future__ import annotations
 
 from typing import Any
 
-from tracker.core.facts import EventFacts, RunFacts, _max, _min, newer
+from tracker.core.facts import (
+    EventFacts,
+    PodEnd,
+    RayClusterFacts,
+    RayOutcome,
+    RunFacts,
+    Unschedulable,
+    _max,
+    _min,
+    newer,
+)
 from tracker.core.model import LABEL_QUEUE, TAUGRID_ANNOTATION_PREFIX
 from tracker.core.timefmt import BadTimestamp, in_range, ts
 
 
 class Malformed(ValueError):
     """The object cannot be used; the message says why."""
+
+
+# Field readers, short because every reader of an object calls them many times (``d``: a sub-object, ``lst``: a
+# list, ``s``: a string, ``t``: a timestamp, ``num``: an integer). Each checks the type the API gives the field and
+# raises Malformed otherwise; an absent or null field reads as empty. The exact class is tested first: the fast path.
 
 
 def d(obj: Any, key: str) -> dict[str, Any]:
@@ -31,6 +46,7 @@ def d(obj: Any, key: str) -> dict[str, Any]:
 
 
 def lst(obj: dict[str, Any], key: str) -> list[Any]:
+    """A list that may be absent or null (then empty)."""
     v = obj.get(key)
     if v.__class__ is list:
         return v
@@ -42,6 +58,7 @@ def lst(obj: dict[str, Any], key: str) -> list[Any]:
 
 
 def s(obj: dict[str, Any], key: str) -> str:
+    """A string that may be absent or null (then empty)."""
     v = obj.get(key)
     if v.__class__ is str:
         return v
@@ -57,6 +74,8 @@ _TS_CACHE_MAX = 200_000
 
 
 def t(obj: dict[str, Any], key: str) -> int | None:
+    """An RFC 3339 timestamp in microseconds since the epoch; None when absent, null or empty. Parsed values are
+    memoised (the same timestamps recur across the versions of an object and across objects)."""
     v = obj.get(key)
     if v.__class__ is str:
         hit = _TS_CACHE.get(v)
@@ -103,6 +122,7 @@ def resource_version(meta: dict[str, Any]) -> int | None:
 
 
 def conditions(status: dict[str, Any]) -> list[tuple[str, str, str, int, str]]:
+    """``status.conditions`` as (type, status, reason, lastTransitionTime, message); one without a time is skipped."""
     out = []
     for c in lst(status, "conditions"):
         if not isinstance(c, dict):
@@ -219,7 +239,7 @@ def ray_expected_pods(spec: dict[str, Any]) -> int:
 TERMINAL_RAY = ("Complete", "Failed", "Retrying")
 
 # One RayJob deployment as its status shows it: (startTime, rayClusterName, failed, Ray app start, outcome)
-RayStatus = tuple[int, str, int, int | None, tuple[int, str, str, str, str] | None]
+RayStatus = tuple[int, str, int, int | None, RayOutcome | None]
 
 
 def rayjob_status(status: dict[str, Any]) -> RayStatus | None:
@@ -235,7 +255,7 @@ def rayjob_status(status: dict[str, Any]) -> RayStatus | None:
     outcome = None
     if jds in TERMINAL_RAY:
         end = t(status, "endTime") or t(info, "endTime") or -1
-        outcome = (end, jds, s(status, "jobStatus"), s(status, "reason"), s(status, "message"))
+        outcome = RayOutcome(end, jds, s(status, "jobStatus"), s(status, "reason"), s(status, "message"))
     return start, cluster, failed, app_started, outcome
 
 
@@ -248,8 +268,8 @@ def merge_rayjob_status(r: RunFacts, ray: RayStatus) -> None:
     a.app_started = _min(a.app_started, app_started)
     # Retrying is followed by a terminal state only in a later deployment; within one, the
     # terminal write (with endTime) is the later one, so the larger tuple wins.
-    if outcome is not None and (a.outcome is None or (outcome[1] != "Retrying", outcome)
-                                > (a.outcome[1] != "Retrying", a.outcome)):
+    if outcome is not None and (a.outcome is None or (outcome.deployment_status != "Retrying", outcome)
+                                > (a.outcome.deployment_status != "Retrying", a.outcome)):
         a.outcome = outcome
 
 
@@ -300,6 +320,8 @@ def merge_workload(r: RunFacts, etype: str, obj: dict[str, Any]) -> None:
 
 
 def merge_pod(r: RunFacts, etype: str, obj: dict[str, Any], owner_uid: str | None) -> None:
+    """A pod of the run. ``etype`` is not read (a deleted pod's last state says all); the reducer passes it to every
+    object merge."""
     meta = d(obj, "metadata")
     spec = d(obj, "spec")
     status = d(obj, "status")
@@ -320,7 +342,7 @@ def merge_pod(r: RunFacts, etype: str, obj: dict[str, Any], owner_uid: str | Non
             if cstatus == "True":
                 scheduled = ltt
             else:
-                unsched = (ltt, reason, msg)
+                unsched = Unschedulable(ltt, reason, msg)
         elif ctype == "DisruptionTarget" and cstatus == "True":
             disrupted = True
         elif ctype == "Ready" and cstatus == "False":
@@ -357,7 +379,7 @@ def merge_pod(r: RunFacts, etype: str, obj: dict[str, Any], owner_uid: str | Non
                 reason, code, msg = fail or (s(status, "reason") or "Failed", -1, s(status, "message"))
             else:
                 reason, code, msg = "Completed", 0, ""
-            finished = (at, phase, reason, code, msg)
+            finished = PodEnd(at, phase, reason, code, msg)
     # merge
     p = r.pod(uid, s(meta, "name"))
     p.owner_uid = owner_uid or p.owner_uid
@@ -368,8 +390,8 @@ def merge_pod(r: RunFacts, etype: str, obj: dict[str, Any], owner_uid: str | Non
     if node:
         p.node = node
     p.scheduled = _min(p.scheduled, scheduled)
-    if unsched is not None and (p.unschedulable is None or unsched[0] > p.unschedulable[0] or (
-            unsched[0] == p.unschedulable[0] and newer(rv, p.unschedulable_rv))):
+    if unsched is not None and (p.unschedulable is None or unsched.at > p.unschedulable.at or (
+            unsched.at == p.unschedulable.at and newer(rv, p.unschedulable_rv))):
         # the latest PodScheduled=False; its message as the newest pod version with it says
         p.unschedulable, p.unschedulable_rv = unsched, rv
     p.started = _min(p.started, started)
@@ -382,6 +404,7 @@ def merge_pod(r: RunFacts, etype: str, obj: dict[str, Any], owner_uid: str | Non
 
 
 def merge_raycluster(r: RunFacts, etype: str, obj: dict[str, Any]) -> None:
+    """A RayCluster of the run: when it was created and became ready. ``etype`` is not read, as for pods."""
     meta = d(obj, "metadata")
     status = d(obj, "status")
     name = s(meta, "name")
@@ -395,8 +418,8 @@ def merge_raycluster(r: RunFacts, etype: str, obj: dict[str, Any]) -> None:
     old = r.ray_clusters.get(name)
     created = t(meta, "creationTimestamp")
     if old is not None:
-        created, ready = _min(old[1], created), _min(old[2], ready)
-    r.ray_clusters[name] = (s(meta, "uid"), created, ready)
+        created, ready = _min(old.created, created), _min(old.ready, ready)
+    r.ray_clusters[name] = RayClusterFacts(s(meta, "uid"), created, ready)
 
 
 def merge_event(r: RunFacts, obj: dict[str, Any], involved: dict[str, Any]) -> None:

@@ -13,7 +13,7 @@ All times are integer microseconds since the epoch, UTC.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 CondKey = tuple[str, str, str, int]  # (type, status, reason, lastTransitionTime)
 # condition -> message
@@ -49,6 +49,44 @@ def _max(a: int | None, b: int | None) -> int | None:
     return a if a >= b else b
 
 
+class Unschedulable(NamedTuple):
+    """A pod's condition PodScheduled=False."""
+
+    at: int  # lastTransitionTime
+    reason: str
+    message: str
+
+
+class PodEnd(NamedTuple):
+    """How a pod ended: its phase Succeeded or Failed, with when and why."""
+
+    at: int  # the last container's finishedAt; else the deletion asked for; else the last Ready=False
+    phase: str  # Succeeded or Failed
+    reason: str  # the first failed container's (e.g. OOMKilled, Error), else the pod's; Completed if it succeeded
+    exit_code: int  # -1 if no container exited non-zero
+    message: str
+
+
+class RayOutcome(NamedTuple):
+    """How a RayJob deployment ended (or that it is retried), as the RayJob's status said."""
+
+    end: int  # status.endTime (or rayJobInfo.endTime), -1 if neither
+    deployment_status: str  # jobDeploymentStatus: Complete, Failed or Retrying
+    job_status: str  # the Ray job's jobStatus (SUCCEEDED, FAILED, STOPPED, ...)
+    reason: str
+    message: str
+
+
+class RayClusterFacts(NamedTuple):
+    uid: str
+    created: int | None
+    ready: int | None  # stateTransitionTimes.ready, else RayClusterProvisioned=True of a ready one
+
+
+# Snapshots hold these named tuples as plain JSON arrays: ``to_json`` turns them into plain tuples (orjson, which
+# encodes the snapshots, does not encode a NamedTuple), ``from_json`` back into named ones.
+
+
 @dataclass(slots=True)
 class PodFacts:
     name: str
@@ -57,11 +95,9 @@ class PodFacts:
     created: int | None = None
     node: str | None = None
     scheduled: int | None = None
-    # latest PodScheduled=False: (ltt, reason, message)
-    unschedulable: tuple[int, str, str] | None = None
+    unschedulable: Unschedulable | None = None  # the latest
     started: int | None = None
-    # terminal: (finishedAt, phase, reason, exit code or -1, message)
-    finished: tuple[int, str, str, int, str] | None = None
+    finished: PodEnd | None = None
     delete_requested: int | None = None
     disrupted: bool = False
     waiting_reason: str | None = None
@@ -71,13 +107,13 @@ class PodFacts:
 
     def to_json(self) -> list[Any]:
         return [self.name, self.owner_uid, self.ray_cluster, self.created, self.node, self.scheduled,
-                self.unschedulable, self.started, self.finished, self.delete_requested, self.disrupted,
+                _plain(self.unschedulable), self.started, _plain(self.finished), self.delete_requested, self.disrupted,
                 self.waiting_reason, self.unschedulable_rv, self.waiting_rv]
 
     @classmethod
     def from_json(cls, v: list[Any]) -> PodFacts:
-        return cls(v[0], v[1], v[2], v[3], v[4], v[5], tuple(v[6]) if v[6] else None, v[7],
-                   tuple(v[8]) if v[8] else None, v[9], v[10], v[11], *v[12:14])  # older snapshots: no versions
+        return cls(v[0], v[1], v[2], v[3], v[4], v[5], Unschedulable(*v[6]) if v[6] else None, v[7],
+                   PodEnd(*v[8]) if v[8] else None, v[9], v[10], v[11], *v[12:14])  # older snapshots: no versions
 
 
 @dataclass(slots=True)
@@ -87,15 +123,14 @@ class RayAttemptFacts:
     cluster: str | None = None
     failed: int = 0
     app_started: int | None = None
-    # (ltt-like time or -1, jobDeploymentStatus, jobStatus, reason, message); Retrying/Failed/Complete only
-    outcome: tuple[int, str, str, str, str] | None = None
+    outcome: RayOutcome | None = None
 
     def to_json(self) -> list[Any]:
-        return [self.cluster, self.failed, self.app_started, self.outcome]
+        return [self.cluster, self.failed, self.app_started, _plain(self.outcome)]
 
     @classmethod
     def from_json(cls, v: list[Any]) -> RayAttemptFacts:
-        return cls(v[0], v[1], v[2], tuple(v[3]) if v[3] else None)
+        return cls(v[0], v[1], v[2], RayOutcome(*v[3]) if v[3] else None)
 
 
 @dataclass(slots=True)
@@ -170,15 +205,15 @@ class RunFacts:
     # pods, Ray
     pods: dict[str, PodFacts] = field(default_factory=dict)
     ray: dict[int, RayAttemptFacts] = field(default_factory=dict)
-    ray_clusters: dict[str, tuple[str, int | None, int | None]] = field(default_factory=dict)
+    ray_clusters: dict[str, RayClusterFacts] = field(default_factory=dict)
     events: dict[str, EventFacts] = field(default_factory=dict)
-    # intake
+    # intake: event id -> (kind, status, at, the event's other fields) of Resolution and Rendering events
     intake: dict[str, tuple[str, str, int, dict[str, Any]]] = field(default_factory=dict)
     # intake event ids of the most recent progress reports (bounded: see seen_progress)
     progress_seen: dict[str, int] = field(default_factory=dict)
     progress_buckets: dict[int, int] = field(default_factory=dict)
     metrics: dict[str, MetricFacts] = field(default_factory=dict)
-    checkpoint: tuple[int, int, str] | None = None
+    checkpoint: tuple[int, int, str] | None = None  # the latest (step, at, uri)
 
     # ---------------------------------------------------------------- merges used by the extractor
     def cond(self, conds: CondFacts, versions: CondVersions, key: CondKey, message: str, rv: int | None) -> None:
@@ -258,7 +293,7 @@ class RunFacts:
             "wl_pending": self.wl_pending, "wl_rv": self.wl_rv,
             "pods": {k: v.to_json() for k, v in self.pods.items()},
             "ray": [[k, v.to_json()] for k, v in self.ray.items()],
-            "ray_clusters": self.ray_clusters,
+            "ray_clusters": {k: tuple(v) for k, v in self.ray_clusters.items()},
             "events": {k: v.to_json() for k, v in self.events.items()},
             "intake": self.intake, "progress_seen": sorted(self.progress_seen.items()),
             "progress_buckets": [[k, v] for k, v in self.progress_buckets.items()],
@@ -282,7 +317,7 @@ class RunFacts:
         r.wl_rv = d.get("wl_rv")  # older snapshots have no resourceVersions: the next version sets the values
         r.pods = {k: PodFacts.from_json(v) for k, v in d["pods"].items()}
         r.ray = {k: RayAttemptFacts.from_json(v) for k, v in d["ray"]}
-        r.ray_clusters = {k: (v[0], v[1], v[2]) for k, v in d["ray_clusters"].items()}
+        r.ray_clusters = {k: RayClusterFacts(v[0], v[1], v[2]) for k, v in d["ray_clusters"].items()}
         r.events = {k: EventFacts.from_json(v) for k, v in d["events"].items()}
         r.intake = {k: (v[0], v[1], v[2], v[3]) for k, v in d["intake"].items()}
         r.progress_seen = {k: v for k, v in d["progress_seen"]}
@@ -291,6 +326,10 @@ class RunFacts:
                      for k, m in d["metrics"].items()}
         r.checkpoint = tuple(d["checkpoint"]) if d["checkpoint"] else None
         return r
+
+
+def _plain(t: tuple[Any, ...] | None) -> tuple[Any, ...] | None:
+    return None if t is None else tuple(t)
 
 
 def _conds_out(c: CondFacts, versions: CondVersions) -> list[list[Any]]:
@@ -309,5 +348,5 @@ def _conds_in(rows: list[list[Any]]) -> tuple[CondFacts, CondVersions]:
     return conds, versions
 
 
-__all__ = ["CondFacts", "CondKey", "CondVersions", "EventFacts", "MetricFacts", "PodFacts", "RayAttemptFacts",
-           "RunFacts", "_max", "_min", "newer"]
+__all__ = ["CondFacts", "CondKey", "CondVersions", "EventFacts", "MetricFacts", "PodEnd", "PodFacts",
+           "RayAttemptFacts", "RayClusterFacts", "RayOutcome", "RunFacts", "Unschedulable", "_max", "_min", "newer"]

@@ -49,9 +49,6 @@ class Phase(StrEnum):
     COMPLETION = "Completion"
 
 
-PHASE_ORDER: dict[Phase, int] = {p: i for i, p in enumerate(Phase)}
-
-
 class Status(StrEnum):
     PENDING = "pending"
     RUNNING = "running"
