@@ -12,7 +12,12 @@ blocks (``sys.getallocatedblocks``; ``tracemalloc`` is not used: it would slow t
 runs before each reading). Each phase runs in a process of its own, so one's freed memory does not hide the other's
 growth.
 
-Baseline, in the same process first: the same stream without retirement for ``--baseline-runs`` runs (the memory
+``--pool N`` (default 10,000) generates N runs once and then sends them again and again, each round a day later
+and with its own run ids, names and uids (a bytes rewrite of the encoded records, far cheaper than generating),
+until ``--runs`` runs were sent: the reducer sees 1,000,000 distinct runs in time order in minutes instead of
+hours. ``--pool 0`` generates every run.
+
+Baseline, in a process of its own first: the same stream without retirement for ``--baseline-runs`` runs (the memory
 per run that grows without bound). ``--mix ending`` (the default) makes every run end for good: the generator's
 "running" runs (which never end) succeed and its "deactivated" ones are deleted, as they are in a cluster whose
 finished Jobs are cleaned up. ``--mix realistic`` keeps them: those runs are live (a deactivated Job that still
@@ -25,13 +30,18 @@ import argparse
 import dataclasses
 import gc
 import random
+import re
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from tracker.core.reducer import Reducer, ReducerLimits
 from tracker.runtime.gctune import tune_gc
 from tracker.samples.lifecycles import RunParams, generate_stream, random_params
+from tracker.shell import jsonio
 
 FLUSH_EVERY = 5_000  # the embedded pipeline's default flush_every
 RECORDS_PER_RUN_HINT = 20
@@ -54,18 +64,45 @@ def ending(rng: random.Random) -> RunParams:
     return p
 
 
-def fold(label: str, runs: int, every: int, limits: ReducerLimits, mix: str, seed: int) -> list[tuple[int, float]]:
+UUID = re.compile(rb'"[0-9a-f]{8}-')
+
+
+def stream(runs: int, seed: int, mix: str, pool: int) -> Iterator[dict[str, Any]]:
+    """``runs`` runs in time order: generated, or a pool of them sent again a day later with new identities."""
     params = ending if mix == "ending" else random_params
+    if not pool or pool >= runs:
+        yield from generate_stream(runs, seed, params)
+        return
+    encoded = [jsonio.dumps(rec) for rec in generate_stream(pool, seed, params)]
+    day = b"2026-08-20T"
+    assert all(b"2026-08-21T" not in e for e in encoded[-100:]), "the pool must fit in one day"
+    sent = 0
+    for k in range(-(-runs // pool)):
+        date = (datetime(2026, 8, 20, tzinfo=UTC) + timedelta(days=k)).strftime("%Y-%m-%dT").encode()
+        mark = f'"{k:08x}-'.encode()
+        for blob in encoded:
+            if k:
+                blob = UUID.sub(mark, blob.replace(day, date).replace(b"-000", f"-{k:04d}".encode()))
+            rec = jsonio.loads(blob)
+            if "object" in rec and rec["object"].get("kind") in ("Job", "RayJob") and rec["type"] == "ADDED":
+                sent += 1
+                if sent > runs:
+                    return
+            yield rec
+
+
+def fold(label: str, runs: int, every: int, limits: ReducerLimits, mix: str, seed: int,
+         pool: int) -> list[tuple[int, float]]:
     red = Reducer(limits)
     started = time.perf_counter()
     submitted = 0
     readings: list[tuple[int, float]] = []
-    print(f"\n{label}: {runs:,} runs, mix={mix}, retire_after_us={limits.retire_after_us}, "
+    print(f"\n{label}: {runs:,} runs (pool {pool:,}), mix={mix}, retire_after_us={limits.retire_after_us}, "
           f"max_retired={limits.max_retired:,}")
     print(f"{'runs':>10} {'records':>12} {'in memory':>10} {'retired':>10} {'RSS MiB':>9} {'blocks':>11} "
           f"{'rec/s':>7}")
     n = 0
-    for n, rec in enumerate(generate_stream(runs, seed, params), start=1):
+    for n, rec in enumerate(stream(runs, seed, mix, pool), start=1):
         red.apply(rec)
         if n % FLUSH_EVERY == 0:
             red.flush()
@@ -103,6 +140,7 @@ def main() -> int:
     ap.add_argument("--mix", choices=("ending", "realistic"), default="ending")
     ap.add_argument("--baseline-runs", type=int, default=100_000, help="runs folded without retirement first")
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--pool", type=int, default=10_000, help="runs generated once and sent again (0: generate all)")
     ap.add_argument("--phase", choices=("both", "baseline", "retiring"), default="both", help=argparse.SUPPRESS)
     args = ap.parse_args()
     tune_gc()
@@ -112,11 +150,12 @@ def main() -> int:
         return 0
     if args.phase == "baseline":
         base = fold("baseline (no retirement)", args.baseline_runs, max(1, args.baseline_runs // 4),
-                    ReducerLimits(), args.mix, args.seed)
+                    ReducerLimits(), args.mix, args.seed, args.pool)
         summary("baseline growth", base, half=False)
         return 0
     limits = ReducerLimits(retire_after_us=round(args.grace_s * 1_000_000), max_retired=args.max_retired)
-    got = fold("retiring (the embedded pipeline's limits)", args.runs, args.every, limits, args.mix, args.seed)
+    got = fold("retiring (the embedded pipeline's limits)", args.runs, args.every, limits, args.mix, args.seed,
+               args.pool)
     summary("retiring, second half", got, half=True)
     return 0
 
