@@ -4,6 +4,9 @@ Start-up is kept short: this module imports only the standard library, and each 
 when it runs. The reader commands (``runs``, ``show``) import neither the Kubernetes, Kafka and Azure clients
 nor, for ``runs``, pydantic; the service commands' modules (which import those clients) are loaded only when
 one of them is the command given (``tracker --help`` lists them from ``SERVICE_COMMANDS``).
+
+This module holds ``main``, the parser and ``replay``; the reader commands are in ``tracker.readers``, and the
+option values (durations, times, the index path) and the usage errors in ``tracker.cli_args``.
 """
 
 from __future__ import annotations
@@ -11,14 +14,40 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import re
 import signal
 import sys
 import threading
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO, cast
+
+from tracker.cli_args import (
+    DEFAULT_DEMO_INDEX,
+    DEFAULT_INDEX,
+    DEMO_CAPTURES,
+    INDEX_ENV,
+    SHOW_WIDTH_PIPED,
+    NotFound,
+    UsageError,
+    _choice,
+    _positive,
+    index_path,
+    parse_duration,
+    parse_now,
+    parse_time,
+    parse_when,
+    table_width,
+)
+from tracker.readers import (
+    DEMO_MARK,
+    _sort_keys,
+    cmd_compare,
+    cmd_completion,
+    cmd_demo,
+    cmd_runs,
+    cmd_show,
+    completion_script,
+)
 
 if TYPE_CHECKING:
     import asyncio
@@ -27,13 +56,14 @@ if TYPE_CHECKING:
 
     from tracker.runtime.pipeline import PipelineReport
 
-DEMO_CAPTURES = Path(__file__).parent / "captures" / "demo"
-DEFAULT_DEMO_INDEX = Path("out") / "demo-index.sqlite"
-INDEX_ENV = "TRACKER_INDEX"
-# Where readers look when neither --index nor TRACKER_INDEX is given: the index the deployed tracker writes
-# (deploy/k8s/base/settings.yaml), so `kubectl exec deploy/tracker-sink-index -- tracker runs` needs no flag.
-DEFAULT_INDEX = Path("/var/lib/tracker/index.sqlite")
-SHOW_WIDTH_PIPED = 120  # layout width of `show` when the output is not a terminal and COLUMNS is not set
+# the command line's names, importable from here as before the reader commands and the values moved out
+__all__ = [
+    "DEFAULT_DEMO_INDEX", "DEFAULT_INDEX", "DEMO_CAPTURES", "DEMO_MARK", "INDEX_ENV", "PHASES", "SERVICE_COMMANDS",
+    "SHOW_WIDTH_PIPED", "STATUSES", "STOP_SIGNALS", "NotFound", "UsageError", "build_parser", "cmd_compare",
+    "cmd_completion", "cmd_demo", "cmd_replay", "cmd_runs", "cmd_show", "completion_script", "index_path", "main",
+    "parse_duration", "parse_now", "parse_time", "parse_when", "replay", "table_width",
+]
+
 
 # The service commands and their one-line help, so that `tracker --help` lists them without importing them.
 SERVICE_COMMANDS: dict[str, str] = {
@@ -45,64 +75,6 @@ SERVICE_COMMANDS: dict[str, str] = {
     "kusto": "Azure Data Explorer schema (settings: TRACKER_ADX_* variables)",
     "doctor": "preflight checks: kubeconfig, RBAC, Kueue/KubeRay APIs, Kafka topics, ADX auth and schema",
 }
-
-_DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
-
-
-class UsageError(Exception):
-    pass
-
-
-class NotFound(Exception):
-    """What was asked for is not there (exit 1)."""
-
-
-def parse_duration(text: str) -> float:
-    """'90' (seconds), '90s', '30m', '1h30m', '2d' -> seconds."""
-    text = text.strip()
-    if re.fullmatch(r"\d+(\.\d+)?", text):
-        return float(text)
-    m = _DURATION.match(text)
-    if not text or m is None or not any(m.groups()):
-        raise UsageError(f"not a duration: {text!r} (use e.g. 90s, 30m, 1h30m, 2d)")
-    d, h, mi, s = (int(g) if g else 0 for g in m.groups())
-    return float(((d * 24 + h) * 60 + mi) * 60 + s)
-
-
-def parse_time(text: str, flag: str = "--now") -> datetime:
-    """An ISO-8601 time (a date alone is midnight; no offset is UTC)."""
-    try:
-        dt = datetime.fromisoformat(text.strip())
-    except ValueError as exc:
-        raise UsageError(f"{flag} must be an ISO-8601 time, got {text!r}") from exc
-    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
-
-
-def parse_now(text: str | None) -> datetime | None:
-    return None if text is None else parse_time(text)
-
-
-def parse_when(text: str, now: datetime, flag: str) -> datetime:
-    """A duration back from ``now`` ('2h': two hours ago) or a time."""
-    stripped = text.strip()
-    if stripped and (_DURATION.match(stripped) or re.fullmatch(r"\d+(\.\d+)?", stripped)):
-        try:
-            return now - timedelta(seconds=parse_duration(text))
-        except OverflowError:
-            return datetime.min.replace(tzinfo=UTC)
-    try:
-        return parse_time(text, flag)
-    except UsageError:
-        raise UsageError(f"{flag} takes a duration (e.g. 2h, 1d) or an ISO-8601 time, got {text!r}") from None
-
-
-def index_path(args: argparse.Namespace) -> Path:
-    """--index, else $TRACKER_INDEX, else the deployed tracker's index."""
-    given: Path | None = getattr(args, "index", None)
-    if given is not None:
-        return given
-    env = os.environ.get(INDEX_ENV)
-    return Path(env) if env else DEFAULT_INDEX
 
 
 # ------------------------------------------------------------------------------------------ commands
@@ -215,200 +187,6 @@ def cmd_replay(args: argparse.Namespace, console: Console) -> int:
     return 128 + report.stopped_by if report.stopped and report.stopped_by else 0
 
 
-def _split(values: Sequence[str] | None) -> tuple[str, ...]:
-    """Repeated and comma-separated values, in order, without repeats."""
-    out: dict[str, None] = {}
-    for v in values or ():
-        for part in v.split(","):
-            if part.strip():
-                out[part.strip()] = None
-    return tuple(out)
-
-
-def _choice(allowed: Sequence[str], what: str) -> Callable[[str], str]:
-    """An argparse type: one or more of ``allowed`` (comma-separated), matched case-insensitively."""
-    by_lower = {a.lower(): a for a in allowed}
-
-    def convert(text: str) -> str:
-        parts = [p.strip() for p in text.split(",") if p.strip()]
-        bad = [p for p in parts if p.lower() not in by_lower]
-        if bad or not parts:
-            raise argparse.ArgumentTypeError(f"unknown {what} {', '.join(map(repr, bad or [text]))} "
-                                             f"(one of: {', '.join(allowed)})")
-        return ",".join(by_lower[p.lower()] for p in parts)
-    convert.__name__ = what
-    return convert
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
-    return value
-
-
-def _ago(now: datetime, seconds: float) -> datetime:
-    """``now`` minus ``seconds``; the first representable time when that is before year 1."""
-    try:
-        return now - timedelta(seconds=seconds)
-    except OverflowError:
-        return datetime.min.replace(tzinfo=UTC)
-
-
-def table_width() -> int | None:
-    """The width a table must fit: the terminal's; COLUMNS when set; else none (piped output is not cut)."""
-    if sys.stdout.isatty():
-        import shutil
-
-        return shutil.get_terminal_size().columns
-    columns = os.environ.get("COLUMNS", "")
-    return int(columns) if columns.isdigit() and int(columns) > 0 else None
-
-
-def cmd_runs(args: argparse.Namespace, console: object) -> int:
-    from tracker.runs_view import FIELDS, render
-    from tracker.shell.index_query import (
-        RUN_FIELDS,
-        IndexQueryError,
-        IndexReader,
-        Requirement,
-        RunFilter,
-        parse_selector,
-    )
-
-    now = parse_now(args.now) or datetime.now(UTC)
-    selector: tuple[Requirement, ...] = ()
-    try:
-        for text in args.selector or ():
-            selector += parse_selector(text)
-    except IndexQueryError as exc:
-        raise UsageError(str(exc)) from None
-    for key, value in (("taugrid.io/workspace", args.workspace), ("taugrid.io/project", args.project)):
-        if value is not None:
-            selector += (Requirement(key, "=", (value,)),)
-    namespaces = () if args.all_namespaces else _split(args.namespace)
-    stalled = stuck = None
-    if args.stalled_admission is not None:
-        stalled = _ago(now, parse_duration(args.stalled_admission))
-    if args.stuck is not None:
-        stuck = _ago(now, parse_duration(args.stuck))
-    query = RunFilter(
-        namespaces=namespaces, selector=selector, queues=_split(args.queue), cluster_queues=_split(args.cluster_queue),
-        statuses=_split(args.status), phases=_split(args.phase),
-        since=None if args.since is None else parse_when(args.since, now, "--since"),
-        until=None if args.until is None else parse_when(args.until, now, "--until"),
-        stalled_admission_before=stalled, stuck_before=stuck,
-        sort_by="age" if args.stuck is not None and args.sort_by is None else (args.sort_by or "created"),
-        limit=args.limit)
-    with IndexReader(index_path(args)) as reader:
-        why = args.stuck is not None  # the table says why the runs are stuck: the message too
-        fields = FIELDS.get(args.output, RUN_FIELDS) + (("message",) if why and args.output == "table" else ())
-        runs = reader.runs(query, fields, phase_since=args.output in ("table", "wide"))
-        short = reader.short_ids(r.run_id for r in runs) if args.output == "table" else {}
-    if not runs and args.output in ("table", "wide"):
-        sys.stderr.write("No runs found.\n")
-        return 0
-    text = render(runs, args.output, now=now, width=table_width(), short=short, one_namespace=len(namespaces) == 1,
-                  why=why)
-    if args.no_headers and args.output in ("table", "wide"):
-        text = text.split("\n", 1)[1]
-    sys.stdout.write(text)
-    return 0
-
-
-def cmd_show(args: argparse.Namespace, console: object) -> int:
-    from tracker.shell.index_query import IndexQueryError, IndexReader
-
-    path = index_path(args)
-    with IndexReader(path) as reader:
-        try:
-            run_id, note = reader.resolve(args.run)
-        except IndexQueryError as exc:
-            raise NotFound(str(exc)) from None
-    from tracker.shell.index import ExperimentIndex
-
-    with ExperimentIndex(path, readonly=True) as index:
-        history = index.history(run_id)
-    if history is None:  # deleted between the two reads
-        raise NotFound(f"no run {args.run!r} in {path}")
-    if note:
-        _note(note)
-    if args.output in ("json", "yaml"):
-        import json
-
-        data = json.loads(history.model_dump_json())  # the published history schema (schemas/history/)
-        if args.output == "json":
-            sys.stdout.write(json.dumps(data, indent=2) + "\n")
-        else:
-            import yaml
-
-            sys.stdout.write(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
-        return 0
-    from tracker.render import timeline
-
-    now = parse_now(args.now) or datetime.now(UTC)
-    _print_rich(lambda width: timeline(history, width=width, now=now))
-    return 0
-
-
-def cmd_compare(args: argparse.Namespace, console: object) -> int:
-    from tracker.shell.index_query import IndexQueryError, IndexReader
-
-    if len(args.runs) < 2:
-        raise UsageError("compare needs two runs or more (tracker compare RUN RUN...)")
-    path = index_path(args)
-    with IndexReader(path) as reader:
-        resolved = []
-        for ref in args.runs:
-            try:
-                resolved.append(reader.resolve(ref))
-            except IndexQueryError as exc:
-                raise NotFound(str(exc)) from None
-    from tracker.compare import compare_data, compare_table
-    from tracker.shell.index import ExperimentIndex
-
-    histories = []
-    with ExperimentIndex(path, readonly=True) as index:
-        for ref, (run_id, note) in zip(args.runs, resolved, strict=True):
-            history = index.history(run_id)
-            if history is None:
-                raise NotFound(f"no run {ref!r} in {path}")
-            if note:
-                _note(note)
-            histories.append(history)
-    data = compare_data(histories, parse_now(args.now) or datetime.now(UTC))
-    if args.output == "json":
-        import json
-
-        sys.stdout.write(json.dumps(data, indent=2) + "\n")
-    elif args.output == "yaml":
-        import yaml
-
-        sys.stdout.write(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
-    else:
-        _print_rich(lambda width: compare_table(data))
-    return 0
-
-
-def _print_rich(make: Callable[[int], Any]) -> None:
-    """Print a rich renderable laid out for the terminal; piped, at COLUMNS (or SHOW_WIDTH_PIPED) and with no
-    trailing blanks."""
-    from rich.console import Console
-
-    if sys.stdout.isatty():
-        console = Console()
-        console.print(make(console.width))
-        return
-    width = table_width() or SHOW_WIDTH_PIPED
-    console = Console(width=width, color_system=None, force_terminal=False)
-    with console.capture() as captured:
-        console.print(make(width))
-    sys.stdout.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
-
-
 class _TrailingBlanksCut:
     """A text stream that writes whole lines to ``out`` without their trailing blanks."""
 
@@ -436,147 +214,9 @@ class _TrailingBlanksCut:
         return int(self.out.fileno())
 
 
-def _note(message: str) -> None:
-    sys.stderr.write(f"note: {message}\n")
-
-
-def cmd_demo(args: argparse.Namespace, console: Console) -> int:
-    from tracker.core.model import Phase
-    from tracker.render import runs_table, timeline
-    from tracker.shell.index import ExperimentIndex
-
-    index_path: Path = args.index
-    _remove_demo_index(index_path, force=args.force)
-    with ExperimentIndex(index_path) as index:
-        index.set_meta(DEMO_MARK, "true")
-    console.rule("[bold]TauGrid tracker demo")
-    console.print(f"Replaying the bundled captures of one cluster ({DEMO_CAPTURES}),\n"
-                  "through the same bounded pipeline the service uses, into a fresh experiment index.\n")
-    replay([DEMO_CAPTURES], index_path, console)
-    with ExperimentIndex(index_path) as index:
-        records = index.runs()
-        console.print(runs_table(records))
-        # the most telling runs: a preemption, a RayJob retry, a deactivation, a run waiting for quota again
-        # after a reactivation (else whatever there is)
-        picks = [next((r for r in records if r.evictions and r.status == "succeeded"), None),
-                 next((r for r in records if r.kind == "RayJob" and r.attempts > 1), None),
-                 next((r for r in records if r.status == "stopped"), None),
-                 next((r for r in records if r.status == "pending" and r.phase == Phase.ADMISSION
-                       and r.attempts > 1), None)]
-        shown = [r for r in picks if r is not None] or records[:1]
-        for rec in shown:
-            history = index.history(rec.run_id)
-            if history is not None:
-                console.rule(f"run {rec.run_id}")
-                console.print(timeline(history, width=console.width, now=None))
-    console.rule()
-    console.print(f"The experiment index is at [bold]{index_path.resolve()}[/] (SQLite, schema in schemas/index/).\n"
-                  "Try:\n"
-                  f"  export {INDEX_ENV}={index_path}\n"
-                  "  tracker runs --status pending\n"
-                  "  tracker runs --stuck 30m --now 2026-08-20T13:00:00Z      # stuck before running, any phase\n"
-                  "  tracker runs -n team-a -o wide\n"
-                  "  tracker show team-a/qwen-rm-5vt2j --now 2026-08-20T13:00:00Z   # or a run id, or its start\n"
-                  "  tracker compare vit-l-9hx4d bert-pt-2c5nw")
-    return 0
-
-
-DEMO_MARK = "created_by_demo"  # meta key: the demo made this index, so a later demo may replace it
-
-
-def _remove_demo_index(path: Path, force: bool) -> None:
-    """Delete the index a previous demo made (never one it did not make, unless ``force``)."""
-    from tracker.shell.index import ExperimentIndex, IndexSchemaError
-
-    if not path.exists():
-        return
-    if not force:
-        try:
-            with ExperimentIndex(path, readonly=True) as index:
-                made_by_demo = index.meta(DEMO_MARK) == "true"
-        except IndexSchemaError:
-            made_by_demo = False
-        if not made_by_demo:
-            raise UsageError(f"{path} exists and was not made by `tracker demo`: the demo replaces its index, so it "
-                             "will not touch this one (give another --index, or --force to replace it)")
-    for suffix in ("", "-wal", "-shm"):
-        Path(f"{path}{suffix}").unlink(missing_ok=True)
-    path.with_name(path.stem + ".dead-letters.jsonl").unlink(missing_ok=True)
-
-
 def _fail(message: str) -> None:
     """One line on stderr, never read as markup."""
     sys.stderr.write(f"error: {' '.join(message.split())}\n")
-
-
-# ------------------------------------------------------------------------------------------ completion
-
-
-def cmd_completion(args: argparse.Namespace, console: object) -> int:
-    sys.stdout.write(completion_script(args.shell))
-    return 0
-
-
-def completion_script(shell: str) -> str:
-    """A bash function completing commands, options, option values and run ids (``tracker runs -o name``);
-    zsh runs it through bashcompinit."""
-    parser = build_parser(service_commands=False)
-    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    cases = []
-    for name, p in sub.choices.items():
-        opts = sorted({s for a in p._actions for s in a.option_strings})
-        cases.append(f"        {name}) opts=\"{' '.join(opts)}\" ;;")
-    values = {"-o|--output": "table wide json yaml name", "--status": "pending running succeeded failed stopped",
-              "--phase": "Resolution Rendering Admission Scheduling Runtime Progress Completion",
-              "--sort-by": " ".join(_sort_keys()), "completion": "bash zsh"}
-    value_cases = "\n".join(f"        {k}) COMPREPLY=($(compgen -W \"{v}\" -- \"$cur\")); return ;;"
-                            for k, v in values.items())
-    script = f"""# tracker completion for {shell}: add to your shell's startup file
-#   source <(tracker completion {shell})
-_tracker() {{
-    local cur prev cmd opts index i
-    cur="${{COMP_WORDS[COMP_CWORD]}}"
-    prev="${{COMP_WORDS[COMP_CWORD-1]}}"
-    cmd="" index=""
-    for ((i = 1; i < COMP_CWORD; i++)); do
-        case "${{COMP_WORDS[i]}}" in
-            --index) index="${{COMP_WORDS[i+1]}}" ;;
-            -*) ;;
-            *) [ -z "$cmd" ] && cmd="${{COMP_WORDS[i]}}" ;;
-        esac
-    done
-    if [ -z "$cmd" ]; then
-        COMPREPLY=($(compgen -W "{' '.join(sub.choices)} --help --version" -- "$cur"))
-        return
-    fi
-    case "$prev" in
-{value_cases}
-        --index|--config|--kubeconfig) COMPREPLY=($(compgen -f -- "$cur")); return ;;
-    esac
-    case "$cmd" in
-{chr(10).join(cases)}
-        *) opts="--help" ;;
-    esac
-    if [[ "$cur" != -* && ( "$cmd" == show || "$cmd" == compare ) ]]; then
-        COMPREPLY=($(compgen -W "$(tracker runs -o name ${{index:+--index "$index"}} 2>/dev/null)" -- "$cur"))
-        return
-    fi
-    COMPREPLY=($(compgen -W "$opts" -- "$cur"))
-}}
-complete -o default -F _tracker tracker
-"""
-    if shell == "zsh":
-        return "#compdef tracker\nautoload -U +X bashcompinit && bashcompinit\n" + script
-    return script
-
-
-def _sort_keys() -> list[str]:
-    from tracker.shell.index_query import SORT_KEYS
-
-    return list(SORT_KEYS)
-
-
-# ------------------------------------------------------------------------------------------ parser
 
 
 class _Parser(argparse.ArgumentParser):

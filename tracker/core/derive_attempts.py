@@ -1,0 +1,306 @@
+"""Step 2 of ``derive`` (``derive.py``): a run's attempts, and the pods and pod failures of each.
+
+An attempt is one admission of the run. ``_kueue_attempts`` cuts the Workload's conditions into admission /
+eviction cycles, ``_split_ray_retries`` cuts an admission again where KubeRay retried the RayJob on a new
+RayCluster, ``_assign_pods`` gives each pod to the attempt it ran in, and ``_failures`` lists an attempt's pod
+failures. Also here: the Kueue reasons and attempt triggers the rules (``derive_rules.py``) read, and the
+condition helpers. Pure, like the rest of the derivation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from tracker.core.facts import CondFacts, PodFacts, RayAttemptFacts, RunFacts
+from tracker.core.model import PodFailure, utc
+
+# Workload Evicted=True reasons (prefixes) of a deactivation (spec.active=false): Kueue's ``InactiveWorkload`` and
+# the ``Deactivated...`` reasons of newer versions. A deactivated run is stopped, unless a reactivation follows.
+DEACTIVATION_REASONS = ("InactiveWorkload", "Deactivated")
+# Requeued=True/Reactivated: Kueue's workload controller queues a deactivated Workload again after spec.active
+# went back to true (pkg/controller/core/workload_controller.go)
+REACTIVATED = "Reactivated"
+
+# Attempt triggers (``Attempt.trigger``) other than a Kueue eviction or deactivation reason
+SUBMITTED = "Submitted"  # the first attempt of a run queued by Kueue
+CREATED = "Created"  # the first attempt of a run without Kueue
+RAYJOB_RETRY = "RayJobRetry"  # KubeRay retried the RayJob on a new RayCluster (lifecycle.md §4.4)
+EVICTION_NOT_OBSERVED = "EvictionNotObserved"  # re-admitted, but the eviction before it was lost to a relist
+_NOT_OBSERVED_MESSAGE = "evicted before this re-admission; the eviction itself was not observed"
+
+
+def is_deactivation(reason: str | None) -> bool:
+    return reason is not None and reason.startswith(DEACTIVATION_REASONS)
+
+
+# ------------------------------------------------------------------------------------------ values
+
+
+class Cond(NamedTuple):
+    """One condition a Kubernetes object carried with a given status, and its message."""
+
+    at: int  # lastTransitionTime
+    reason: str
+    message: str
+
+
+def _true(conds: CondFacts, ctype: str) -> list[Cond]:
+    """Every ``ctype=True`` condition seen, earliest first."""
+    hits = [Cond(at, reason, msg) for (t, status, reason, at), msg in conds.items() if t == ctype and status == "True"]
+    hits.sort()
+    return hits
+
+
+def _true_times(conds: CondFacts, ctype: str) -> list[int]:
+    """When a ``ctype=True`` condition was seen, earliest first, each time once."""
+    return sorted({at for t, status, _reason, at in conds if t == ctype and status == "True"})
+
+
+def _first_true(conds: CondFacts, ctype: str) -> Cond | None:
+    """The earliest ``ctype=True`` condition seen (of those at the same time, the least by reason, then message)."""
+    hits = [(at, reason, msg) for (t, status, reason, at), msg in conds.items() if t == ctype and status == "True"]
+    return Cond(*min(hits)) if hits else None
+
+
+class Reason(NamedTuple):
+    reason: str
+    message: str
+
+
+@dataclass(slots=True)
+class _Att:
+    """An attempt while it is worked out; times in microseconds."""
+
+    trigger: str  # why it began: SUBMITTED, CREATED, an eviction or deactivation reason, RAYJOB_RETRY, ...
+    trigger_message: str = ""
+    queued: int | None = None  # Admission entry
+    admitted: int | None = None
+    start: int | None = None  # Scheduling entry: admitted, or created (no Kueue), or a RayJob retry's deployment
+    end: int | None = None
+    end_reason: str | None = None
+    end_message: str = ""
+    cause: str | None = None  # the eviction's underlying cause, from Kueue's eviction counts
+    cq: str | None = None
+    ray_cluster: str | None = None
+    ray_start: int | None = None  # the RayJob deployment (its status.startTime) this attempt ran
+    pods: list[str] = field(default_factory=list)
+    # the reason of the Admission entry when it is not the trigger: a reactivation
+    reopened: Reason | None = None
+
+
+# ------------------------------------------------------------------------------------------ 2. attempts
+
+_ADMIT, _EVICT = 0, 1  # kinds of a Workload cycle event; an admission sorts before an eviction at the same time
+
+
+class _CycleEvent(NamedTuple):
+    at: int
+    kind: int  # _ADMIT or _EVICT
+    reason: str
+    message: str
+
+
+def _kueue_attempts(r: RunFacts) -> list[_Att]:
+    """Attempts from the Workload's admission and eviction cycles (or one attempt without Kueue).
+
+    An admission (``Admitted=True``; ``QuotaReserved=True`` for a Workload that carries no Admitted condition at
+    all) begins the Scheduling of an attempt; an eviction (``Evicted=True``) of an admitted attempt ends it, and the
+    next attempt is queued at once with the eviction's reason as its trigger. A deactivation ends an attempt; a
+    later reactivation (``Requeued=True/Reactivated``) opens the next one, queued at the reactivation and triggered
+    by the deactivation. A re-admission after a deactivation whose reactivation was not seen opens it too, without a
+    queue time. Nothing reopens a run after its root was deleted."""
+    queued0 = r.created if r.created is not None else r.wl_created
+    if not r.wl_conds and not r.wl_uid:
+        if r.kind is None:
+            return []
+        # no Workload (yet): queued if the root names a queue, else not managed by Kueue and scheduled at creation
+        a = _Att(SUBMITTED if r.wl_queue else CREATED, queued=queued0 if r.wl_queue else None)
+        a.start = None if r.wl_queue else r.created
+        return [a]
+    admits = _true_times(r.wl_conds, "Admitted")
+    if not admits and not any(key[0] == "Admitted" for key in r.wl_conds):
+        admits = _true_times(r.wl_conds, "QuotaReserved")
+    evicts = _true(r.wl_conds, "Evicted")
+    reactivations = [c for c in _true(r.wl_conds, "Requeued")
+                     if c.reason == REACTIVATED and (r.root_deleted is None or c.at < r.root_deleted)]
+    # underlying causes of the evictions Kueue counted, per eviction reason (facts: "reason\x1fcause" -> count)
+    causes: dict[str, list[str]] = {}
+    for key in sorted(r.wl_evictions):
+        reason, _, cause = key.partition("\x1f")
+        causes.setdefault(reason, []).append(cause)
+    seen_reasons: dict[str, int] = {}
+    timeline = sorted([_CycleEvent(at, _ADMIT, "", "") for at in admits]
+                      + [_CycleEvent(e.at, _EVICT, e.reason, e.message) for e in evicts])
+    atts = [_Att(SUBMITTED, queued=queued0)]
+    todo = list(reversed(reactivations))  # the earliest last
+
+    def reopen(until: int | None, inclusive: bool) -> _Att | None:
+        """The attempt a reactivation up to ``until`` opens after the current one, if there is one."""
+        cur = atts[-1]
+        if cur.end is not None and is_deactivation(cur.end_reason):
+            after, trigger, message = cur.end, cur.end_reason or "", cur.end_message
+        elif cur.end is None and cur.admitted is not None:
+            # admitted, and reactivated later: deactivated in between, and the eviction was not seen
+            after, trigger, message = cur.admitted, "Deactivated", ""
+        else:
+            return None
+        while todo and todo[-1].at < after:
+            todo.pop()  # a reactivation of an earlier cycle, or one that nothing we saw was deactivated for
+        if not todo or (until is not None and (todo[-1].at > until or (todo[-1].at == until and not inclusive))):
+            return None
+        react = todo.pop()
+        return _Att(trigger, trigger_message=message, queued=react.at, reopened=Reason(REACTIVATED, react.message))
+
+    for ev in timeline:
+        nxt = reopen(ev.at, inclusive=ev.kind == _ADMIT)
+        if nxt is not None:
+            atts.append(nxt)
+        cur = atts[-1]
+        if ev.kind == _ADMIT:
+            if cur.admitted is not None:
+                if cur.end is not None and is_deactivation(cur.end_reason):
+                    # re-admitted after a deactivation whose reactivation was not seen
+                    atts.append(_Att(cur.end_reason or "", trigger_message=cur.end_message))
+                else:
+                    # re-admitted without an observed eviction (intermediate states lost to a relist): the attempt
+                    # before it was evicted at the latest when it was admitted again (docs/limits.md)
+                    cur.end, cur.end_reason, cur.end_message, cur.cause = ev.at, *_missed_eviction(r, evicts, causes)
+                    atts.append(_Att(EVICTION_NOT_OBSERVED))
+                cur = atts[-1]
+            cur.admitted = cur.start = ev.at
+            cur.cq = r.cq_by_admission.get(ev.at)
+            continue
+        if cur.end is not None:
+            continue  # deactivated: nothing counts as a new attempt until it is reactivated
+        if cur.admitted is None and not is_deactivation(ev.reason):
+            continue  # evicted while queued (e.g. a PodsReady-timeout write seen late): not a new attempt
+        # the n-th eviction with a reason gets the n-th underlying cause Kueue counted for it
+        n = seen_reasons.get(ev.reason, 0)
+        seen_reasons[ev.reason] = n + 1
+        cause_list = causes.get(ev.reason) or [""]
+        cur.end, cur.end_reason, cur.end_message = ev.at, ev.reason, ev.message
+        cur.cause = cause_list[min(n, len(cause_list) - 1)] or None
+        if not is_deactivation(ev.reason):
+            atts.append(_Att(ev.reason, trigger_message=ev.message, queued=ev.at))
+    nxt = reopen(None, inclusive=True)
+    if nxt is not None:
+        atts.append(nxt)
+    return atts
+
+
+class _AttemptEnd(NamedTuple):
+    reason: str
+    message: str
+    cause: str | None
+
+
+def _missed_eviction(r: RunFacts, evicts: list[Cond], causes: dict[str, list[str]]) -> _AttemptEnd:
+    """How an attempt whose eviction was not observed ended: the reason Kueue's eviction counts
+    (``status.schedulingStats.evictions``) have more of than the Evicted=True transitions seen, when there is
+    exactly one such reason; else ``EvictionNotObserved``."""
+    unseen: dict[str, int] = {}
+    for key, count in r.wl_evictions.items():
+        reason = key.partition("\x1f")[0]
+        unseen[reason] = unseen.get(reason, 0) + count
+    for e in evicts:
+        if e.reason in unseen:
+            unseen[e.reason] -= 1
+    reasons = sorted(reason for reason, n in unseen.items() if n > 0)
+    if len(reasons) != 1:
+        return _AttemptEnd(EVICTION_NOT_OBSERVED, _NOT_OBSERVED_MESSAGE, None)
+    found = set(causes.get(reasons[0], ()))
+    cause = found.pop() if len(found) == 1 else ""
+    return _AttemptEnd(reasons[0], _NOT_OBSERVED_MESSAGE, cause or None)
+
+
+def _failed_before(a: RayAttemptFacts) -> int:
+    """KubeRay's count of failed deployments (``status.failed``) when this deployment started: its own failure
+    is counted in the status that reports it (Retrying, Failed, or a FAILED Ray job), not in the earlier ones."""
+    out = a.outcome
+    own = out is not None and (out.deployment_status in ("Retrying", "Failed") or out.job_status == "FAILED")
+    return a.failed - 1 if own and a.failed > 0 else a.failed
+
+
+def _split_ray_retries(r: RunFacts, atts: list[_Att]) -> list[_Att]:
+    """A RayJob retry (a new deployment with a new RayCluster inside one admission) is a new attempt.
+
+    A deployment is a retry only when KubeRay says the one before it failed: that one ended ``Retrying``, or the
+    RayJob's ``status.failed`` grew between them. Another deployment inside one attempt is that of a Kueue
+    admission the watcher missed (suspended and resumed): it stays in the attempt, which keeps its first
+    deployment's RayCluster."""
+    if not r.ray:
+        return atts
+    starts = sorted(r.ray)
+    out: list[_Att] = []
+    for a in atts:
+        lo = a.start if a.start is not None else (a.queued if a.queued is not None else -1)
+        inside = [x for x in starts if x >= lo and (a.end is None or x < a.end)] if a.start is not None else []
+        if not inside:
+            out.append(a)
+            continue
+        cur = a
+        for j, st in enumerate(inside):
+            if j > 0:
+                prev = r.ray[inside[j - 1]]
+                retried = (prev.outcome is not None and prev.outcome.deployment_status == "Retrying") or \
+                    _failed_before(r.ray[st]) > _failed_before(prev)
+                if not retried:
+                    continue
+                reason = prev.outcome.reason if prev.outcome else "Unknown"
+                message = prev.outcome.message if prev.outcome else ""
+                nxt = _Att(RAYJOB_RETRY, trigger_message=f"{reason}: {message}" if message else reason,
+                           start=st, end=cur.end, end_reason=cur.end_reason, end_message=cur.end_message,
+                           cause=cur.cause, cq=cur.cq)
+                cur.end, cur.end_reason, cur.end_message, cur.cause = st, reason, message, None
+                if prev.outcome and prev.outcome.end > 0:
+                    cur.end = min(prev.outcome.end, st)
+                out.append(cur)
+                cur = nxt
+            cur.ray_start = st
+            cur.ray_cluster = r.ray[st].cluster
+        out.append(cur)
+    return out
+
+
+def _assign_pods(r: RunFacts, atts: list[_Att]) -> None:
+    """Each pod to an attempt: a RayCluster's pods to the attempt that ran that RayCluster; any other pod to the
+    last attempt that began (Scheduling, else Admission) no later than the pod was created."""
+    if not atts:
+        return
+    cluster_att = {a.ray_cluster: a for a in atts if a.ray_cluster}
+    bounds = [a.start if a.start is not None else (a.queued if a.queued is not None else -(1 << 62)) for a in atts]
+    for uid, p in sorted(r.pods.items(), key=lambda kv: (kv[1].created or 0, kv[0])):
+        target = cluster_att.get(p.ray_cluster) if p.ray_cluster else None
+        if target is None:
+            c = p.created if p.created is not None else 0
+            idx = 0
+            for j, b in enumerate(bounds):
+                if b is not None and b <= c:
+                    idx = j
+            target = atts[idx]
+        target.pods.append(uid)
+
+
+def _failures(pods: list[PodFacts]) -> tuple[list[PodFailure], int]:
+    """The pod failures of an attempt's pods (a pod killed from outside, by a disruption or a deletion, did not
+    fail), and how many of them the Job replaced (a pod of the attempt was created after the failure)."""
+    fails = []
+    last_created: int | None = None  # computed at the first failure
+    retries = 0
+    for p in pods:
+        end = p.finished
+        if end is None or end.phase != "Failed":
+            continue
+        killed = p.disrupted or (p.delete_requested is not None and p.delete_requested <= end.at)
+        if killed:
+            continue
+        fails.append((end.at, p.name, end.reason, end.exit_code, end.message))
+        if last_created is None:
+            last_created = max(q.created or 0 for q in pods)
+        if last_created > end.at:
+            retries += 1
+    fails.sort()
+    return [PodFailure(pod=n, at=utc(at), reason=reason, exit_code=None if code < 0 else code, message=msg)
+            for at, n, reason, code, msg in fails], retries
+

@@ -1,0 +1,311 @@
+"""The reader commands of `tracker`: ``runs``, ``show``, ``compare``, ``demo`` and ``completion``.
+
+Imported by ``tracker.cli`` at start, so at the top this module imports only the standard library; each command
+imports what it uses when it runs (``runs`` imports neither pydantic nor rich: tests/test_cli_runs.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tracker.cli_args import (
+    DEMO_CAPTURES,
+    INDEX_ENV,
+    SHOW_WIDTH_PIPED,
+    NotFound,
+    UsageError,
+    _ago,
+    _split,
+    index_path,
+    parse_duration,
+    parse_now,
+    parse_when,
+    table_width,
+)
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+def cmd_runs(args: argparse.Namespace, console: object) -> int:
+    from tracker.runs_view import FIELDS, render
+    from tracker.shell.index_query import (
+        RUN_FIELDS,
+        IndexQueryError,
+        IndexReader,
+        Requirement,
+        RunFilter,
+        parse_selector,
+    )
+
+    now = parse_now(args.now) or datetime.now(UTC)
+    selector: tuple[Requirement, ...] = ()
+    try:
+        for text in args.selector or ():
+            selector += parse_selector(text)
+    except IndexQueryError as exc:
+        raise UsageError(str(exc)) from None
+    for key, value in (("taugrid.io/workspace", args.workspace), ("taugrid.io/project", args.project)):
+        if value is not None:
+            selector += (Requirement(key, "=", (value,)),)
+    namespaces = () if args.all_namespaces else _split(args.namespace)
+    stalled = stuck = None
+    if args.stalled_admission is not None:
+        stalled = _ago(now, parse_duration(args.stalled_admission))
+    if args.stuck is not None:
+        stuck = _ago(now, parse_duration(args.stuck))
+    query = RunFilter(
+        namespaces=namespaces, selector=selector, queues=_split(args.queue), cluster_queues=_split(args.cluster_queue),
+        statuses=_split(args.status), phases=_split(args.phase),
+        since=None if args.since is None else parse_when(args.since, now, "--since"),
+        until=None if args.until is None else parse_when(args.until, now, "--until"),
+        stalled_admission_before=stalled, stuck_before=stuck,
+        sort_by="age" if args.stuck is not None and args.sort_by is None else (args.sort_by or "created"),
+        limit=args.limit)
+    with IndexReader(index_path(args)) as reader:
+        why = args.stuck is not None  # the table says why the runs are stuck: the message too
+        fields = FIELDS.get(args.output, RUN_FIELDS) + (("message",) if why and args.output == "table" else ())
+        runs = reader.runs(query, fields, phase_since=args.output in ("table", "wide"))
+        short = reader.short_ids(r.run_id for r in runs) if args.output == "table" else {}
+    if not runs and args.output in ("table", "wide"):
+        sys.stderr.write("No runs found.\n")
+        return 0
+    text = render(runs, args.output, now=now, width=table_width(), short=short, one_namespace=len(namespaces) == 1,
+                  why=why)
+    if args.no_headers and args.output in ("table", "wide"):
+        text = text.split("\n", 1)[1]
+    sys.stdout.write(text)
+    return 0
+
+
+def cmd_show(args: argparse.Namespace, console: object) -> int:
+    from tracker.shell.index_query import IndexQueryError, IndexReader
+
+    path = index_path(args)
+    with IndexReader(path) as reader:
+        try:
+            run_id, note = reader.resolve(args.run)
+        except IndexQueryError as exc:
+            raise NotFound(str(exc)) from None
+    from tracker.shell.index import ExperimentIndex
+
+    with ExperimentIndex(path, readonly=True) as index:
+        history = index.history(run_id)
+    if history is None:  # deleted between the two reads
+        raise NotFound(f"no run {args.run!r} in {path}")
+    if note:
+        _note(note)
+    if args.output in ("json", "yaml"):
+        import json
+
+        data = json.loads(history.model_dump_json())  # the published history schema (schemas/history/)
+        if args.output == "json":
+            sys.stdout.write(json.dumps(data, indent=2) + "\n")
+        else:
+            import yaml
+
+            sys.stdout.write(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
+        return 0
+    from tracker.render import timeline
+
+    now = parse_now(args.now) or datetime.now(UTC)
+    _print_rich(lambda width: timeline(history, width=width, now=now))
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace, console: object) -> int:
+    from tracker.shell.index_query import IndexQueryError, IndexReader
+
+    if len(args.runs) < 2:
+        raise UsageError("compare needs two runs or more (tracker compare RUN RUN...)")
+    path = index_path(args)
+    with IndexReader(path) as reader:
+        resolved = []
+        for ref in args.runs:
+            try:
+                resolved.append(reader.resolve(ref))
+            except IndexQueryError as exc:
+                raise NotFound(str(exc)) from None
+    from tracker.compare import compare_data, compare_table
+    from tracker.shell.index import ExperimentIndex
+
+    histories = []
+    with ExperimentIndex(path, readonly=True) as index:
+        for ref, (run_id, note) in zip(args.runs, resolved, strict=True):
+            history = index.history(run_id)
+            if history is None:
+                raise NotFound(f"no run {ref!r} in {path}")
+            if note:
+                _note(note)
+            histories.append(history)
+    data = compare_data(histories, parse_now(args.now) or datetime.now(UTC))
+    if args.output == "json":
+        import json
+
+        sys.stdout.write(json.dumps(data, indent=2) + "\n")
+    elif args.output == "yaml":
+        import yaml
+
+        sys.stdout.write(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
+    else:
+        _print_rich(lambda width: compare_table(data))
+    return 0
+
+
+def _print_rich(make: Callable[[int], Any]) -> None:
+    """Print a rich renderable laid out for the terminal; piped, at COLUMNS (or SHOW_WIDTH_PIPED) and with no
+    trailing blanks."""
+    from rich.console import Console
+
+    if sys.stdout.isatty():
+        console = Console()
+        console.print(make(console.width))
+        return
+    width = table_width() or SHOW_WIDTH_PIPED
+    console = Console(width=width, color_system=None, force_terminal=False)
+    with console.capture() as captured:
+        console.print(make(width))
+    sys.stdout.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
+
+
+def _note(message: str) -> None:
+    sys.stderr.write(f"note: {message}\n")
+
+
+def cmd_demo(args: argparse.Namespace, console: Console) -> int:
+    from tracker.cli import replay
+    from tracker.core.model import Phase
+    from tracker.render import runs_table, timeline
+    from tracker.shell.index import ExperimentIndex
+
+    index_path: Path = args.index
+    _remove_demo_index(index_path, force=args.force)
+    with ExperimentIndex(index_path) as index:
+        index.set_meta(DEMO_MARK, "true")
+    console.rule("[bold]TauGrid tracker demo")
+    console.print(f"Replaying the bundled captures of one cluster ({DEMO_CAPTURES}),\n"
+                  "through the same bounded pipeline the service uses, into a fresh experiment index.\n")
+    replay([DEMO_CAPTURES], index_path, console)
+    with ExperimentIndex(index_path) as index:
+        records = index.runs()
+        console.print(runs_table(records))
+        # the most telling runs: a preemption, a RayJob retry, a deactivation, a run waiting for quota again
+        # after a reactivation (else whatever there is)
+        picks = [next((r for r in records if r.evictions and r.status == "succeeded"), None),
+                 next((r for r in records if r.kind == "RayJob" and r.attempts > 1), None),
+                 next((r for r in records if r.status == "stopped"), None),
+                 next((r for r in records if r.status == "pending" and r.phase == Phase.ADMISSION
+                       and r.attempts > 1), None)]
+        shown = [r for r in picks if r is not None] or records[:1]
+        for rec in shown:
+            history = index.history(rec.run_id)
+            if history is not None:
+                console.rule(f"run {rec.run_id}")
+                console.print(timeline(history, width=console.width, now=None))
+    console.rule()
+    console.print(f"The experiment index is at [bold]{index_path.resolve()}[/] (SQLite, schema in schemas/index/).\n"
+                  "Try:\n"
+                  f"  export {INDEX_ENV}={index_path}\n"
+                  "  tracker runs --status pending\n"
+                  "  tracker runs --stuck 30m --now 2026-08-20T13:00:00Z      # stuck before running, any phase\n"
+                  "  tracker runs -n team-a -o wide\n"
+                  "  tracker show team-a/qwen-rm-5vt2j --now 2026-08-20T13:00:00Z   # or a run id, or its start\n"
+                  "  tracker compare vit-l-9hx4d bert-pt-2c5nw")
+    return 0
+
+
+DEMO_MARK = "created_by_demo"  # meta key: the demo made this index, so a later demo may replace it
+
+
+def _remove_demo_index(path: Path, force: bool) -> None:
+    """Delete the index a previous demo made (never one it did not make, unless ``force``)."""
+    from tracker.shell.index import ExperimentIndex, IndexSchemaError
+
+    if not path.exists():
+        return
+    if not force:
+        try:
+            with ExperimentIndex(path, readonly=True) as index:
+                made_by_demo = index.meta(DEMO_MARK) == "true"
+        except IndexSchemaError:
+            made_by_demo = False
+        if not made_by_demo:
+            raise UsageError(f"{path} exists and was not made by `tracker demo`: the demo replaces its index, so it "
+                             "will not touch this one (give another --index, or --force to replace it)")
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    path.with_name(path.stem + ".dead-letters.jsonl").unlink(missing_ok=True)
+
+
+# ------------------------------------------------------------------------------------------ completion
+
+
+def cmd_completion(args: argparse.Namespace, console: object) -> int:
+    sys.stdout.write(completion_script(args.shell))
+    return 0
+
+
+def completion_script(shell: str) -> str:
+    """A bash function completing commands, options, option values and run ids (``tracker runs -o name``);
+    zsh runs it through bashcompinit."""
+    from tracker.cli import build_parser
+
+    parser = build_parser(service_commands=False)
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    cases = []
+    for name, p in sub.choices.items():
+        opts = sorted({s for a in p._actions for s in a.option_strings})
+        cases.append(f"        {name}) opts=\"{' '.join(opts)}\" ;;")
+    values = {"-o|--output": "table wide json yaml name", "--status": "pending running succeeded failed stopped",
+              "--phase": "Resolution Rendering Admission Scheduling Runtime Progress Completion",
+              "--sort-by": " ".join(_sort_keys()), "completion": "bash zsh"}
+    value_cases = "\n".join(f"        {k}) COMPREPLY=($(compgen -W \"{v}\" -- \"$cur\")); return ;;"
+                            for k, v in values.items())
+    script = f"""# tracker completion for {shell}: add to your shell's startup file
+#   source <(tracker completion {shell})
+_tracker() {{
+    local cur prev cmd opts index i
+    cur="${{COMP_WORDS[COMP_CWORD]}}"
+    prev="${{COMP_WORDS[COMP_CWORD-1]}}"
+    cmd="" index=""
+    for ((i = 1; i < COMP_CWORD; i++)); do
+        case "${{COMP_WORDS[i]}}" in
+            --index) index="${{COMP_WORDS[i+1]}}" ;;
+            -*) ;;
+            *) [ -z "$cmd" ] && cmd="${{COMP_WORDS[i]}}" ;;
+        esac
+    done
+    if [ -z "$cmd" ]; then
+        COMPREPLY=($(compgen -W "{' '.join(sub.choices)} --help --version" -- "$cur"))
+        return
+    fi
+    case "$prev" in
+{value_cases}
+        --index|--config|--kubeconfig) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+    esac
+    case "$cmd" in
+{chr(10).join(cases)}
+        *) opts="--help" ;;
+    esac
+    if [[ "$cur" != -* && ( "$cmd" == show || "$cmd" == compare ) ]]; then
+        COMPREPLY=($(compgen -W "$(tracker runs -o name ${{index:+--index "$index"}} 2>/dev/null)" -- "$cur"))
+        return
+    fi
+    COMPREPLY=($(compgen -W "$opts" -- "$cur"))
+}}
+complete -o default -F _tracker tracker
+"""
+    if shell == "zsh":
+        return "#compdef tracker\nautoload -U +X bashcompinit && bashcompinit\n" + script
+    return script
+
+
+def _sort_keys() -> list[str]:
+    from tracker.shell.index_query import SORT_KEYS
+
+    return list(SORT_KEYS)
+
