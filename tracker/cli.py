@@ -20,6 +20,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tracker import errors
+
 if TYPE_CHECKING:
     import asyncio
 
@@ -49,11 +51,11 @@ SERVICE_COMMANDS: dict[str, str] = {
 _DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 
 
-class UsageError(Exception):
-    pass
+class UsageError(errors.Fatal):
+    """A command line that cannot work (exit 2)."""
 
 
-class NotFound(Exception):
+class NotFound(errors.Fatal):
     """What was asked for is not there (exit 1)."""
 
 

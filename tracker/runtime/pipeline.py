@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
+from tracker import errors
 from tracker.core.model import DeadLetter, RunHistory
 from tracker.core.reducer import Reducer
 from tracker.settings import DEAD_LETTER_FILE_BYTES, DEAD_LETTER_FILES
@@ -67,7 +68,7 @@ class JsonlDeadLetters:
     def __init__(self, path: Path, max_bytes: int = DEAD_LETTER_FILE_BYTES, files: int = DEAD_LETTER_FILES,
                  on_drop: Callable[[int], None] | None = None) -> None:
         if max_bytes < 1 or files < 1:
-            raise ValueError("a dead-letter file needs max_bytes >= 1 and files >= 1")
+            raise errors.ConfigError("a dead-letter file needs max_bytes >= 1 and files >= 1")
         self.path = path
         self.max_bytes = max_bytes
         self.files = files

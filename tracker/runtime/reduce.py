@@ -50,6 +50,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPa
 from aiokafka.errors import KafkaError, ProducerFenced
 from pydantic import BaseModel, ConfigDict, Field
 
+from tracker import errors
 from tracker.core.model import DeadLetter, Phase, RunHistory, Status, utc
 from tracker.core.reducer import Flushed, Reducer, ReducerLimits
 from tracker.core.timefmt import ts
@@ -65,7 +66,7 @@ ALERT_SCHEMA: Literal["taugrid.io/stalled-admission-alert/v1"] = "taugrid.io/sta
 _OUTPUT_MARGIN = 1_024  # bytes kept free under max.message.bytes for the record's key, headers and framing
 
 
-class ReduceFatal(RuntimeError):
+class ReduceFatal(errors.GaveUp):
     """The reducer cannot go on (a partition failed more often than ``max_retries``)."""
 
 

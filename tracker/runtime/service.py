@@ -26,17 +26,16 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 from prometheus_client import Counter
 
+from tracker import errors
 from tracker.core.model import DeadLetter
 from tracker.runtime.ops import Health, Metrics, OpsServer, Shutdown, configure_logging
 from tracker.runtime.pipeline import JsonlDeadLetters, PipelineLimits, PipelineReport, run_pipeline
-from tracker.runtime.reduce import ReduceFatal, ReduceService
-from tracker.runtime.sinks import SinkFatal, SinkRunner, adx_sink_runner, index_sink_runner
+from tracker.runtime.reduce import ReduceService
+from tracker.runtime.sinks import SinkRunner, adx_sink_runner, index_sink_runner
 from tracker.settings import EmbeddedSettings, KafkaSettings, Settings, redacted
 from tracker.shell import jsonio, kafka
 from tracker.shell.capture import BadRecord, Record, capture_files, interleave
-from tracker.shell.index import IndexSchemaError
 from tracker.shell.kafka import SOURCE_HEADER
-from tracker.shell.reducer_state import StateError
 from tracker.shell.watch.keying import KeyedRecord, RunKeyer
 
 log = structlog.get_logger("tracker.service")
@@ -52,7 +51,7 @@ async def capture_source(paths: list[Path], max_held: int) -> Source:
     """Replay capture files (interleaved as ``tracker replay`` does), keyed by run."""
     files = capture_files(paths)
     if not files:
-        raise ValueError("no capture files given (expected .json or .jsonl files or directories of them)")
+        raise errors.ConfigError("no capture files given (expected .json or .jsonl files or directories of them)")
     keyer = RunKeyer(max_held)
     for n, item in enumerate(interleave(files), start=1):
         for out in keyer.key_record(item):
@@ -146,16 +145,18 @@ async def _delivered(producer: AIOKafkaProducer, window: list[tuple[SourceItem, 
 
 Body = Callable[[Metrics, Health, Shutdown], Awaitable[None]]
 Errors = tuple[type[BaseException], ...]
-FATAL: Errors = (ReduceFatal, SinkFatal, kafka.TopicLayoutError, KafkaError, TimeoutError, OSError, ValueError,
-                 IndexSchemaError, StateError, sqlite3.Error)
+# faults of the world outside, raised by libraries: they reach the top once a retry loop has given up on them
+# (or where none applies), and stop the process as a ``Fatal`` does (tracker/errors.py has the whole tree)
+OUTSIDE_FAULTS: Errors = (KafkaError, TimeoutError, OSError, sqlite3.Error)
+FATAL: Errors = (errors.Fatal, *OUTSIDE_FAULTS)
 
 
 async def run_process(settings: Settings, name: str, body: Body, *, fatal: Errors = FATAL) -> int:
     """Logging, metrics and health endpoint, signal handling around ``body``; the process's exit code.
 
     An error of a ``fatal`` type stops the process with one "stopped by an error" line and exit code 1, also when
-    it comes wrapped in exception groups (a ``TaskGroup`` or ``gather`` of the body), as long as every error in
-    them is fatal. Anything else (a bug) propagates with its traceback."""
+    it comes wrapped in exception groups (the ``TaskGroup`` of a body). Anything else (a bug) propagates with its
+    traceback (with the fatal errors beside it, if any, logged first)."""
     configure_logging(settings.ops.log_level, settings.ops.log_format)
     _PRODUCER_LOG.addFilter(_NO_PAYLOADS)
     metrics, health = Metrics(), Health()
@@ -163,18 +164,19 @@ async def run_process(settings: Settings, name: str, body: Body, *, fatal: Error
     shutdown = Shutdown(settings.ops.shutdown_timeout_s)
     shutdown.install()
     log.info("starting", process=name, settings=redacted(settings))
+    stopped_by: list[BaseException] = []
     try:
-        await server.start()
-        await shutdown.run(body(metrics, health, shutdown))
-    except BaseException as exc:  # re-raised below unless it is fatal
-        errors = fatal_errors(exc, fatal)
-        if errors is None:
-            raise
-        log.error("stopped by an error", process=name, error="; ".join(str(e) or repr(e) for e in errors),
-                  error_type=", ".join(dict.fromkeys(type(e).__name__ for e in errors)))
-        return 1
+        try:
+            await server.start()
+            await shutdown.run(body(metrics, health, shutdown))
+        except* fatal as group:
+            stopped_by.extend(leaves(group))
+            log.error("stopped by an error", process=name, error="; ".join(str(e) or repr(e) for e in stopped_by),
+                      error_type=", ".join(dict.fromkeys(type(e).__name__ for e in stopped_by)))
     finally:
         await server.stop()
+    if stopped_by:
+        return 1
     log.info("stopped", process=name)
     return 0
 
@@ -195,18 +197,11 @@ _PRODUCER_LOG = logging.getLogger("aiokafka.producer.producer")
 _NO_PAYLOADS = _NoPayloads()
 
 
-def fatal_errors(exc: BaseException, fatal: Errors = FATAL) -> list[BaseException] | None:
-    """The errors ``exc`` consists of (itself, or the leaves of its nested exception groups) if every one is of
-    a ``fatal`` type; None otherwise."""
+def leaves(exc: BaseException) -> list[BaseException]:
+    """The errors ``exc`` consists of: itself, or the leaves of its nested exception groups."""
     if isinstance(exc, BaseExceptionGroup):
-        leaves: list[BaseException] = []
-        for inner in exc.exceptions:
-            found = fatal_errors(inner, fatal)
-            if found is None:
-                return None
-            leaves.extend(found)
-        return leaves or None
-    return [exc] if isinstance(exc, fatal) else None
+        return [leaf for inner in exc.exceptions for leaf in leaves(inner)]
+    return [exc]
 
 
 async def _until_stopped(task: asyncio.Task[None], shutdown: Shutdown, on_stop: Callable[[], None]) -> None:
@@ -253,7 +248,7 @@ def serve_body(settings: Settings, opts: ServeOptions, source: Source | None = N
             await _serve_kafka(settings, opts, intake, metrics, health, shutdown)
         else:
             if intake is None:
-                raise ValueError("serve without Kafka needs an intake source (--from-capture PATH)")
+                raise errors.ConfigError("serve without Kafka needs an intake source (--from-capture PATH)")
             await _serve_embedded(settings, opts, intake, metrics, health, shutdown)
     return body
 
@@ -329,7 +324,7 @@ async def _serve_embedded(settings: Settings, opts: ServeOptions, intake: Source
 
     index_path = opts.index_path or settings.sink.index_path
     if index_path is None:
-        raise ValueError("serve without Kafka needs an experiment index (--index PATH)")
+        raise errors.ConfigError("serve without Kafka needs an experiment index (--index PATH)")
     changes: queue.Queue[Record | BadRecord | None] = queue.Queue(maxsize=settings.embedded.change_queue)
 
     async def records() -> AsyncIterator[Record | BadRecord]:

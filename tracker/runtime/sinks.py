@@ -34,6 +34,7 @@ from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.errors import KafkaError
 from pydantic import ValidationError
 
+from tracker import errors
 from tracker.core.model import RunHistory
 from tracker.runtime.ops import Health, Metrics
 from tracker.runtime.pipeline import HistorySink
@@ -58,7 +59,7 @@ class OffsetStoringSink(Protocol):
 SinkOpener = Callable[[], AbstractContextManager[HistorySink | OffsetStoringSink]]
 
 
-class SinkFatal(RuntimeError):
+class SinkFatal(errors.GaveUp):
     """A sink failed more often in a row than ``sink.max_retries``."""
 
 
@@ -293,7 +294,7 @@ def index_sink_runner(settings: Settings, metrics: Metrics, health: Health,
 
     path = index_path or settings.sink.index_path
     if path is None:
-        raise ValueError("no experiment index path (--index, or TRACKER_SINK__INDEX_PATH)")
+        raise errors.ConfigError("no experiment index path (--index, or TRACKER_SINK__INDEX_PATH)")
     return SinkRunner("index", lambda: ExperimentIndex(path), settings.sink.index_group, settings, metrics, health,
                       group_instance_id=settings.sink.group_instance_id)
 

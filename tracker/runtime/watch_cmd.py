@@ -26,7 +26,6 @@ import argparse
 import asyncio
 import os
 import socket
-import sqlite3
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -47,11 +46,10 @@ from tracker.shell.watch.checkpoint import CheckpointStore
 from tracker.shell.watch.kafka_checkpoint import KafkaCheckpoint, transactional_id
 from tracker.shell.watch.publish import JsonlCapture, KafkaPublisher, Publisher
 from tracker.shell.watch.resources import EVENTS_APIS, resources
-from tracker.shell.watch.stream import WatchFatal
 from tracker.shell.watch.watcher import WatchCollector, Watcher
 
 # what stops `tracker watch` with one "stopped by an error" line and exit code 1 (also inside task groups)
-WATCH_FATAL: service.Errors = (*service.FATAL, WatchFatal, ApiError, ConfigException, sqlite3.Error)
+WATCH_FATAL: service.Errors = (*service.FATAL, ApiError, ConfigException)
 
 
 def add_watch_command(subparsers: Any) -> None:

@@ -59,6 +59,7 @@ from azure.kusto.ingest.exceptions import KustoQueueError
 from pydantic import Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from tracker import errors
 from tracker.core.model import RunHistory, RunRecord
 from tracker.core.redact import secret_env, secret_fields, secret_values, validation_problems
 
@@ -116,11 +117,11 @@ class AdxSettings(BaseSettings):
     @model_validator(mode="after")
     def _auth_complete(self) -> AdxSettings:
         if self.auth == "app-secret" and not (self.client_id and self.tenant_id and self.client_secret):
-            raise ValueError("auth app-secret needs client_id, tenant_id and client_secret")
+            raise errors.ConfigError("auth app-secret needs client_id, tenant_id and client_secret")
         return self
 
 
-class AdxSettingsError(ValueError):
+class AdxSettingsError(errors.ConfigError):
     """The ``TRACKER_ADX_*`` settings are invalid; the message names each field, never a secret's value."""
 
 
@@ -139,7 +140,7 @@ def load_adx_settings(**values: Any) -> AdxSettings:
 def connection(settings: AdxSettings, uri: str) -> KustoConnectionStringBuilder:
     """A connection string for ``uri`` with the configured authentication."""
     if not uri:
-        raise ValueError("no Kusto endpoint: set TRACKER_ADX_CLUSTER_URI")
+        raise errors.ConfigError("no Kusto endpoint: set TRACKER_ADX_CLUSTER_URI")
     if settings.auth == "none":
         return KustoConnectionStringBuilder.with_no_authentication(uri)
     if settings.auth == "managed-identity":  # user-assigned with a client id, else system-assigned
@@ -355,7 +356,7 @@ def _is_transient(exc: BaseException) -> bool:
 T = TypeVar("T")
 
 
-class DeadlineExceeded(TimeoutError):
+class DeadlineExceeded(errors.Retryable, TimeoutError):
     """``call_with_deadline`` gave up waiting (raised by the helper itself, never by the call it waits for)."""
 
 

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
+from tracker import errors
 from tracker.core.model import (
     Attempt,
     MetricSummary,
@@ -219,7 +220,7 @@ SCHEMA_SQL = f"""\
 {"".join(MIGRATIONS.values())}"""
 
 
-class IndexSchemaError(RuntimeError):
+class IndexSchemaError(errors.Fatal, RuntimeError):
     """The file is not an experiment index this tracker can use (e.g. its schema is newer than the code)."""
 
 

@@ -39,6 +39,7 @@ from aiokafka.errors import (
 )
 from aiokafka.helpers import create_ssl_context
 
+from tracker import errors
 from tracker.settings import KafkaSettings, TopicSettings
 
 T = TypeVar("T")
@@ -47,18 +48,18 @@ log = structlog.get_logger("tracker.kafka")
 SOURCE_HEADER = "source"  # header of a changes record: where the change was read ("watch:<stream>", "path:line")
 
 
-class KafkaCallTimeout(TimeoutError):
+class KafkaCallTimeout(errors.Retryable, TimeoutError):
     """A Kafka call did not finish within ``call_timeout_s``."""
 
 
-class KafkaSecurityError(KafkaError):  # type: ignore[misc]  # aiokafka is untyped
+class KafkaSecurityError(errors.Fatal, KafkaError):  # type: ignore[misc]  # aiokafka is untyped
     """The broker refused this client's credentials (SASL), or TLS failed on a certificate: a configuration error,
     which ``retrying`` does not retry."""
 
     retriable = False
 
 
-class TopicLayoutError(RuntimeError):
+class TopicLayoutError(errors.Fatal, RuntimeError):
     """The topics are missing or laid out differently from what the tracker needs."""
 
 
@@ -121,7 +122,7 @@ class AzureTokenProvider(AbstractTokenProvider):  # type: ignore[misc]  # aiokaf
 def client_options(ks: KafkaSettings) -> dict[str, Any]:
     """Options every aiokafka client (producer, consumer, admin) of the tracker takes."""
     if not ks.bootstrap_servers:
-        raise ValueError("no Kafka bootstrap servers configured (TRACKER_KAFKA__BOOTSTRAP_SERVERS)")
+        raise errors.ConfigError("no Kafka bootstrap servers configured (TRACKER_KAFKA__BOOTSTRAP_SERVERS)")
     opts: dict[str, Any] = {
         "bootstrap_servers": [s.strip() for s in ks.bootstrap_servers.split(",") if s.strip()],
         "client_id": ks.client_id,
@@ -146,13 +147,14 @@ def client_options(ks: KafkaSettings) -> dict[str, Any]:
 
 
 def _ssl_context(ks: KafkaSettings) -> ssl.SSLContext:
-    """The TLS context of ``ks``; ValueError saying which file does not load (never retried: a setting is wrong).
+    """The TLS context of ``ks``; ConfigError saying which file does not load (never retried: a setting is wrong).
     A key without ``ssl_key_password`` is loaded with an empty password: for an encrypted key OpenSSL would
     otherwise ask for one on the terminal, which blocks an interactive command."""
     try:
         ctx: ssl.SSLContext = create_ssl_context(cafile=ks.ssl_cafile)
     except (ssl.SSLError, OSError) as exc:
-        raise ValueError(f"kafka.ssl_cafile {ks.ssl_cafile} does not load as PEM CA certificates: {exc}") from exc
+        raise errors.ConfigError(
+            f"kafka.ssl_cafile {ks.ssl_cafile} does not load as PEM CA certificates: {exc}") from exc
     if ks.ssl_certfile is not None:
         password = ks.ssl_key_password.get_secret_value() if ks.ssl_key_password else ""
         try:
@@ -162,8 +164,8 @@ def _ssl_context(ks: KafkaSettings) -> ssl.SSLContext:
             why = (("it is encrypted and kafka.ssl_key_password is not set" if ks.ssl_key_password is None else
                     "kafka.ssl_key_password does not decrypt it") if encrypted else
                    "is it the PEM key of that certificate?")
-            raise ValueError(f"the client certificate kafka.ssl_certfile {ks.ssl_certfile} with kafka.ssl_keyfile "
-                             f"{ks.ssl_keyfile} does not load: {why} ({exc})") from exc
+            raise errors.ConfigError(f"the client certificate kafka.ssl_certfile {ks.ssl_certfile} with "
+                                     f"kafka.ssl_keyfile {ks.ssl_keyfile} does not load: {why} ({exc})") from exc
     ctx.check_hostname = ks.ssl_check_hostname
     return ctx
 

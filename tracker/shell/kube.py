@@ -21,6 +21,7 @@ import aiohttp
 from kubernetes_asyncio.client import ApiClient, Configuration
 from kubernetes_asyncio.config import ConfigException, load_incluster_config, load_kube_config
 
+from tracker import errors
 from tracker.shell import jsonio
 
 MAX_EVENT_BYTES = 4 * 1024 * 1024  # an object is at most ~1.5 MiB in etcd; a watch line adds little
@@ -55,7 +56,7 @@ class Resource:
 # ------------------------------------------------------------------------------------------ HTTP
 
 
-class ApiError(Exception):
+class ApiError(errors.TrackerError):
     """A non-2xx answer or an ERROR watch event; ``status`` is the HTTP code (410 means Gone)."""
 
     def __init__(self, status: int, reason: str, message: str = "") -> None:

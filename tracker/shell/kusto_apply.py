@@ -24,6 +24,7 @@ from typing import TextIO, TypeVar
 
 from azure.kusto.data import ClientRequestProperties, KustoClient
 
+from tracker import errors
 from tracker.shell.adx import (
     AdxSettings,
     DeadlineExceeded,
@@ -65,7 +66,7 @@ def schema_commands(schema_dir: Path = SCHEMA_DIR) -> list[Command]:
             for i, text in enumerate(split_script(f.read_text(encoding="utf-8")), start=1)]
 
 
-class ApplyError(RuntimeError):
+class ApplyError(errors.Fatal, RuntimeError):
     """The cluster did not answer, or refused a command."""
 
 

@@ -13,6 +13,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from aiokafka import AIOKafkaProducer
 
+from tracker import errors
 from tracker.core.model import DeadLetter
 from tracker.settings import KafkaSettings
 from tracker.shell import jsonio, kafka
@@ -124,7 +125,7 @@ class Outbox:
 
     def __init__(self, maxsize: int) -> None:
         if maxsize <= 0:
-            raise ValueError("the outbox must be bounded (maxsize > 0)")
+            raise errors.ConfigError("the outbox must be bounded (maxsize > 0)")
         self.maxsize = maxsize
         self.items: deque[OutItem] = deque()
         self.enqueued = 0
