@@ -146,7 +146,8 @@ def replay(captures: list[Path], index_path: Path, console: Console, quiet: bool
         try:
             dead = pipeline.JsonlDeadLetters(dead_path)
             report = asyncio.run(_until_signalled(lambda stop: pipeline.run_pipeline(
-                interleave(files), reducer, [], dead, on_progress=on_progress, store=index, stop=stop)))
+                interleave(files), reducer, sinks=[], dead_letters=dead, on_progress=on_progress, store=index,
+                stop=stop)))
         finally:
             if progress is not None:
                 progress.stop()

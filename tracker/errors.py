@@ -79,3 +79,10 @@ class StoredStateError(Fatal, ValueError):
 
 class InvalidInput(TrackerError, ValueError):
     """One input record (an object, a timestamp, a capture line) is refused; it costs that record only."""
+
+
+def leaves(exc: BaseException) -> list[BaseException]:
+    """The errors ``exc`` consists of: itself, or the leaves of its nested exception groups, in order."""
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in leaves(inner)]
+    return [exc]

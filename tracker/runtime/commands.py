@@ -119,7 +119,7 @@ def cmd_sink_index(args: argparse.Namespace, console: Console) -> int:
             raise SettingsError("`tracker sink index` needs --index PATH (or TRACKER_SINK__INDEX_PATH)")
     except SettingsError as exc:
         return _usage(exc)
-    return _run(settings, "sink-index", service.sink_body(settings, None))
+    return _run(settings, "sink-index", service.sink_body(settings, index_path=None))
 
 
 def cmd_sink_adx(args: argparse.Namespace, console: Console) -> int:
@@ -131,7 +131,7 @@ def cmd_sink_adx(args: argparse.Namespace, console: Console) -> int:
         load_adx_settings()  # checked before the process starts: one line naming the field, never a secret
     except (SettingsError, AdxSettingsError) as exc:
         return _usage(exc)
-    return _run(settings, "sink-adx", service.sink_body(settings, None, kind="adx", group=args.group))
+    return _run(settings, "sink-adx", service.sink_body(settings, index_path=None, kind="adx", group=args.group))
 
 
 def cmd_serve(args: argparse.Namespace, console: Console) -> int:
@@ -181,7 +181,9 @@ def _serve_watching(settings: Settings, opts: service.ServeOptions, args: argpar
             finally:
                 await bus.close()
 
-        await asyncio.gather(watch(), service.serve_body(settings, opts, intake())(metrics, health, shutdown))
+        async with asyncio.TaskGroup() as tg:  # one failing cancels the other; their errors leave as a group
+            tg.create_task(watch())
+            tg.create_task(service.serve_body(settings, opts, source=intake())(metrics, health, shutdown))
     return body
 
 

@@ -360,7 +360,7 @@ class DeadlineExceeded(errors.Retryable, TimeoutError):
     """``call_with_deadline`` gave up waiting (raised by the helper itself, never by the call it waits for)."""
 
 
-def call_with_deadline(fn: Callable[[], T], timeout_s: float, what: str,
+def call_with_deadline(fn: Callable[[], T], *, timeout_s: float, what: str,
                        progress: tuple[float, Callable[[float], None]] | None = None) -> T:
     """``fn()`` in a daemon thread, waited for at most ``timeout_s`` (the SDK's calls can hang); with ``progress``,
     ``progress[1](elapsed)`` is called every ``progress[0]`` seconds meanwhile. ``DeadlineExceeded`` ("``what``
@@ -569,8 +569,8 @@ class AdxSink:
         """Ingests one chunk, retrying transient failures; True if accepted (or rejected as permanently bad)."""
         for attempt in range(retries + 1):
             try:
-                queued = call_with_deadline(lambda: self._ingest(chunk), self.settings.ingest_timeout_s,
-                                            "ingestion call")
+                queued = call_with_deadline(lambda: self._ingest(chunk), timeout_s=self.settings.ingest_timeout_s,
+                                            what="ingestion call")
             except Exception as exc:
                 if not _is_transient(exc):
                     path = self._spool.reject(chunk)

@@ -77,7 +77,7 @@ def backoff_s(attempt: int, cap_s: float) -> float:
     return float(min(cap_s, 0.2 * 2 ** (attempt - 1)))
 
 
-async def retrying(what: str, attempt: Callable[[], Awaitable[T]], retries: int, backoff_max_s: float) -> T:
+async def retrying(what: str, attempt: Callable[[], Awaitable[T]], *, retries: int, backoff_max_s: float) -> T:
     """``attempt()``, tried again after Kafka errors and timeouts with exponential backoff, ``retries`` times at
     most (errors of the tracker's own, such as a wrong topic layout, and refused credentials or certificates,
     KafkaSecurityError, are not retried)."""
@@ -92,7 +92,7 @@ async def retrying(what: str, attempt: Callable[[], Awaitable[T]], retries: int,
             if tries > retries:
                 raise
             delay = backoff_s(tries, backoff_max_s)
-            log.warning(f"{what} failed, retrying", attempt=tries, retry_in_s=delay, error=repr(exc))
+            log.warning("kafka_call_retrying", call=what, attempt=tries, retry_in_s=delay, error=repr(exc))
             await asyncio.sleep(delay)
 
 
@@ -295,7 +295,7 @@ async def stop(client: AIOKafkaProducer | AIOKafkaConsumer | AIOKafkaAdminClient
 # ------------------------------------------------------------------------------------------ reading
 
 
-async def read_to_end(consumer: AIOKafkaConsumer, tp: TopicPartition, ks: KafkaSettings,
+async def read_to_end(consumer: AIOKafkaConsumer, tp: TopicPartition, *, ks: KafkaSettings,
                       timeout_s: float) -> dict[bytes, bytes | None]:
     """The latest value per key of one partition, read from the beginning to its end (read_committed: the last
     stable offset), in the order of those latest writes. ``consumer`` must have no group; it is left assigned to
@@ -363,7 +363,7 @@ class Drain:
             return False
         if self.targets is None or set(self.targets) != consumer.assignment():
             self.targets = await drain_targets(ks, consumer.assignment())
-        return settled(self.targets) and await caught_up(consumer, self.targets, ks.call_timeout_s)
+        return settled(self.targets) and await caught_up(consumer, self.targets, timeout_s=ks.call_timeout_s)
 
 
 class Poller:
@@ -390,14 +390,14 @@ class Poller:
             self.on_failure()
             if self.failures > self.retries:
                 raise self.fatal(f"{self.what} failed {self.failures} times in a row: {exc}") from exc
-            log.warning(f"{self.what} failed", **self.log_context, error=str(exc), attempt=self.failures)
+            log.warning("kafka_poll_failed", call=self.what, **self.log_context, error=str(exc), attempt=self.failures)
             await asyncio.sleep(backoff_s(self.failures, self.backoff_max_s))
             return None
         self.failures = 0
         return batches
 
 
-async def caught_up(consumer: AIOKafkaConsumer, ends: dict[TopicPartition, int], timeout_s: float) -> bool:
+async def caught_up(consumer: AIOKafkaConsumer, ends: dict[TopicPartition, int], *, timeout_s: float) -> bool:
     """Whether the consumer's position reached ``ends`` on every partition. (A position steps over transaction
     markers; the offset of the last record processed does not, so it can stay below a read_committed end.)"""
     for tp, end in ends.items():

@@ -125,7 +125,7 @@ class KubeApi:
             return resp
         try:
             status = json.loads(await resp.read())
-        except ValueError:
+        except (json.JSONDecodeError, UnicodeDecodeError):  # not a Status: the code and reason say enough
             status = {}
         finally:
             resp.release()
@@ -162,7 +162,7 @@ async def discover(api: KubeApi, res: Resource) -> str | None:
 class Backoff:
     """Capped exponential backoff with jitter: the n-th delay is uniform in [d/2, d], d = min(cap, base·2ⁿ)."""
 
-    def __init__(self, base_s: float, cap_s: float, rng: random.Random) -> None:
+    def __init__(self, *, base_s: float, cap_s: float, rng: random.Random) -> None:
         self.base_s = base_s
         self.cap_s = cap_s
         self.rng = rng

@@ -74,7 +74,7 @@ PROGRESS_EVERY_S = 15.0  # while a command runs, how often a "still waiting" lin
 PROBE = ".show version"  # the first request: it proves the cluster answers (and that the credentials work)
 
 
-def apply_schema(settings: AdxSettings, dry_run: bool, schema_dir: Path = SCHEMA_DIR,
+def apply_schema(settings: AdxSettings, *, dry_run: bool, schema_dir: Path = SCHEMA_DIR,
                  out: TextIO | None = None, progress_every_s: float = PROGRESS_EVERY_S) -> list[Command]:
     """Runs (or with ``dry_run`` only prints) every schema command in order; returns the commands.
 
@@ -135,6 +135,6 @@ def _wait(fn: Callable[[], T], timeout_s: float, progress: tuple[float, Callable
           timeout_message: str) -> T:
     """``call_with_deadline``; ``ApplyError(timeout_message)`` when ``fn()`` does not return in time."""
     try:
-        return call_with_deadline(fn, timeout_s, "kusto apply", progress)
+        return call_with_deadline(fn, timeout_s=timeout_s, what="kusto apply", progress=progress)
     except DeadlineExceeded:
         raise ApplyError(timeout_message) from None

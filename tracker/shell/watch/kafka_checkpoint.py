@@ -69,7 +69,7 @@ RECORD_MARGIN = 32 * 1024  # key, headers and batch framing, with room to spare
 PARTITION = 0
 
 
-def transactional_id(ks: KafkaSettings, lease_namespace: str, lease_name: str) -> str:
+def transactional_id(ks: KafkaSettings, *, lease_namespace: str, lease_name: str) -> str:
     """The watch-state producer's transactional id for a Lease: one per leader-elected watcher deployment."""
     return f"{ks.topics.watch_state_topic}.watcher.{lease_namespace}.{lease_name}"
 
@@ -115,7 +115,7 @@ class KafkaCheckpoint:
         consumer = kafka.make_consumer(ks, group_id=None)
         await kafka.start(consumer, ks, "watch-state reader")
         try:
-            latest = await kafka.read_to_end(consumer, self.tp, ks, self.load_timeout_s)
+            latest = await kafka.read_to_end(consumer, self.tp, ks=ks, timeout_s=self.load_timeout_s)
         finally:
             await kafka.stop(consumer, ks, "watch-state reader")
         try:
@@ -197,6 +197,7 @@ class KafkaCheckpoint:
         # not used again, and the next leader's fencing aborts it
         await producer.begin_transaction()
         sent = [await producer.send(self.topic, value=value, key=key, partition=PARTITION) for key, value in records]
+        # the sends' delivery futures (gather spawns no task for a future)
         errors = [r for r in await asyncio.gather(*sent, return_exceptions=True) if isinstance(r, BaseException)]
         if errors:
             raise errors[0]  # all of them fail alike (fenced, or the producer's fatal error)

@@ -83,7 +83,7 @@ class KafkaPublisher:
     to the dead-letters topic; at most ``max_in_flight`` unacknowledged. ``flush`` waits until every record sent
     so far is acknowledged."""
 
-    def __init__(self, producer: AIOKafkaProducer, ks: KafkaSettings, max_in_flight: int) -> None:
+    def __init__(self, producer: AIOKafkaProducer, *, ks: KafkaSettings, max_in_flight: int) -> None:
         self.producer = producer
         self.ks = ks
         self.max_in_flight = max_in_flight
@@ -108,6 +108,7 @@ class KafkaPublisher:
     async def flush(self) -> None:
         pending, self.in_flight = self.in_flight, []
         if pending:
+            # the sends' delivery futures (gather spawns no task for a future)
             await kafka.bounded(asyncio.gather(*pending), self.ks.call_timeout_s, "delivering changes")
 
 

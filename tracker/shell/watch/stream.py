@@ -161,8 +161,8 @@ class Stream:
 
     async def run(self, lower_tiers: Sequence[Stream]) -> None:
         cfg = self.config
-        backoff = Backoff(cfg.backoff_base_s, cfg.backoff_cap_s, self.rng)
-        rarely = Backoff(cfg.backoff_base_s, cfg.unavailable_retry_cap_s, self.rng)
+        backoff = Backoff(base_s=cfg.backoff_base_s, cap_s=cfg.backoff_cap_s, rng=self.rng)
+        rarely = Backoff(base_s=cfg.backoff_base_s, cap_s=cfg.unavailable_retry_cap_s, rng=self.rng)
         if self.rv is None:
             for s in lower_tiers:
                 await s.synced.wait()
