@@ -455,7 +455,8 @@ DEMO_MARK = "created_by_demo"  # meta key: the demo made this index, so a later 
 
 def _remove_demo_index(path: Path, force: bool) -> None:
     """Delete the index a previous demo made (never one it did not make, unless ``force``)."""
-    from tracker.shell.index import ExperimentIndex, IndexSchemaError
+    from tracker.shell.index import ExperimentIndex
+    from tracker.shell.index_schema import IndexSchemaError
 
     if not path.exists():
         return
@@ -759,7 +760,7 @@ def main(argv: list[str] | None = None) -> int:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 128 + signal.SIGPIPE
     except Exception as exc:
-        if isinstance(exc, (UsageError, FileNotFoundError, *_loaded("tracker.shell.index", "IndexSchemaError"),
+        if isinstance(exc, (UsageError, FileNotFoundError, *_loaded("tracker.shell.index_schema", "IndexSchemaError"),
                             *_loaded("tracker.shell.reducer_state", "StateError"))):
             _fail(str(exc))
             return 2

@@ -22,8 +22,8 @@ rely on (``ValueError``, ``RuntimeError``, ``TimeoutError``)::
     │   ├── StoredStateError                   (ValueError) stored state this tracker cannot continue from
     │   │   └── shell.watch.checkpoint.CheckpointError
     │   ├── shell.reducer_state.StateError     (RuntimeError) the index's reducer state is unusable
-    │   ├── shell.index.IndexSchemaError       (RuntimeError) not an experiment index this tracker can use
-    │   │   └── shell.index.IndexOpenError     cannot be opened at all
+    │   ├── shell.index_schema.IndexSchemaError (RuntimeError) not an experiment index this tracker can use
+    │   │   └── shell.index_schema.IndexOpenError  cannot be opened at all
     │   ├── shell.kafka.TopicLayoutError       (RuntimeError) topics missing or laid out otherwise
     │   ├── shell.kafka.KafkaSecurityError     (KafkaError) credentials or TLS refused
     │   ├── shell.kusto_apply.ApplyError       (RuntimeError) the ADX cluster refused a schema command
