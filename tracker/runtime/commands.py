@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import sys
 from pathlib import Path
 from typing import Any
@@ -160,13 +161,13 @@ def _serve_watching(settings: Settings, opts: service.ServeOptions, args: argpar
     The embedded watcher keeps no checkpoint: the bus cannot confirm what the reducer committed, so it lists
     again at start, and the reducer's facts absorb the repeats."""
     from tracker.runtime.watch_cmd import WatchOptions, watch_body
-    from tracker.settings import WatchSettings as WatchConfig
     from tracker.shell.bus import InProcessBus
     from tracker.shell.capture import Record
     from tracker.shell.watch.publish import BusPublisher
 
-    wopts = WatchOptions(config=WatchConfig(namespaces=tuple(args.namespaces)), kubeconfig=args.kubeconfig,
-                         context=args.context)
+    # the watch settings tree (TRACKER_WATCH__*, the settings file), as `tracker watch` reads it; -n overrides
+    config = dataclasses.replace(settings.watch, namespaces=tuple(args.namespaces) or settings.watch.namespaces)
+    wopts = WatchOptions(config=config, kubeconfig=args.kubeconfig, context=args.context)
 
     async def body(metrics: Metrics, health: Health, shutdown: Shutdown) -> None:
         bus: InProcessBus[tuple[Record, str]] = InProcessBus(settings.source.max_in_flight)
