@@ -10,7 +10,7 @@ rely on (``ValueError``, ``RuntimeError``, ``TimeoutError``)::
     │   ├── shell.watch.stream.BrokenStream    a line that is not a watch event; the stream reconnects
     │   ├── shell.leader.LeadershipLost        the lease is no longer certainly held; the term ends, campaign again
     │   ├── shell.kafka.KafkaCallTimeout       (TimeoutError) a Kafka call outlived ``kafka.call_timeout_s``
-    │   └── shell.adx.DeadlineExceeded         (TimeoutError) an ADX call outlived its deadline
+    │   └── shell.deadline.DeadlineExceeded    (TimeoutError) an SDK call outlived its deadline
     ├── Fatal                                  the process stops: one "stopped by an error" line, exit code 1
     │   ├── ConfigError                        (ValueError) a setting, option or file given that cannot work
     │   │   ├── settings.SettingsError         the settings tree does not validate

@@ -26,12 +26,11 @@ import contextlib
 import json
 import re
 import sys
-import threading
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import asdict, dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal
 
 import aiohttp
 import yaml
@@ -45,14 +44,13 @@ from rich.table import Table
 
 from tracker.runtime.ops import configure_logging
 from tracker.settings import KafkaSettings, Settings, SettingsError, load_settings, yaml_problem
-from tracker.shell import kafka, tasks
+from tracker.shell import deadline, kafka, tasks
 from tracker.shell.kube import ApiError, KubeApi, Resource, discover, kube_client
 from tracker.shell.watch.resources import EVENTS_APIS, resources
 
 if TYPE_CHECKING:
     from tracker.shell.adx import AdxSettings
 
-T = TypeVar("T")
 Status = Literal["ok", "warn", "fail", "skip"]
 AREAS = ("kube", "kafka", "adx")
 
@@ -383,7 +381,8 @@ async def adx_checks(timeout_s: float) -> list[Check]:
     if not settings.cluster_uri:
         return [Check("adx", "settings", "skip", "TRACKER_ADX_CLUSTER_URI is not set (no ADX sink)")]
     try:
-        rows = await _in_daemon_thread(lambda: _database_schema(settings, timeout_s), timeout_s)
+        rows = await deadline.await_with_deadline(lambda: _database_schema(settings, timeout_s), timeout_s=timeout_s,
+                                                   what="doctor-adx")
     except TimeoutError:
         return [Check("adx", "auth", "fail", f"{settings.cluster_uri} did not answer within {timeout_s:g}s",
                       "check TRACKER_ADX_CLUSTER_URI and that the NetworkPolicy allows egress on 443")]
@@ -451,29 +450,6 @@ def _adx_failure(auth: str, database: str, exc: Exception) -> Check:
         return Check("adx", "auth", "fail", f"cannot reach the cluster: {detail}",
                      "check TRACKER_ADX_CLUSTER_URI and that the NetworkPolicy allows egress on 443")
     return Check("adx", "auth", "fail", detail, "check the TRACKER_ADX_* settings")
-
-
-async def _in_daemon_thread(fn: Callable[[], T], timeout_s: float) -> T:
-    """``fn()`` on a daemon thread, awaited for at most ``timeout_s``: a stuck SDK call is abandoned, never
-    waited for at exit (``asyncio.to_thread``'s executor would be)."""
-    loop = asyncio.get_running_loop()
-    done: asyncio.Future[T] = loop.create_future()
-
-    def deliver(setter: Callable[[Any], None], value: Any) -> None:
-        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
-            loop.call_soon_threadsafe(lambda: None if done.done() else setter(value))
-
-    def target() -> None:
-        try:
-            value = fn()
-        except Exception as exc:
-            deliver(done.set_exception, exc)
-        else:
-            deliver(done.set_result, value)
-
-    threading.Thread(target=target, name="doctor-adx", daemon=True).start()
-    async with asyncio.timeout(timeout_s):
-        return await done
 
 
 # ------------------------------------------------------------------------------------------ running

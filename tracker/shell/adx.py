@@ -30,12 +30,12 @@ import re
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 import structlog
 from azure.identity import WorkloadIdentityCredential
@@ -62,6 +62,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from tracker import errors
 from tracker.core.model import RunHistory, RunRecord
 from tracker.core.redact import secret_env, secret_fields, secret_values, validation_problems
+from tracker.shell.deadline import call_with_deadline
 
 log = structlog.get_logger("tracker.adx")
 
@@ -353,41 +354,6 @@ def _is_transient(exc: BaseException) -> bool:
     return False
 
 
-T = TypeVar("T")
-
-
-class DeadlineExceeded(errors.Retryable, TimeoutError):
-    """``call_with_deadline`` gave up waiting (raised by the helper itself, never by the call it waits for)."""
-
-
-def call_with_deadline(fn: Callable[[], T], *, timeout_s: float, what: str,
-                       progress: tuple[float, Callable[[float], None]] | None = None) -> T:
-    """``fn()`` in a daemon thread, waited for at most ``timeout_s`` (the SDK's calls can hang); with ``progress``,
-    ``progress[1](elapsed)`` is called every ``progress[0]`` seconds meanwhile. ``DeadlineExceeded`` ("``what``
-    still running after ...") when it does not return in time; what ``fn`` raises is raised here."""
-    result: list[T] = []
-    error: list[BaseException] = []
-
-    def target() -> None:
-        try:
-            result.append(fn())
-        except BaseException as exc:  # handed to the caller
-            error.append(exc)
-
-    thread = threading.Thread(target=target, name=what, daemon=True)
-    started = time.monotonic()
-    thread.start()
-    while thread.is_alive():
-        elapsed = time.monotonic() - started
-        if elapsed >= timeout_s:
-            raise DeadlineExceeded(f"{what} still running after {timeout_s:g}s")
-        step = timeout_s - elapsed if progress is None else min(progress[0], timeout_s - elapsed)
-        thread.join(step)
-        if thread.is_alive() and progress is not None and time.monotonic() - started < timeout_s:
-            progress[1](time.monotonic() - started)
-    if error:
-        raise error[0]
-    return result[0]
 
 
 class AdxSink:

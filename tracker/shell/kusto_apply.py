@@ -25,12 +25,8 @@ from typing import TextIO, TypeVar
 from azure.kusto.data import ClientRequestProperties, KustoClient
 
 from tracker import errors
-from tracker.shell.adx import (
-    AdxSettings,
-    DeadlineExceeded,
-    call_with_deadline,
-    connection,
-)
+from tracker.shell.adx import AdxSettings, connection
+from tracker.shell.deadline import DeadlineExceeded, call_with_deadline
 
 SCHEMA_DIR = Path(__file__).resolve().parents[2] / "schemas" / "kusto"
 
