@@ -411,7 +411,7 @@ async def end_to_end(settings: Settings, producer: Any, tmp: Path, rates: Sequen
     sent: dict[str, list[tuple[int, float]]] = {}
     latencies: list[float] = []
     path = tmp / "index.sqlite"
-    runner = index_sink_runner(settings, Metrics(), Health(), path)
+    runner = index_sink_runner(settings, metrics=Metrics(), health=Health(), index_path=path)
     runner.open_sink = lambda: TimedIndex(path, sent, latencies)
     task = asyncio.create_task(runner.run())
     while True:  # the sink first catches up with everything written so far

@@ -331,7 +331,7 @@ def test_demo_captures_through_the_pipeline_leave_the_final_histories_as_latest_
     assert len(histories) >= 5
 
     sink = make_sink()
-    report = asyncio.run(run_pipeline(interleave(files), Reducer(), [sink],
+    report = asyncio.run(run_pipeline(interleave(files), Reducer(), sinks=[sink],
                                       limits=PipelineLimits(flush_every=500)))
     assert sink.flush(60)
     assert report.runs_written > len(histories), "runs were flushed several times while the captures folded"

@@ -20,7 +20,8 @@ from tracker.core.model import Phase, RunRecord, Status
 from tracker.render import runs_json
 from tracker.runs_view import kube_duration
 from tracker.shell import index_query
-from tracker.shell.index import SCHEMA_VERSION, ExperimentIndex
+from tracker.shell.index import ExperimentIndex
+from tracker.shell.index_schema import SCHEMA_VERSION
 
 REPO = Path(__file__).resolve().parent.parent
 NOW = "2026-08-20T13:00:00Z"  # the end of the bundled capture's day

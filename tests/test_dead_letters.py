@@ -193,7 +193,7 @@ def test_replay_of_many_bad_lines_stays_within_the_bound(tmp_path: Path) -> None
         for i in range(20_000):
             fh.write(f'{{"type": "ADDED", "object": {{"kind": "Pod", "metadata": {{"name": "p-{i}"}}, oops}}\n')
     dead = JsonlDeadLetters(tmp_path / "index.dead-letters.jsonl", max_bytes=256 * 1024, files=4)
-    report = asyncio.run(run_pipeline(interleave([capture]), Reducer(), [], dead))
+    report = asyncio.run(run_pipeline(interleave([capture]), Reducer(), sinks=[], dead_letters=dead))
     assert report.dead_letters == 20_000
     kept = [dead.path, *dead.rotated()]
     assert len(kept) == 4 and sum(p.stat().st_size for p in kept) <= 4 * 256 * 1024

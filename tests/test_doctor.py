@@ -115,7 +115,8 @@ def watcher(kubectl: Kubectl, rbac_install: tuple[str, str], tmp_path_factory: p
 
 
 def expected_rbac_checks(namespace: str, namespaces: tuple[str, ...] = (), lease: bool = True) -> set[tuple[str, str]]:
-    return {("kube", f"rbac {p.describe()}") for p in watcher_rbac(RBAC, namespaces, namespace, lease)}
+    return {("kube", f"rbac {p.describe()}") for p in watcher_rbac(
+        RBAC, namespaces=namespaces, lease_namespace=namespace, lease=lease)}
 
 
 @pytest.mark.kube

@@ -23,7 +23,9 @@ from tracker.core.model import (
     Transition,
 )
 from tracker.shell import index as index_module
-from tracker.shell.index import SCHEMA_SQL, SCHEMA_VERSION, ExperimentIndex, IndexSchemaError
+from tracker.shell import index_schema
+from tracker.shell.index import ExperimentIndex
+from tracker.shell.index_schema import SCHEMA_SQL, SCHEMA_VERSION, IndexSchemaError
 
 REPO = Path(__file__).resolve().parent.parent
 T0 = datetime(2026, 8, 20, 10, 0, tzinfo=UTC)
@@ -449,8 +451,8 @@ def test_a_foreign_database_is_refused(tmp_path: Path) -> None:
 def test_an_older_schema_is_migrated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "index.sqlite"
     with monkeypatch.context() as m:  # an index written by the tracker of schema version 1
-        m.setattr(index_module, "MIGRATIONS", {1: index_module.MIGRATIONS[1]})
-        m.setattr(index_module, "SCHEMA_VERSION", 1)
+        m.setattr(index_schema, "MIGRATIONS", {1: index_schema.MIGRATIONS[1]})
+        m.setattr(index_schema, "SCHEMA_VERSION", 1)
         with ExperimentIndex(path) as ix:
             ix._db.execute("BEGIN")  # schema 1 has no reducer state tables: write the rows as it did
             ix._write_run(index_module._encode(pending_in_admission()), 1)
@@ -469,8 +471,8 @@ def test_a_later_migration_runs_after_the_current_one(tmp_path: Path, monkeypatc
     with ExperimentIndex(path) as ix:
         ix.write([pending_in_admission()])
     later = "CREATE TABLE extra (run_id TEXT PRIMARY KEY);\n-- a trailing comment\n"
-    monkeypatch.setattr(index_module, "MIGRATIONS", {**index_module.MIGRATIONS, SCHEMA_VERSION + 1: later})
-    monkeypatch.setattr(index_module, "SCHEMA_VERSION", SCHEMA_VERSION + 1)
+    monkeypatch.setattr(index_schema, "MIGRATIONS", {**index_schema.MIGRATIONS, SCHEMA_VERSION + 1: later})
+    monkeypatch.setattr(index_schema, "SCHEMA_VERSION", SCHEMA_VERSION + 1)
     with ExperimentIndex(path) as ix:
         assert ix.history("run-wait") == pending_in_admission()
     tables = dump(path)
@@ -478,7 +480,7 @@ def test_a_later_migration_runs_after_the_current_one(tmp_path: Path, monkeypatc
 
 
 def test_an_incomplete_migration_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(index_module, "MIGRATIONS", {1: SCHEMA_SQL + "CREATE TABLE broken (a\n"})
+    monkeypatch.setattr(index_schema, "MIGRATIONS", {1: SCHEMA_SQL + "CREATE TABLE broken (a\n"})
     with pytest.raises(ValueError, match="incomplete SQL statement"):
         ExperimentIndex(tmp_path / "index.sqlite").open()
     with sqlite3.connect(tmp_path / "index.sqlite") as conn:  # the whole migration rolled back

@@ -15,7 +15,8 @@ from rich.console import Console
 
 from tracker.cli import DEMO_CAPTURES, main, replay
 from tracker.shell import index as index_module
-from tracker.shell.index import ExperimentIndex, IndexOpenError, IndexSchemaError
+from tracker.shell.index import ExperimentIndex
+from tracker.shell.index_schema import IndexOpenError, IndexSchemaError
 
 RUN = "gpt-moe-6wz8r"  # a run of the bundled capture
 

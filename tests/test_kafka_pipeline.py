@@ -208,7 +208,7 @@ async def read_topic(settings: Settings, topic: str, partitions: int) -> list[Co
         ends = await kafka.drain_targets(settings.kafka, tps)  # not the LSO: it can lag a commit just returned
         out: list[ConsumerRecord] = []
         async with asyncio.timeout(30):
-            while not await kafka.caught_up(consumer, ends, 10):
+            while not await kafka.caught_up(consumer, ends, timeout_s=10):
                 for recs in (await consumer.getmany(timeout_ms=200)).values():
                     out.extend(recs)
         return sorted(out, key=lambda r: (r.partition, r.offset))
@@ -293,7 +293,7 @@ def index_rows(path: Path) -> dict[str, list[tuple[Any, ...]]]:
 async def replay_index(records: Sequence[dict[str, Any]], path: Path) -> dict[str, list[tuple[Any, ...]]]:
     """The embedded pipeline (what `tracker replay` runs) over the same records, unkeyed."""
     with ExperimentIndex(path) as idx:
-        await run_pipeline([Record(f"synthetic:{i}", r) for i, r in enumerate(records)], Reducer(), [idx])
+        await run_pipeline([Record(f"synthetic:{i}", r) for i, r in enumerate(records)], Reducer(), sinks=[idx])
     return index_rows(path)
 
 
@@ -643,9 +643,9 @@ async def test_poison_records_go_to_dead_letters_and_the_rest_flows(kafka_bootst
         await producer.stop()
 
     metrics, health = Metrics(), Health()
-    reducer = ReduceService(settings, metrics, health)
+    reducer = ReduceService(settings, metrics=metrics, health=health)
     index = tmp_path / "index.sqlite"
-    sink = index_sink_runner(settings, metrics, health, index)
+    sink = index_sink_runner(settings, metrics=metrics, health=health, index_path=index)
     tasks = [asyncio.create_task(reducer.run()), asyncio.create_task(sink.run())]
     try:
         await settle(settings, index, tasks=tasks)
@@ -695,7 +695,7 @@ async def test_serve_runs_intake_reducer_and_sink_in_one_process(kafka_bootstrap
 
 async def drain_reducer(settings: Settings) -> None:
     """One in-process ``tracker reduce``: joins, reads every partition to its end, commits and stops."""
-    reducer = ReduceService(settings, Metrics(), Health())
+    reducer = ReduceService(settings, metrics=Metrics(), health=Health())
     task = asyncio.create_task(reducer.run())
     reducer.request_stop(drain=True)
     await asyncio.wait_for(task, 60)
@@ -810,7 +810,8 @@ async def test_sink_without_offset_storage_commits_to_kafka_and_skips_refused_hi
         await kafka.stop(producer, settings.kafka, "test producer")
 
     sink, metrics, group = RefusingSink(refused), Metrics(), f"{settings.sink.index_group}-refusing"
-    runner = SinkRunner("refusing", lambda: contextlib.nullcontext(sink), group, settings, metrics, Health())
+    runner = SinkRunner("refusing", open_sink=lambda: contextlib.nullcontext(sink), group=group, settings=settings,
+                        metrics=metrics, health=Health())
     task = asyncio.create_task(runner.run())
     async with asyncio.timeout(30):
         while len(sink.written) < len(histories) - 1:

@@ -160,11 +160,12 @@ async def refused(settings: Settings) -> str:
     with capture_logs() as logs:
         started = time.monotonic()
         with pytest.raises(kafka.KafkaSecurityError) as err:
-            await kafka.retrying("creating topics", lambda: service.create_topics(settings), 5, 1.0)
+            await kafka.retrying("creating topics", lambda: service.create_topics(settings), retries=5,
+                                 backoff_max_s=1.0)
         assert time.monotonic() - started < bound
         started = time.monotonic()
         with pytest.raises(kafka.KafkaSecurityError) as by_reducer:
-            await ReduceService(settings, Metrics(), Health()).run()
+            await ReduceService(settings, metrics=Metrics(), health=Health()).run()
         assert time.monotonic() - started < bound
     assert not [e for e in logs if "retrying" in e["event"]], logs
     checks = await kafka_checks(settings, bound)

@@ -246,7 +246,7 @@ async def test_a_failing_partition_cancels_and_awaits_the_others_before_their_pr
     1's transaction is still in flight: partition 1's work is cancelled and finished before its producer is
     stopped, and nothing uses a producer after it was stopped."""
     settings = Settings()
-    reducer = ReduceService(settings, Metrics(), Health())
+    reducer = ReduceService(settings, metrics=Metrics(), health=Health())
     events: list[str] = []
     changes = settings.kafka.topics.changes
     tp0, tp1 = TopicPartition(changes, 0), TopicPartition(changes, 1)

@@ -121,7 +121,7 @@ def serve_into(index_path: Path, records: Sequence[Record], limits: ReducerLimit
 
     with ExperimentIndex(index_path) as index:
         reducer = restore(index, limits)
-        asyncio.run(run_pipeline(list(records), reducer, [], store=index))
+        asyncio.run(run_pipeline(list(records), reducer, sinks=[], store=index))
     return reducer
 
 
@@ -183,7 +183,7 @@ def test_records_of_a_forgotten_run_never_replace_its_history(tmp_path: Path) ->
         assert first not in red.retired
         from tracker.runtime.pipeline import run_pipeline
 
-        asyncio.run(run_pipeline(late[-1:], red, [], store=ix))
+        asyncio.run(run_pipeline(late[-1:], red, sinks=[], store=ix))
         assert ix.refused_after_retirement == 1
     assert contents(index) == before
 

@@ -86,7 +86,8 @@ async def create_watch_state(ks: KafkaSettings) -> None:
 
 def kafka_store(ks: KafkaSettings, scope: str = "tracker-system/tracker-watcher") -> KafkaCheckpoint:
     lease_namespace, lease_name = scope.split("/")
-    return KafkaCheckpoint(ks, scope=scope, transactional_id=transactional_id(ks, lease_namespace, lease_name),
+    return KafkaCheckpoint(ks, scope=scope, transactional_id=transactional_id(
+                               ks, lease_namespace=lease_namespace, lease_name=lease_name),
                            load_timeout_s=30)
 
 
@@ -414,7 +415,7 @@ def test_tracker_watch_shares_the_checkpoint_only_with_a_lease_and_kafka(tmp_pat
     assert checkpoint_store(with_kafka, WatchOptions(config=CONFIG, lease=lease, capture=tmp_path / "c")) is None
     assert checkpoint_store(Settings(), WatchOptions(config=CONFIG, lease=lease)) is None
     embedded = BusPublisher(InProcessBus(10))
-    assert checkpoint_store(with_kafka, WatchOptions(config=CONFIG, lease=lease), embedded) is None
+    assert checkpoint_store(with_kafka, WatchOptions(config=CONFIG, lease=lease), into=embedded) is None
     renamed = TopicSettings(changes="team-a.changes", transitions="team-a.transitions", run_state="team-a.run-state",
                             dead_letters="team-a.dead-letters", alerts="team-a.alerts")
     assert renamed.watch_state_topic == "team-a.watch-state"

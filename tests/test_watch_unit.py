@@ -263,7 +263,7 @@ def test_run_keys_restore_binds_dependents_of_checkpointed_roots() -> None:
 
 
 def test_backoff_is_jittered_doubling_and_capped() -> None:
-    backoff = Backoff(0.5, 4.0, random.Random(1))
+    backoff = Backoff(base_s=0.5, cap_s=4.0, rng=random.Random(1))
     delays = [backoff.next() for _ in range(8)]
     for n, d in enumerate(delays):
         cap = min(4.0, 0.5 * 2**n)
@@ -863,7 +863,7 @@ async def test_the_kafka_publisher_sends_dead_letters_to_their_topic() -> None:
             return done
 
     ks = KafkaSettings()
-    publisher = KafkaPublisher(Producer(), ks, max_in_flight=10)  # type: ignore[arg-type]
+    publisher = KafkaPublisher(Producer(), ks=ks, max_in_flight=10)  # type: ignore[arg-type]
     letter = DeadLetter(source="watch:jobs@*", reason="watcher error", detail="KeyError: 'x'", excerpt="{}")
     await publisher.dead_letter(letter)
     await publisher.flush()

@@ -122,7 +122,8 @@ def replay(captures: list[Path], index_path: Path, console: Console, quiet: bool
         try:
             dead = pipeline.JsonlDeadLetters(dead_path)
             report = asyncio.run(_until_signalled(lambda stop: pipeline.run_pipeline(
-                interleave(files), reducer, [], dead, on_progress=on_progress, store=index, stop=stop)))
+                interleave(files), reducer, sinks=[], dead_letters=dead, on_progress=on_progress, store=index,
+                stop=stop)))
         finally:
             if progress is not None:
                 progress.stop()
@@ -437,7 +438,7 @@ def main(argv: list[str] | None = None) -> int:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 128 + signal.SIGPIPE
     except Exception as exc:
-        if isinstance(exc, (UsageError, FileNotFoundError, *_loaded("tracker.shell.index", "IndexSchemaError"),
+        if isinstance(exc, (UsageError, FileNotFoundError, *_loaded("tracker.shell.index_schema", "IndexSchemaError"),
                             *_loaded("tracker.shell.reducer_state", "StateError"))):
             _fail(str(exc))
             return 2

@@ -14,6 +14,8 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from tracker import errors
+
 DEMO_CAPTURES = Path(__file__).parent / "captures" / "demo"
 DEFAULT_DEMO_INDEX = Path("out") / "demo-index.sqlite"
 INDEX_ENV = "TRACKER_INDEX"
@@ -25,11 +27,11 @@ SHOW_WIDTH_PIPED = 120  # layout width of `show` when the output is not a termin
 _DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 
 
-class UsageError(Exception):
-    pass
+class UsageError(errors.Fatal):
+    """A command line that cannot work (exit 2)."""
 
 
-class NotFound(Exception):
+class NotFound(errors.Fatal):
     """What was asked for is not there (exit 1)."""
 
 

@@ -223,7 +223,8 @@ DEMO_MARK = "created_by_demo"  # meta key: the demo made this index, so a later 
 
 def _remove_demo_index(path: Path, force: bool) -> None:
     """Delete the index a previous demo made (never one it did not make, unless ``force``)."""
-    from tracker.shell.index import ExperimentIndex, IndexSchemaError
+    from tracker.shell.index import ExperimentIndex
+    from tracker.shell.index_schema import IndexSchemaError
 
     if not path.exists():
         return

@@ -15,7 +15,7 @@ SCHEMAS_DIR = Path(__file__).resolve().parent.parent / "schemas"
 
 
 def render() -> dict[Path, str]:
-    from tracker.shell.index import SCHEMA_SQL
+    from tracker.shell.index_schema import SCHEMA_SQL
 
     docs = {SCHEMAS_DIR / name: json.dumps(doc, indent=2, sort_keys=True) + "\n"
             for name, doc in schema_documents().items()}

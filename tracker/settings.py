@@ -36,6 +36,7 @@ from pydantic.dataclasses import dataclass
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from tracker import errors
 from tracker.core.model import Phase
 from tracker.core.redact import secret_env, secret_fields, secret_values, validation_problems
 from tracker.core.reducer import ReducerLimits
@@ -47,7 +48,7 @@ DEAD_LETTER_FILES = 5  # the current file and the rotated ones kept: at most abo
 MAX_HELD = ReducerLimits().max_held  # records held until their owner is seen: the reducer's bound, everywhere
 
 
-class SettingsError(ValueError):
+class SettingsError(errors.ConfigError):
     """The settings are invalid; the message lists every problem."""
 
 

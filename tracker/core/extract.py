@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tracker import errors
 from tracker.core.facts import (
     EventFacts,
     PodEnd,
@@ -24,7 +25,7 @@ from tracker.core.model import LABEL_QUEUE, TAUGRID_ANNOTATION_PREFIX
 from tracker.core.timefmt import BadTimestamp, in_range, ts
 
 
-class Malformed(ValueError):
+class Malformed(errors.InvalidInput):
     """The object cannot be used; the message says why."""
 
 

@@ -13,9 +13,11 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from functools import lru_cache
 
+from tracker import errors
 
-class BadTimestamp(ValueError):
-    pass
+
+class BadTimestamp(errors.InvalidInput):
+    """Not an ISO-8601 UTC timestamp."""
 
 
 @lru_cache(maxsize=65536)

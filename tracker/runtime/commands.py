@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import sys
 from pathlib import Path
 from typing import Any
@@ -123,7 +124,7 @@ def cmd_sink_index(args: argparse.Namespace, console: Console) -> int:
             raise SettingsError("`tracker sink index` needs --index PATH (or TRACKER_SINK__INDEX_PATH)")
     except SettingsError as exc:
         return _usage(exc)
-    return _run(settings, "sink-index", service.sink_body(settings, None))
+    return _run(settings, "sink-index", service.sink_body(settings, index_path=None))
 
 
 def cmd_sink_adx(args: argparse.Namespace, console: Console) -> int:
@@ -135,7 +136,7 @@ def cmd_sink_adx(args: argparse.Namespace, console: Console) -> int:
         load_adx_settings()  # checked before the process starts: one line naming the field, never a secret
     except (SettingsError, AdxSettingsError) as exc:
         return _usage(exc)
-    return _run(settings, "sink-adx", service.sink_body(settings, None, kind="adx", group=args.group))
+    return _run(settings, "sink-adx", service.sink_body(settings, index_path=None, kind="adx", group=args.group))
 
 
 def cmd_serve(args: argparse.Namespace, console: Console) -> int:
@@ -164,13 +165,13 @@ def _serve_watching(settings: Settings, opts: service.ServeOptions, args: argpar
     The embedded watcher keeps no checkpoint: the bus cannot confirm what the reducer committed, so it lists
     again at start, and the reducer's facts absorb the repeats."""
     from tracker.runtime.watch_cmd import WatchOptions, watch_body
-    from tracker.settings import WatchSettings as WatchConfig
     from tracker.shell.bus import InProcessBus
     from tracker.shell.capture import Record
     from tracker.shell.watch.publish import BusPublisher
 
-    wopts = WatchOptions(config=WatchConfig(namespaces=tuple(args.namespaces)), kubeconfig=args.kubeconfig,
-                         context=args.context)
+    # the watch settings tree (TRACKER_WATCH__*, the settings file), as `tracker watch` reads it; -n overrides
+    config = dataclasses.replace(settings.watch, namespaces=tuple(args.namespaces) or settings.watch.namespaces)
+    wopts = WatchOptions(config=config, kubeconfig=args.kubeconfig, context=args.context)
 
     async def body(metrics: Metrics, health: Health, shutdown: Shutdown) -> None:
         bus: InProcessBus[tuple[Record, str]] = InProcessBus(settings.source.max_in_flight)
@@ -185,7 +186,9 @@ def _serve_watching(settings: Settings, opts: service.ServeOptions, args: argpar
             finally:
                 await bus.close()
 
-        await asyncio.gather(watch(), service.serve_body(settings, opts, intake())(metrics, health, shutdown))
+        async with asyncio.TaskGroup() as tg:  # one failing cancels the other; their errors leave as a group
+            tg.create_task(watch())
+            tg.create_task(service.serve_body(settings, opts, source=intake())(metrics, health, shutdown))
     return body
 
 

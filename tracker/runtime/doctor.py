@@ -26,12 +26,11 @@ import contextlib
 import json
 import re
 import sys
-import threading
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import asdict, dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal
 
 import aiohttp
 import yaml
@@ -45,14 +44,13 @@ from rich.table import Table
 
 from tracker.runtime.ops import configure_logging
 from tracker.settings import KafkaSettings, Settings, SettingsError, load_settings, yaml_problem
-from tracker.shell import kafka
+from tracker.shell import deadline, kafka, tasks
 from tracker.shell.kube import ApiError, KubeApi, Resource, discover, kube_client
 from tracker.shell.watch.resources import EVENTS_APIS, resources
 
 if TYPE_CHECKING:
     from tracker.shell.adx import AdxSettings
 
-T = TypeVar("T")
 Status = Literal["ok", "warn", "fail", "skip"]
 AREAS = ("kube", "kafka", "adx")
 
@@ -114,7 +112,7 @@ class Permission:
         return f"{','.join(self.verbs)} {what} {where}"
 
 
-def watcher_rbac(path: Path, namespaces: Sequence[str], lease_namespace: str | None, lease: bool
+def watcher_rbac(path: Path, *, namespaces: Sequence[str], lease_namespace: str | None, lease: bool
                  ) -> list[Permission]:
     """Every permission the watcher's RBAC file grants: the ClusterRole's rules in each of ``namespaces`` (or
     cluster-wide), the Role's in ``lease_namespace`` (default: the Role's own namespace)."""
@@ -165,7 +163,7 @@ async def _whoami(api: KubeApi) -> str:
 
 
 async def _rbac_check(api: KubeApi, p: Permission, who: str, rbac_file: Path) -> Check:
-    answers = await asyncio.gather(*(_allowed(api, p, verb) for verb in p.verbs))
+    answers = await tasks.all_of(_allowed(api, p, verb) for verb in p.verbs)
     denied = [verb for verb, (allowed, _) in zip(p.verbs, answers, strict=True) if not allowed]
     errors = sorted({err for _, err in answers if err})
     if not denied:
@@ -227,7 +225,8 @@ def _lease_namespace(opts: DoctorOptions) -> str | None:
 
 async def kube_checks(opts: DoctorOptions) -> list[Check]:
     try:
-        rbac = watcher_rbac(opts.rbac_file, opts.namespaces, _lease_namespace(opts), opts.lease)
+        rbac = watcher_rbac(opts.rbac_file, namespaces=opts.namespaces, lease_namespace=_lease_namespace(opts),
+                            lease=opts.lease)
     except (OSError, ValueError, KeyError, yaml.YAMLError) as exc:
         return [Check("kube", "rbac file", "fail", f"cannot read the watcher's RBAC from {opts.rbac_file}: {exc}",
                       "pass --rbac-file PATH (deploy/rbac/clusterrole.yaml of this tracker version)")]
@@ -254,8 +253,8 @@ async def kube_checks(opts: DoctorOptions) -> list[Check]:
         checks = [Check("kube", "apiserver", "ok",
                         f"{server}: Kubernetes {version.get('gitVersion', '?')}" + (f", as {who}" if who else ""))]
         try:
-            checks += await asyncio.gather(*(_rbac_check(api, p, who, opts.rbac_file) for p in rbac))
-            checks += await asyncio.gather(*(_api_check(api, res) for res in _watched(opts.events_api)))
+            checks += await tasks.all_of(_rbac_check(api, p, who, opts.rbac_file) for p in rbac)
+            checks += await tasks.all_of(_api_check(api, res) for res in _watched(opts.events_api))
         except (ApiError, aiohttp.ClientError, TimeoutError, OSError) as exc:
             checks.append(Check("kube", "requests", "fail", f"a check request failed: {_reason(exc)}",
                                 "run again; if it persists, check the apiserver's health"))
@@ -382,7 +381,8 @@ async def adx_checks(timeout_s: float) -> list[Check]:
     if not settings.cluster_uri:
         return [Check("adx", "settings", "skip", "TRACKER_ADX_CLUSTER_URI is not set (no ADX sink)")]
     try:
-        rows = await _in_daemon_thread(lambda: _database_schema(settings, timeout_s), timeout_s)
+        rows = await deadline.await_with_deadline(lambda: _database_schema(settings, timeout_s), timeout_s=timeout_s,
+                                                   what="doctor-adx")
     except TimeoutError:
         return [Check("adx", "auth", "fail", f"{settings.cluster_uri} did not answer within {timeout_s:g}s",
                       "check TRACKER_ADX_CLUSTER_URI and that the NetworkPolicy allows egress on 443")]
@@ -452,33 +452,10 @@ def _adx_failure(auth: str, database: str, exc: Exception) -> Check:
     return Check("adx", "auth", "fail", detail, "check the TRACKER_ADX_* settings")
 
 
-async def _in_daemon_thread(fn: Callable[[], T], timeout_s: float) -> T:
-    """``fn()`` on a daemon thread, awaited for at most ``timeout_s``: a stuck SDK call is abandoned, never
-    waited for at exit (``asyncio.to_thread``'s executor would be)."""
-    loop = asyncio.get_running_loop()
-    done: asyncio.Future[T] = loop.create_future()
-
-    def deliver(setter: Callable[[Any], None], value: Any) -> None:
-        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
-            loop.call_soon_threadsafe(lambda: None if done.done() else setter(value))
-
-    def target() -> None:
-        try:
-            value = fn()
-        except Exception as exc:
-            deliver(done.set_exception, exc)
-        else:
-            deliver(done.set_result, value)
-
-    threading.Thread(target=target, name="doctor-adx", daemon=True).start()
-    async with asyncio.timeout(timeout_s):
-        return await done
-
-
 # ------------------------------------------------------------------------------------------ running
 
 
-async def run_checks(opts: DoctorOptions, settings: Settings | None, settings_error: str | None = None
+async def run_checks(opts: DoctorOptions, settings: Settings | None, *, settings_error: str | None = None
                      ) -> list[Check]:
     """Every check of the areas not in ``opts.skip``, kube, kafka and adx concurrently, in that order."""
     async def skipped(area: str) -> list[Check]:
@@ -490,9 +467,9 @@ async def run_checks(opts: DoctorOptions, settings: Settings | None, settings_er
                           "fix the settings file or the TRACKER_* environment variables")]
         return await kafka_checks(settings, opts.timeout_s)
 
-    areas: dict[str, Callable[[], Awaitable[list[Check]]]] = {
+    areas: dict[str, Callable[[], Coroutine[Any, Any, list[Check]]]] = {
         "kube": lambda: kube_checks(opts), "kafka": kafka_area, "adx": lambda: adx_checks(opts.timeout_s)}
-    groups = await asyncio.gather(*(skipped(a) if a in opts.skip else run() for a, run in areas.items()))
+    groups = await tasks.all_of(skipped(a) if a in opts.skip else run() for a, run in areas.items())
     return [check for group in groups for check in group]
 
 
@@ -562,7 +539,7 @@ def cmd_doctor(args: argparse.Namespace, console: Console) -> int:
         settings = load_settings(args.config, overrides)
     except SettingsError as exc:
         error = str(exc)
-    checks = asyncio.run(run_checks(opts, settings, error))
+    checks = asyncio.run(run_checks(opts, settings, settings_error=error))
     ok = not any(c.status == "fail" for c in checks)
     if args.json:
         sys.stdout.write(json.dumps({"ok": ok, "checks": [asdict(c) for c in checks]}, indent=2) + "\n")

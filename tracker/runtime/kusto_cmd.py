@@ -24,7 +24,7 @@ def cmd_kusto_apply(args: argparse.Namespace, console: object = None) -> int:
         sys.stderr.write(f"error: kusto apply: {exc}\n")
         return 2
     try:
-        apply_schema(settings, args.dry_run, args.schema_dir)
+        apply_schema(settings, dry_run=args.dry_run, schema_dir=args.schema_dir)
     except (ApplyError, ValueError, KustoError, FileNotFoundError) as exc:
         sys.stderr.write(f"error: kusto apply: {exc}\n")
         return 1

@@ -15,7 +15,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 import structlog
@@ -165,7 +165,7 @@ class Health:
 class OpsServer:
     """GET /metrics, /healthz and /readyz on ``host:port`` (loopback by default); nothing else."""
 
-    def __init__(self, settings: OpsSettings, metrics: Metrics, health: Health) -> None:
+    def __init__(self, settings: OpsSettings, *, metrics: Metrics, health: Health) -> None:
         self.settings = settings
         self.metrics = metrics
         self.health = health
@@ -256,20 +256,21 @@ class Shutdown:
         self._first = time.monotonic()
         self.requested.set()
 
-    async def run(self, main: Awaitable[T]) -> T:
-        """Await ``main``; once a stop is requested, give it ``timeout_s`` to finish, then exit the process."""
-        task = asyncio.ensure_future(main)
-        stop = asyncio.ensure_future(self.requested.wait())
-        try:
-            await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
-            if not task.done():
-                done, _ = await asyncio.wait({task}, timeout=self.timeout_s)
-                if not done:
-                    log.error("graceful shutdown timed out, exiting", timeout_s=self.timeout_s)
-                    _force_exit(1)
-            return task.result()
-        finally:
-            stop.cancel()
+    async def run(self, main: Coroutine[Any, Any, T]) -> T:
+        """Run ``main``; once a stop is requested, give it ``timeout_s`` to finish, then exit the process. An error
+        of ``main`` leaves wrapped in an ExceptionGroup (the task group's)."""
+        async with asyncio.TaskGroup() as tg:
+            task = tg.create_task(main)
+            deadline = tg.create_task(self._exit_unless_done(task))
+            task.add_done_callback(lambda _: deadline.cancel())
+        return task.result()
+
+    async def _exit_unless_done(self, task: asyncio.Task[Any]) -> None:
+        await self.requested.wait()
+        done, _ = await asyncio.wait({task}, timeout=self.timeout_s)
+        if not done:
+            log.error("graceful shutdown timed out, exiting", timeout_s=self.timeout_s)
+            _force_exit(1)
 
 
 def _force_exit(code: int) -> None:

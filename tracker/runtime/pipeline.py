@@ -14,9 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
+from tracker import errors
 from tracker.core.model import DeadLetter, RunHistory
 from tracker.core.reducer import Reducer
 from tracker.settings import DEAD_LETTER_FILE_BYTES, DEAD_LETTER_FILES
+from tracker.shell import tasks
 from tracker.shell.bus import InProcessBus
 from tracker.shell.capture import BadRecord, Record
 from tracker.shell.index import StateRows
@@ -64,10 +66,10 @@ class JsonlDeadLetters:
     ``<name>.1`` becomes ``<name>.2``, and so on) and a new one is started; of the rotated files only ``files - 1``
     are kept, and the letters of the ones deleted are counted in ``dropped`` (and passed to ``on_drop``)."""
 
-    def __init__(self, path: Path, max_bytes: int = DEAD_LETTER_FILE_BYTES, files: int = DEAD_LETTER_FILES,
+    def __init__(self, path: Path, *, max_bytes: int = DEAD_LETTER_FILE_BYTES, files: int = DEAD_LETTER_FILES,
                  on_drop: Callable[[int], None] | None = None) -> None:
         if max_bytes < 1 or files < 1:
-            raise ValueError("a dead-letter file needs max_bytes >= 1 and files >= 1")
+            raise errors.ConfigError("a dead-letter file needs max_bytes >= 1 and files >= 1")
         self.path = path
         self.max_bytes = max_bytes
         self.files = files
@@ -143,6 +145,7 @@ def _lines(path: Path) -> int:
 async def run_pipeline(
     records: Iterable[Record | BadRecord] | AsyncIterable[Record | BadRecord],
     reducer: Reducer,
+    *,
     sinks: Sequence[HistorySink],
     dead_letters: DeadLetterSink | None = None,
     limits: PipelineLimits | None = None,
@@ -220,7 +223,7 @@ async def run_pipeline(
             if dead_letters is not None:
                 dead_letters.write_dead_letters(letters)
 
-    await asyncio.gather(source(), reduce(), sink())
+    await tasks.all_of([source(), reduce(), sink()])
     report.stats = reducer.stats.as_dict()
     refused = getattr(store, "refused_after_retirement", 0)
     if refused:

@@ -53,6 +53,7 @@ import structlog
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from aiokafka.errors import KafkaError, ProducerFenced
 
+from tracker import errors
 from tracker.core import stuck as policy
 from tracker.core.model import DeadLetter, Phase, RunHistory, Status, utc
 from tracker.core.reducer import Flushed, Reducer, ReducerLimits
@@ -71,7 +72,7 @@ __all__ = ["ALERT_SCHEMA", "ReduceFatal", "ReduceService", "StalledAdmissionAler
 _OUTPUT_MARGIN = 1_024  # bytes kept free under max.message.bytes for the record's key, headers and framing
 
 
-class ReduceFatal(RuntimeError):
+class ReduceFatal(errors.GaveUp):
     """The reducer cannot go on (a partition failed more often than ``max_retries``)."""
 
 
@@ -131,7 +132,7 @@ class _Plan:
 
 
 class ReduceService:
-    def __init__(self, settings: Settings, metrics: Metrics, health: Health) -> None:
+    def __init__(self, settings: Settings, *, metrics: Metrics, health: Health) -> None:
         self.s = settings
         self.ks = settings.kafka
         self.topics = settings.kafka.topics
@@ -162,8 +163,8 @@ class ReduceService:
 
     async def run(self) -> None:
         rs = self.s.reduce
-        consumer, restorer = await kafka.retrying("connecting to Kafka", self._connect, rs.max_retries,
-                                                  rs.retry_backoff_max_s)
+        consumer, restorer = await kafka.retrying("connecting to Kafka", self._connect, retries=rs.max_retries,
+                                                  backoff_max_s=rs.retry_backoff_max_s)
         try:
             consumer.subscribe([self.topics.changes], listener=kafka.Rebalance(self))
             log.info("reducer started", group=rs.group_id, topic=self.topics.changes)
@@ -288,7 +289,7 @@ class ReduceService:
     async def _restore(self, tp: TopicPartition, producer: AIOKafkaProducer) -> _Partition:
         assert self._restorer is not None
         latest = await kafka.read_to_end(self._restorer, TopicPartition(self.topics.run_state, tp.partition),
-                                         self.ks, self.s.reduce.restore_timeout_s)
+                                         ks=self.ks, timeout_s=self.s.reduce.restore_timeout_s)
         part = _Partition(tp, producer, Reducer(self.limits))
         for value in latest.values():
             if value is None:
@@ -320,8 +321,8 @@ class ReduceService:
             raise ReduceFatal(f"partition {tp.partition} of {tp.topic}: {stage} failed {count} times in a row; "
                               f"last error: {exc!r}") from exc
         self._failures[tp] = (count, time.monotonic() + kafka.backoff_s(count, self.s.reduce.retry_backoff_max_s))
-        log.warning(f"{stage} failed, partition will be restored", partition=tp.partition, attempt=count,
-                    error=repr(exc))
+        log.warning("reduce_partition_failed", stage=stage, action="restore the partition", partition=tp.partition,
+                    attempt=count, error=repr(exc))
 
     # ------------------------------------------------------------------------------------ processing
     async def _process(self, part: _Partition, records: list[ConsumerRecord]) -> None:
@@ -489,7 +490,7 @@ class ReduceService:
                 await producer.begin_transaction()
                 sent = [await producer.send(o.topic, value=o.value, key=o.key, partition=o.partition,
                                             headers=list(o.headers)) for o in plan.records]
-                await asyncio.gather(*sent)
+                await asyncio.gather(*sent)  # the sends' delivery futures: no task is spawned
                 if offsets:
                     await producer.send_offsets_to_transaction(offsets, self.s.reduce.group_id)
                 await producer.commit_transaction()

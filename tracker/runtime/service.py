@@ -16,7 +16,8 @@ import asyncio
 import logging
 import queue
 import sqlite3
-from collections.abc import AsyncIterator, Awaitable, Callable
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,17 +27,16 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 from prometheus_client import Counter
 
+from tracker import errors
 from tracker.core.model import DeadLetter
 from tracker.runtime.ops import Health, Metrics, OpsServer, Shutdown, configure_logging
 from tracker.runtime.pipeline import JsonlDeadLetters, PipelineLimits, PipelineReport, run_pipeline
-from tracker.runtime.reduce import ReduceFatal, ReduceService
-from tracker.runtime.sinks import SinkFatal, SinkRunner, adx_sink_runner, index_sink_runner
+from tracker.runtime.reduce import ReduceService
+from tracker.runtime.sinks import SinkRunner, adx_sink_runner, index_sink_runner
 from tracker.settings import EmbeddedSettings, KafkaSettings, Settings, redacted
 from tracker.shell import jsonio, kafka
 from tracker.shell.capture import BadRecord, Record, capture_files, interleave
-from tracker.shell.index import IndexSchemaError
 from tracker.shell.kafka import SOURCE_HEADER
-from tracker.shell.reducer_state import StateError
 from tracker.shell.slim import slim_event
 from tracker.shell.watch.keying import KeyedRecord, RunKeyer
 
@@ -54,7 +54,7 @@ async def capture_source(paths: list[Path], max_held: int) -> Source:
     reducer reads as the watcher slims it (a capture holds whole objects: managedFields, env values)."""
     files = capture_files(paths)
     if not files:
-        raise ValueError("no capture files given (expected .json or .jsonl files or directories of them)")
+        raise errors.ConfigError("no capture files given (expected .json or .jsonl files or directories of them)")
     keyer = RunKeyer(max_held)
     for n, item in enumerate(interleave(files), start=1):
         if isinstance(item, Record):
@@ -76,7 +76,8 @@ async def publish(source: Source, settings: Settings) -> int:
     in order, so that each object's last state is also the last one sent; the reducer ignores the duplicates this
     makes. At most ``source.max_retries`` times in a row, then the error is raised."""
     producer = await kafka.retrying("starting the changes producer", lambda: _producer(settings.kafka),
-                                    settings.source.max_retries, settings.source.retry_backoff_max_s)
+                                    retries=settings.source.max_retries,
+                                    backoff_max_s=settings.source.retry_backoff_max_s)
     try:
         window: list[tuple[SourceItem, asyncio.Future[object]]] = []
         sent = 0
@@ -148,37 +149,40 @@ async def _delivered(producer: AIOKafkaProducer, window: list[tuple[SourceItem, 
 # ------------------------------------------------------------------------------------------ processes
 
 
-Body = Callable[[Metrics, Health, Shutdown], Awaitable[None]]
+Body = Callable[[Metrics, Health, Shutdown], Coroutine[Any, Any, None]]
 Errors = tuple[type[BaseException], ...]
-FATAL: Errors = (ReduceFatal, SinkFatal, kafka.TopicLayoutError, KafkaError, TimeoutError, OSError, ValueError,
-                 IndexSchemaError, StateError, sqlite3.Error)
+# faults of the world outside, raised by libraries: they reach the top once a retry loop has given up on them
+# (or where none applies), and stop the process as a ``Fatal`` does (tracker/errors.py has the whole tree)
+OUTSIDE_FAULTS: Errors = (KafkaError, TimeoutError, OSError, sqlite3.Error)
+FATAL: Errors = (errors.Fatal, *OUTSIDE_FAULTS)
 
 
 async def run_process(settings: Settings, name: str, body: Body, *, fatal: Errors = FATAL) -> int:
     """Logging, metrics and health endpoint, signal handling around ``body``; the process's exit code.
 
     An error of a ``fatal`` type stops the process with one "stopped by an error" line and exit code 1, also when
-    it comes wrapped in exception groups (a ``TaskGroup`` or ``gather`` of the body), as long as every error in
-    them is fatal. Anything else (a bug) propagates with its traceback."""
+    it comes wrapped in exception groups (the ``TaskGroup`` of a body). Anything else (a bug) propagates with its
+    traceback (with the fatal errors beside it, if any, logged first)."""
     configure_logging(settings.ops.log_level, settings.ops.log_format)
     _PRODUCER_LOG.addFilter(_NO_PAYLOADS)
     metrics, health = Metrics(), Health()
-    server = OpsServer(settings.ops, metrics, health)
+    server = OpsServer(settings.ops, metrics=metrics, health=health)
     shutdown = Shutdown(settings.ops.shutdown_timeout_s)
     shutdown.install()
     log.info("starting", process=name, settings=redacted(settings))
+    stopped_by: list[BaseException] = []
     try:
-        await server.start()
-        await shutdown.run(body(metrics, health, shutdown))
-    except BaseException as exc:  # re-raised below unless it is fatal
-        errors = fatal_errors(exc, fatal)
-        if errors is None:
-            raise
-        log.error("stopped by an error", process=name, error="; ".join(str(e) or repr(e) for e in errors),
-                  error_type=", ".join(dict.fromkeys(type(e).__name__ for e in errors)))
-        return 1
+        try:
+            await server.start()
+            await shutdown.run(body(metrics, health, shutdown))
+        except* fatal as group:
+            stopped_by.extend(errors.leaves(group))
+            log.error("stopped by an error", process=name, error="; ".join(str(e) or repr(e) for e in stopped_by),
+                      error_type=", ".join(dict.fromkeys(type(e).__name__ for e in stopped_by)))
     finally:
         await server.stop()
+    if stopped_by:
+        return 1
     log.info("stopped", process=name)
     return 0
 
@@ -199,44 +203,32 @@ _PRODUCER_LOG = logging.getLogger("aiokafka.producer.producer")
 _NO_PAYLOADS = _NoPayloads()
 
 
-def fatal_errors(exc: BaseException, fatal: Errors = FATAL) -> list[BaseException] | None:
-    """The errors ``exc`` consists of (itself, or the leaves of its nested exception groups) if every one is of
-    a ``fatal`` type; None otherwise."""
-    if isinstance(exc, BaseExceptionGroup):
-        leaves: list[BaseException] = []
-        for inner in exc.exceptions:
-            found = fatal_errors(inner, fatal)
-            if found is None:
-                return None
-            leaves.extend(found)
-        return leaves or None
-    return [exc] if isinstance(exc, fatal) else None
+async def _until_stopped(main: Coroutine[Any, Any, None], shutdown: Shutdown, on_stop: Callable[[], None]) -> None:
+    """Run ``main``; when a stop is requested before it ends, call ``on_stop`` (and wait for it still)."""
+    async with asyncio.TaskGroup() as tg:
+        task = tg.create_task(main)
+        stopper = tg.create_task(_call_when_set(shutdown.requested, on_stop))
+        task.add_done_callback(lambda _: stopper.cancel())
 
 
-async def _until_stopped(task: asyncio.Task[None], shutdown: Shutdown, on_stop: Callable[[], None]) -> None:
-    """Await ``task``; when a stop is requested first, call ``on_stop`` and await the task still."""
-    stop = asyncio.ensure_future(shutdown.requested.wait())
-    try:
-        await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        stop.cancel()
-    if not task.done():
-        on_stop()
-    await task
+async def _call_when_set(event: asyncio.Event, call: Callable[[], None]) -> None:
+    await event.wait()
+    call()
 
 
 def reduce_body(settings: Settings) -> Body:
     async def body(metrics: Metrics, health: Health, shutdown: Shutdown) -> None:
-        service = ReduceService(settings, metrics, health)
-        await _until_stopped(asyncio.create_task(service.run()), shutdown, service.request_stop)
+        service = ReduceService(settings, metrics=metrics, health=health)
+        await _until_stopped(service.run(), shutdown, service.request_stop)
     return body
 
 
-def sink_body(settings: Settings, index_path: Path | None, kind: str = "index", group: str | None = None) -> Body:
+def sink_body(settings: Settings, *, index_path: Path | None, kind: str = "index", group: str | None = None
+              ) -> Body:
     async def body(metrics: Metrics, health: Health, shutdown: Shutdown) -> None:
-        runner = (adx_sink_runner(settings, metrics, health, group) if kind == "adx"
-                  else index_sink_runner(settings, metrics, health, index_path))
-        await _until_stopped(asyncio.create_task(runner.run()), shutdown, runner.request_stop)
+        runner = (adx_sink_runner(settings, metrics=metrics, health=health, group=group) if kind == "adx"
+                  else index_sink_runner(settings, metrics=metrics, health=health, index_path=index_path))
+        await _until_stopped(runner.run(), shutdown, runner.request_stop)
     return body
 
 
@@ -248,7 +240,7 @@ class ServeOptions:
     exit_when_done: bool = False  # stop (gracefully) once the intake source is exhausted
 
 
-def serve_body(settings: Settings, opts: ServeOptions, source: Source | None = None) -> Body:
+def serve_body(settings: Settings, opts: ServeOptions, *, source: Source | None = None) -> Body:
     """``tracker serve``: ``source`` (default: the captures of ``opts``) -> reducer -> sinks."""
     async def body(metrics: Metrics, health: Health, shutdown: Shutdown) -> None:
         intake = source if source is not None else (
@@ -257,7 +249,7 @@ def serve_body(settings: Settings, opts: ServeOptions, source: Source | None = N
             await _serve_kafka(settings, opts, intake, metrics, health, shutdown)
         else:
             if intake is None:
-                raise ValueError("serve without Kafka needs an intake source (--from-capture PATH)")
+                raise errors.ConfigError("serve without Kafka needs an intake source (--from-capture PATH)")
             await _serve_embedded(settings, opts, intake, metrics, health, shutdown)
     return body
 
@@ -267,42 +259,55 @@ async def _serve_kafka(settings: Settings, opts: ServeOptions, intake: Source | 
     ks = settings.kafka
     if opts.create_topics:
         log.info("topics", result=await kafka.create_topics(ks, kafka.topic_specs(ks.topics)))
-    reducer = ReduceService(settings, metrics, health)
+    reducer = ReduceService(settings, metrics=metrics, health=health)
     runners: list[SinkRunner] = []
     if opts.index_path or settings.sink.index_path:
-        runners.append(index_sink_runner(settings, metrics, health, opts.index_path))
-    reduce_task = asyncio.create_task(reducer.run())
-    sink_tasks = [asyncio.create_task(r.run()) for r in runners]
-    intake_task = asyncio.create_task(_intake(settings, intake)) if intake is not None else None
-    stop = asyncio.ensure_future(shutdown.requested.wait())
-    watched: set[asyncio.Future[Any]] = {stop, reduce_task, *sink_tasks}
-    if intake_task is not None:
-        watched.add(intake_task)
-    try:
-        while True:
-            done, _ = await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
-            if intake_task is not None and done == {intake_task} and intake_task.exception() is None \
-                    and not opts.exit_when_done:
-                watched.discard(intake_task)  # the source ended; keep reducing and sinking until stopped
-                continue
-            break
-    finally:
-        stop.cancel()
-    failed = [t for t in (reduce_task, *sink_tasks, intake_task) if t is not None and t.done() and t.exception()]
-    # data-flow order: intake, reducer (drained, committed), sinks (drained, offsets stored)
-    if intake_task is not None and not intake_task.done():
-        intake_task.cancel()
-    if intake_task is not None:
-        await asyncio.gather(intake_task, return_exceptions=True)
-    reducer.request_stop(drain=not failed)
-    await asyncio.gather(reduce_task, return_exceptions=True)
-    for runner in runners:
-        runner.request_stop(drain=not failed)
-    await asyncio.gather(*sink_tasks, return_exceptions=True)
+        runners.append(index_sink_runner(settings, metrics=metrics, health=health, index_path=opts.index_path))
+    # Every part runs in this task group, but its error is returned, not raised (``_outcome``): a failing part
+    # must not cancel the others, which stop in data-flow order instead (intake; the reducer, drained and
+    # committed unless something failed; the sinks, drained and their offsets stored). The first error in that
+    # order is raised once all have ended.
+    async with asyncio.TaskGroup() as tg:
+        reduce_task = tg.create_task(_outcome(reducer.run()))
+        sink_tasks = [tg.create_task(_outcome(r.run())) for r in runners]
+        intake_task = tg.create_task(_outcome(_intake(settings, intake))) if intake is not None else None
+        stop = tg.create_task(shutdown.requested.wait())
+        watched: set[asyncio.Future[Any]] = {stop, reduce_task, *sink_tasks}
+        if intake_task is not None:
+            watched.add(intake_task)
+        try:
+            while True:
+                done, _ = await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
+                if intake_task is not None and done == {intake_task} and intake_task.result() is None \
+                        and not opts.exit_when_done:
+                    watched.discard(intake_task)  # the source ended; keep reducing and sinking until stopped
+                    continue
+                break
+        finally:
+            stop.cancel()
+        failed = [t for t in (reduce_task, *sink_tasks, intake_task) if t is not None and t.done() and t.result()]
+        if intake_task is not None:
+            intake_task.cancel()
+            await asyncio.wait([intake_task])
+        reducer.request_stop(drain=not failed)
+        await asyncio.wait([reduce_task])
+        for runner in runners:
+            runner.request_stop(drain=not failed)
+        if sink_tasks:
+            await asyncio.wait(sink_tasks)
     for task in (intake_task, reduce_task, *sink_tasks):
-        error = task.exception() if task is not None and not task.cancelled() else None
+        error = task.result() if task is not None and not task.cancelled() else None
         if error is not None:
             raise error
+
+
+async def _outcome(part: Awaitable[None]) -> Exception | None:
+    """Await ``part``; its error, returned rather than raised (None if it ended well)."""
+    try:
+        await part
+    except Exception as exc:
+        return exc
+    return None
 
 
 async def _intake(settings: Settings, source: Source) -> None:
@@ -310,14 +315,63 @@ async def _intake(settings: Settings, source: Source) -> None:
     log.info("intake source exhausted", records=sent)
 
 
-EMBEDDED_POLL_S = 0.005  # how often the embedded pipeline looks for new changes when its input is empty
+class _Handoff:
+    """A bounded queue from the serve loop to the embedded pipeline's loop, on a thread of its own. A side that
+    must wait (the getter on an empty queue, the putter on a full one) sleeps on an event of its own loop, which
+    the other side sets through that loop: no polling. A waiter registers before it looks again, so no wakeup
+    is lost between its look and its sleep."""
+
+    def __init__(self, maxsize: int) -> None:
+        self.items: queue.Queue[Record | BadRecord | None] = queue.Queue(maxsize=maxsize)
+        self._lock = threading.Lock()
+        self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
+
+    async def get(self) -> Record | BadRecord | None:
+        while True:
+            try:
+                item = self.items.get_nowait()
+            except queue.Empty:
+                await self._wait_until(lambda: not self.items.empty())
+                continue
+            self.wake()
+            return item
+
+    async def put(self, item: Record | BadRecord | None, *, closed: Callable[[], bool]) -> bool:
+        """Put ``item``, waiting for room; False (not put) once ``closed()`` is true."""
+        while not closed():
+            try:
+                self.items.put_nowait(item)
+            except queue.Full:
+                await self._wait_until(lambda: closed() or not self.items.full())
+                continue
+            self.wake()
+            return True
+        return False
+
+    def wake(self) -> None:
+        """Wake every waiter to look again (also after ``closed()`` became true)."""
+        with self._lock:
+            waiters = list(self._waiters)
+        for loop, event in waiters:
+            loop.call_soon_threadsafe(event.set)
+
+    async def _wait_until(self, ready: Callable[[], bool]) -> None:
+        waiter = (asyncio.get_running_loop(), asyncio.Event())
+        with self._lock:
+            self._waiters.append(waiter)
+        try:
+            if not ready():
+                await waiter[1].wait()
+        finally:
+            with self._lock:
+                self._waiters.remove(waiter)
 
 
-def dead_letter_file(es: EmbeddedSettings, index_path: Path, on_drop: Callable[[int], None] | None = None
+def dead_letter_file(es: EmbeddedSettings, index_path: Path, *, on_drop: Callable[[int], None] | None = None
                      ) -> JsonlDeadLetters:
     """The bounded dead-letter file of the embedded index at ``index_path``: ``<index>.dead-letters.jsonl``."""
-    return JsonlDeadLetters(index_path.with_name(index_path.stem + ".dead-letters.jsonl"), es.dead_letter_file_bytes,
-                            es.dead_letter_files, on_drop)
+    return JsonlDeadLetters(index_path.with_name(index_path.stem + ".dead-letters.jsonl"),
+                            max_bytes=es.dead_letter_file_bytes, files=es.dead_letter_files, on_drop=on_drop)
 
 
 def pipeline_limits(es: EmbeddedSettings) -> PipelineLimits:
@@ -333,20 +387,13 @@ async def _serve_embedded(settings: Settings, opts: ServeOptions, intake: Source
 
     index_path = opts.index_path or settings.sink.index_path
     if index_path is None:
-        raise ValueError("serve without Kafka needs an experiment index (--index PATH)")
-    changes: queue.Queue[Record | BadRecord | None] = queue.Queue(maxsize=settings.embedded.change_queue)
+        raise errors.ConfigError("serve without Kafka needs an experiment index (--index PATH)")
+    changes = _Handoff(settings.embedded.change_queue)
 
     async def records() -> AsyncIterator[Record | BadRecord]:
-        # a live source is slow and bursty: never block the pipeline's loop waiting for the next change,
-        # so the reducer flushes (and the index is written) as soon as the input runs dry
-        while True:
-            try:
-                item = changes.get_nowait()
-            except queue.Empty:
-                await asyncio.sleep(EMBEDDED_POLL_S)
-                continue
-            if item is None:
-                return
+        # a live source is slow and bursty: the pipeline's loop awaits the next change (it is not blocked), so
+        # the reducer flushes (and the index is written) as soon as the input runs dry
+        while (item := await changes.get()) is not None:
             yield item
 
     dropped = Counter("tracker_dead_letters_dropped_total",
@@ -358,31 +405,21 @@ async def _serve_embedded(settings: Settings, opts: ServeOptions, intake: Source
         with ExperimentIndex(index_path) as index:  # continue from the reducer state the index keeps
             reducer_state.refuse_runs_without_state(index)
             reducer = reducer_state.restore(index, settings.reduce.reducer_limits(settings.embedded.max_retired))
-            return asyncio.run(run_pipeline(records(), reducer, [], dead, limits=pipeline_limits(settings.embedded),
-                                            store=index))
+            return asyncio.run(run_pipeline(records(), reducer, sinks=[], dead_letters=dead,
+                                            limits=pipeline_limits(settings.embedded), store=index))
 
-    running = asyncio.ensure_future(asyncio.to_thread(pipeline))
-    health.register("embedded", lambda: not running.done())
-
-    async def put(item: Record | BadRecord | None) -> None:
-        while True:
-            try:
-                changes.put_nowait(item)
-                return
-            except queue.Full:
-                if running.done():
-                    running.result()
-                    raise RuntimeError("the embedded pipeline stopped") from None
-                await asyncio.sleep(0.005)
-
-    try:
-        async for item, _key in intake:
-            if shutdown.requested.is_set() or running.done():
-                break
-            await put(item)
-    finally:
-        await put(None)  # stop intake; the pipeline drains what is queued, flushes and closes the index
-    report = await running
+    # the pipeline's error, if any, leaves through the task group; once it has ended nothing more is put
+    async with asyncio.TaskGroup() as tg:
+        running = tg.create_task(asyncio.to_thread(pipeline))
+        running.add_done_callback(lambda _: changes.wake())
+        health.register("embedded", lambda: not running.done())
+        try:
+            async for item, _key in intake:
+                if shutdown.requested.is_set() or not await changes.put(item, closed=running.done):
+                    break
+        finally:
+            await changes.put(None, closed=running.done)  # the pipeline drains what is queued, flushes, closes
+    report = running.result()
     log.info("embedded pipeline done", records=report.records, runs_written=report.runs_written,
              dead_letters=report.dead_letters, dead_letters_dropped=dead.dropped, dead_letter_file=str(dead.path))
     return report

@@ -34,6 +34,7 @@ from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.errors import KafkaError
 from pydantic import ValidationError
 
+from tracker import errors
 from tracker.core.model import RunHistory
 from tracker.runtime.ops import Health, Metrics
 from tracker.runtime.pipeline import HistorySink
@@ -58,14 +59,14 @@ class OffsetStoringSink(Protocol):
 SinkOpener = Callable[[], AbstractContextManager[HistorySink | OffsetStoringSink]]
 
 
-class SinkFatal(RuntimeError):
+class SinkFatal(errors.GaveUp):
     """A sink failed more often in a row than ``sink.max_retries``."""
 
 
 class SinkRunner:
     """Consumes ``transitions`` in consumer group ``group`` and writes the histories to one sink."""
 
-    def __init__(self, name: str, open_sink: SinkOpener, group: str, settings: Settings, metrics: Metrics,
+    def __init__(self, name: str, *, open_sink: SinkOpener, group: str, settings: Settings, metrics: Metrics,
                  health: Health, group_instance_id: str | None = None) -> None:
         self.name = name
         self.open_sink = open_sink
@@ -102,8 +103,8 @@ class SinkRunner:
         stack = ExitStack()
         self._sink = await self._call(lambda: stack.enter_context(self.open_sink()))
         try:
-            consumer = await kafka.retrying("connecting to Kafka", self._connect, self.s.sink.max_retries,
-                                            self.s.sink.retry_backoff_max_s)
+            consumer = await kafka.retrying("connecting to Kafka", self._connect, retries=self.s.sink.max_retries,
+                                            backoff_max_s=self.s.sink.retry_backoff_max_s)
             try:
                 consumer.subscribe([self.ks.topics.transitions], listener=kafka.Rebalance(self))
                 log.info("sink started", sink=self.name, group=self.group,
@@ -286,26 +287,28 @@ class SinkRunner:
                 self.metrics.consumer_lag.labels(self.group, tp.topic, str(tp.partition)).set(max(0, end - position))
 
 
-def index_sink_runner(settings: Settings, metrics: Metrics, health: Health,
+def index_sink_runner(settings: Settings, *, metrics: Metrics, health: Health,
                       index_path: Path | None = None) -> SinkRunner:
     """The experiment-index sink of ``tracker sink index``."""
     from tracker.shell.index import ExperimentIndex
 
     path = index_path or settings.sink.index_path
     if path is None:
-        raise ValueError("no experiment index path (--index, or TRACKER_SINK__INDEX_PATH)")
-    return SinkRunner("index", lambda: ExperimentIndex(path), settings.sink.index_group, settings, metrics, health,
+        raise errors.ConfigError("no experiment index path (--index, or TRACKER_SINK__INDEX_PATH)")
+    return SinkRunner("index", open_sink=lambda: ExperimentIndex(path), group=settings.sink.index_group,
+                      settings=settings, metrics=metrics, health=health,
                       group_instance_id=settings.sink.group_instance_id)
 
 
 ADX_SINK_GROUP = "tracker-sink-adx"
 
 
-def adx_sink_runner(settings: Settings, metrics: Metrics, health: Health, group: str | None = None) -> SinkRunner:
+def adx_sink_runner(settings: Settings, *, metrics: Metrics, health: Health, group: str | None = None
+                    ) -> SinkRunner:
     """The Azure Data Explorer sink of ``tracker sink adx`` (settings: ``TRACKER_ADX_*``); Kafka commits its
     offsets after each write, and the Dedup views absorb the repeats of an at-least-once delivery."""
     from tracker.shell.adx import AdxSettings, AdxSink
 
     adx = AdxSettings()
-    return SinkRunner("adx", lambda: AdxSink(adx), group or ADX_SINK_GROUP, settings, metrics, health,
-                      group_instance_id=settings.sink.group_instance_id)
+    return SinkRunner("adx", open_sink=lambda: AdxSink(adx), group=group or ADX_SINK_GROUP, settings=settings,
+                      metrics=metrics, health=health, group_instance_id=settings.sink.group_instance_id)

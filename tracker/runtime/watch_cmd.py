@@ -26,7 +26,6 @@ import argparse
 import asyncio
 import os
 import socket
-import sqlite3
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -47,11 +46,10 @@ from tracker.shell.watch.checkpoint import CheckpointStore
 from tracker.shell.watch.kafka_checkpoint import KafkaCheckpoint, transactional_id
 from tracker.shell.watch.publish import JsonlCapture, KafkaPublisher, Publisher
 from tracker.shell.watch.resources import EVENTS_APIS, resources
-from tracker.shell.watch.stream import WatchFatal
 from tracker.shell.watch.watcher import WatchCollector, Watcher
 
 # what stops `tracker watch` with one "stopped by an error" line and exit code 1 (also inside task groups)
-WATCH_FATAL: service.Errors = (*service.FATAL, WatchFatal, ApiError, ConfigException, sqlite3.Error)
+WATCH_FATAL: service.Errors = (*service.FATAL, ApiError, ConfigException)
 
 
 def add_watch_command(subparsers: Any) -> None:
@@ -178,7 +176,7 @@ def lease_config(ls: LeaseSettings) -> LeaseConfig | None:
                        renew_deadline_s=ls.renew_deadline_s, retry_period_s=ls.retry_period_s)
 
 
-def watch_body(settings: Settings, opts: WatchOptions, into: Publisher | None = None) -> service.Body:
+def watch_body(settings: Settings, opts: WatchOptions, *, into: Publisher | None = None) -> service.Body:
     """The watcher as a process body; ``into`` replaces the configured output (``tracker serve --watch``)."""
     async def body(metrics: Metrics, health: Health, shutdown: Shutdown) -> None:
         streams = len(resources(opts.config.events_api)) * max(1, len(opts.config.namespaces))
@@ -191,7 +189,7 @@ def watch_body(settings: Settings, opts: WatchOptions, into: Publisher | None = 
             health.register("watch", collector.ready)
 
             async def term(lease: Lease | None) -> None:
-                watcher = Watcher(api, publisher, opts.config, checkpoint=checkpoint_store(settings, opts, into),
+                watcher = Watcher(api, publisher, opts.config, checkpoint=checkpoint_store(settings, opts, into=into),
                                   leadership=lease)
                 collector.watcher, collector.standby = watcher, False
                 try:
@@ -206,7 +204,7 @@ def watch_body(settings: Settings, opts: WatchOptions, into: Publisher | None = 
     return body
 
 
-def checkpoint_store(settings: Settings, opts: WatchOptions, into: Publisher | None = None
+def checkpoint_store(settings: Settings, opts: WatchOptions, *, into: Publisher | None = None
                      ) -> Path | CheckpointStore | None:
     """The checkpoint of one leadership term: ``--checkpoint FILE`` if given; else, for leader-elected replicas
     publishing to Kafka, the shared watch-state topic (a new store per term: its start fences the previous
@@ -217,7 +215,8 @@ def checkpoint_store(settings: Settings, opts: WatchOptions, into: Publisher | N
         return None
     lease = opts.lease
     return KafkaCheckpoint(settings.kafka, scope=f"{lease.namespace}/{lease.name}",
-                           transactional_id=transactional_id(settings.kafka, lease.namespace, lease.name),
+                           transactional_id=transactional_id(settings.kafka, lease_namespace=lease.namespace,
+                                                            lease_name=lease.name),
                            load_timeout_s=opts.checkpoint_load_timeout_s)
 
 
@@ -237,6 +236,6 @@ async def _publisher(settings: Settings, capture: Path | None, into: Publisher |
     producer = kafka.make_producer(settings.kafka)
     await kafka.start(producer, settings.kafka, "changes producer")
     try:
-        yield KafkaPublisher(producer, settings.kafka, settings.source.max_in_flight)
+        yield KafkaPublisher(producer, ks=settings.kafka, max_in_flight=settings.source.max_in_flight)
     finally:
         await kafka.stop(producer, settings.kafka, "changes producer")

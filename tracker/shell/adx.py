@@ -30,12 +30,12 @@ import re
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 import structlog
 from azure.identity import WorkloadIdentityCredential
@@ -59,8 +59,10 @@ from azure.kusto.ingest.exceptions import KustoQueueError
 from pydantic import Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from tracker import errors
 from tracker.core.model import RunHistory, RunRecord
 from tracker.core.redact import secret_env, secret_fields, secret_values, validation_problems
+from tracker.shell.deadline import call_with_deadline
 
 log = structlog.get_logger("tracker.adx")
 
@@ -116,11 +118,11 @@ class AdxSettings(BaseSettings):
     @model_validator(mode="after")
     def _auth_complete(self) -> AdxSettings:
         if self.auth == "app-secret" and not (self.client_id and self.tenant_id and self.client_secret):
-            raise ValueError("auth app-secret needs client_id, tenant_id and client_secret")
+            raise errors.ConfigError("auth app-secret needs client_id, tenant_id and client_secret")
         return self
 
 
-class AdxSettingsError(ValueError):
+class AdxSettingsError(errors.ConfigError):
     """The ``TRACKER_ADX_*`` settings are invalid; the message names each field, never a secret's value."""
 
 
@@ -139,7 +141,7 @@ def load_adx_settings(**values: Any) -> AdxSettings:
 def connection(settings: AdxSettings, uri: str) -> KustoConnectionStringBuilder:
     """A connection string for ``uri`` with the configured authentication."""
     if not uri:
-        raise ValueError("no Kusto endpoint: set TRACKER_ADX_CLUSTER_URI")
+        raise errors.ConfigError("no Kusto endpoint: set TRACKER_ADX_CLUSTER_URI")
     if settings.auth == "none":
         return KustoConnectionStringBuilder.with_no_authentication(uri)
     if settings.auth == "managed-identity":  # user-assigned with a client id, else system-assigned
@@ -352,41 +354,6 @@ def _is_transient(exc: BaseException) -> bool:
     return False
 
 
-T = TypeVar("T")
-
-
-class DeadlineExceeded(TimeoutError):
-    """``call_with_deadline`` gave up waiting (raised by the helper itself, never by the call it waits for)."""
-
-
-def call_with_deadline(fn: Callable[[], T], timeout_s: float, what: str,
-                       progress: tuple[float, Callable[[float], None]] | None = None) -> T:
-    """``fn()`` in a daemon thread, waited for at most ``timeout_s`` (the SDK's calls can hang); with ``progress``,
-    ``progress[1](elapsed)`` is called every ``progress[0]`` seconds meanwhile. ``DeadlineExceeded`` ("``what``
-    still running after ...") when it does not return in time; what ``fn`` raises is raised here."""
-    result: list[T] = []
-    error: list[BaseException] = []
-
-    def target() -> None:
-        try:
-            result.append(fn())
-        except BaseException as exc:  # handed to the caller
-            error.append(exc)
-
-    thread = threading.Thread(target=target, name=what, daemon=True)
-    started = time.monotonic()
-    thread.start()
-    while thread.is_alive():
-        elapsed = time.monotonic() - started
-        if elapsed >= timeout_s:
-            raise DeadlineExceeded(f"{what} still running after {timeout_s:g}s")
-        step = timeout_s - elapsed if progress is None else min(progress[0], timeout_s - elapsed)
-        thread.join(step)
-        if thread.is_alive() and progress is not None and time.monotonic() - started < timeout_s:
-            progress[1](time.monotonic() - started)
-    if error:
-        raise error[0]
-    return result[0]
 
 
 class AdxSink:
@@ -568,8 +535,8 @@ class AdxSink:
         """Ingests one chunk, retrying transient failures; True if accepted (or rejected as permanently bad)."""
         for attempt in range(retries + 1):
             try:
-                queued = call_with_deadline(lambda: self._ingest(chunk), self.settings.ingest_timeout_s,
-                                            "ingestion call")
+                queued = call_with_deadline(lambda: self._ingest(chunk), timeout_s=self.settings.ingest_timeout_s,
+                                            what="ingestion call")
             except Exception as exc:
                 if not _is_transient(exc):
                     path = self._spool.reject(chunk)

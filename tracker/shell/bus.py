@@ -10,6 +10,8 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Generic, TypeVar
 
+from tracker import errors
+
 T = TypeVar("T")
 
 _CLOSED = object()
@@ -18,7 +20,7 @@ _CLOSED = object()
 class InProcessBus(Generic[T]):
     def __init__(self, maxsize: int) -> None:
         if maxsize <= 0:
-            raise ValueError("an in-process bus must be bounded (maxsize > 0)")
+            raise errors.ConfigError("an in-process bus must be bounded (maxsize > 0)")
         self._q: asyncio.Queue[object] = asyncio.Queue(maxsize)
         self._closed = False
 

@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
+from tracker import errors
+
 MAX_VALUE_BYTES = 8 * 1024 * 1024  # a Kubernetes object is at most ~1.5 MiB in etcd; leave room
 READ_CHUNK = 1 << 16
 CAPTURE_SUFFIXES = (".json", ".jsonl", ".json.gz", ".jsonl.gz")
@@ -65,7 +67,7 @@ Capture = Path | Unreadable
 _decoder = json.JSONDecoder()
 
 
-class _ReadError(Exception):
+class _ReadError(errors.InvalidInput):
     """Reading the capture's bytes failed; the message says why."""
 
 

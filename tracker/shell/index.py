@@ -3,8 +3,9 @@
 This is the I/O shell around the pure reducer. ``ExperimentIndex.write`` stores the complete current history
 of each given run in one transaction, replacing what the index held for those runs; rows whose content is
 unchanged are not touched, so re-writing the same histories is a no-op. The schema is a contract: it is
-documented in ``schemas/index/README.md`` and its DDL is ``schemas/index/schema.sql`` (``SCHEMA_SQL`` below
-must stay identical to that file; a test checks it).
+documented in ``schemas/index/README.md`` and its DDL is ``schemas/index/schema.sql`` (``SCHEMA_SQL`` of
+``tracker.shell.index_schema``, with the migrations and the opening checks, must stay identical to that file;
+a test checks it).
 """
 
 from __future__ import annotations
@@ -12,8 +13,7 @@ from __future__ import annotations
 import json
 import math
 import sqlite3
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import Enum
@@ -35,6 +35,15 @@ from tracker.core.model import (
     iso,
 )
 from tracker.core.timefmt import ts
+from tracker.shell.index_schema import (
+    IndexOpenError,
+    IndexSchemaError,
+    check_database,
+    migrate,
+    schema_version,
+    transaction,
+    why,
+)
 
 BUSY_TIMEOUT_MS = 10_000  # how long a writer waits for another writer's lock before failing
 READ_RETRIES = 3  # reads again by an immutable reader whose file got a writer meanwhile
@@ -43,189 +52,6 @@ SqlValue = str | int | float | bytes | None
 _T = TypeVar("_T")
 Row = tuple[SqlValue, ...]
 OffsetKey = tuple[str, str, int]  # (consumer group, topic, partition)
-
-_V1 = """\
-CREATE TABLE meta (
-    key   TEXT PRIMARY KEY,
-    value TEXT NOT NULL
-) WITHOUT ROWID;
-
-CREATE TABLE runs (
-    run_id           TEXT PRIMARY KEY,
-    kind             TEXT,
-    namespace        TEXT,
-    name             TEXT,
-    uid              TEXT,
-    project          TEXT,
-    workspace        TEXT,
-    target           TEXT,
-    queue            TEXT,
-    cluster_queue    TEXT,
-    status           TEXT NOT NULL
-        CHECK (status IN ('pending', 'running', 'succeeded', 'failed', 'stopped')),
-    reason           TEXT,
-    message          TEXT NOT NULL,
-    phase            TEXT NOT NULL
-        CHECK (phase IN ('Resolution', 'Rendering', 'Admission', 'Scheduling', 'Runtime', 'Progress',
-                         'Completion')),
-    attempts         INTEGER NOT NULL,
-    retries          INTEGER NOT NULL,
-    evictions        INTEGER NOT NULL,
-    created_at       TEXT,
-    queued_at        TEXT,
-    admitted_at      TEXT,
-    started_at       TEXT,
-    finished_at      TEXT,
-    admission_wait_s REAL,
-    pending_reason   TEXT,
-    pending_message  TEXT NOT NULL,
-    git_commit       TEXT,
-    config_digest    TEXT,
-    config_ref       TEXT,
-    input_refs       TEXT NOT NULL, -- JSON array of strings
-    output_uri       TEXT,
-    resume_of        TEXT,
-    last_checkpoint  TEXT,
-    updated_seq      INTEGER NOT NULL
-);
-CREATE INDEX runs_by_status ON runs (status, phase, queued_at);
-CREATE INDEX runs_by_phase ON runs (phase);
-CREATE INDEX runs_by_queued_at ON runs (queued_at);
-CREATE INDEX runs_by_created_at ON runs (created_at);
-CREATE INDEX runs_by_workspace ON runs (workspace, project);
-CREATE INDEX runs_by_project ON runs (project);
-CREATE INDEX runs_by_config ON runs (config_digest);
-CREATE INDEX runs_by_git_commit ON runs (git_commit);
-CREATE INDEX runs_by_updated_seq ON runs (updated_seq);
-
-CREATE TABLE transitions (
-    run_id  TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
-    attempt INTEGER NOT NULL CHECK (attempt >= 1),
-    phase   TEXT NOT NULL
-        CHECK (phase IN ('Resolution', 'Rendering', 'Admission', 'Scheduling', 'Runtime', 'Progress',
-                         'Completion')),
-    at      TEXT NOT NULL,
-    reason  TEXT NOT NULL,
-    message TEXT NOT NULL,
-    source  TEXT NOT NULL,
-    ordinal INTEGER NOT NULL, -- position in the run's timeline, 0-based
-    PRIMARY KEY (run_id, attempt, phase)
-) WITHOUT ROWID;
-
-CREATE TABLE attempts (
-    run_id           TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
-    attempt          INTEGER NOT NULL CHECK (attempt >= 1),
-    "trigger"        TEXT NOT NULL,
-    queued_at        TEXT,
-    admitted_at      TEXT,
-    scheduled_at     TEXT,
-    started_at       TEXT,
-    progress_at      TEXT,
-    ended_at         TEXT,
-    end_reason       TEXT,
-    end_message      TEXT NOT NULL,
-    underlying_cause TEXT,
-    admission_wait_s REAL,
-    cluster_queue    TEXT,
-    ray_cluster      TEXT,
-    retries          INTEGER NOT NULL CHECK (retries >= 0),
-    failures         TEXT NOT NULL, -- JSON array of {pod, at, reason, exit_code, message}
-    pods             TEXT NOT NULL, -- JSON array of {pod, node, created_at, scheduled_at, finished_at}
-    PRIMARY KEY (run_id, attempt)
-) WITHOUT ROWID;
-
-CREATE TABLE metric_summaries (
-    run_id       TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
-    metric       TEXT NOT NULL,
-    first_step   INTEGER NOT NULL,
-    first_value  REAL, -- NULL only when the value is NaN
-    latest_step  INTEGER NOT NULL,
-    latest_value REAL, -- NULL only when the value is NaN
-    min_value    REAL, -- NULL only when the value is NaN
-    max_value    REAL, -- NULL only when the value is NaN
-    points       INTEGER NOT NULL,
-    PRIMARY KEY (run_id, metric)
-) WITHOUT ROWID;
-CREATE INDEX metric_summaries_by_metric ON metric_summaries (metric);
-
-CREATE TABLE resume_links (
-    run_id    TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
-    resume_of TEXT NOT NULL,
-    PRIMARY KEY (run_id, resume_of)
-) WITHOUT ROWID;
-CREATE INDEX resume_links_by_resume_of ON resume_links (resume_of);
-
-CREATE TABLE pod_placements (
-    run_id       TEXT NOT NULL,
-    attempt      INTEGER NOT NULL,
-    pod          TEXT NOT NULL,
-    node         TEXT,
-    created_at   TEXT,
-    scheduled_at TEXT,
-    finished_at  TEXT,
-    PRIMARY KEY (run_id, attempt, pod),
-    FOREIGN KEY (run_id, attempt) REFERENCES attempts (run_id, attempt) ON DELETE CASCADE
-) WITHOUT ROWID;
-CREATE INDEX pod_placements_by_node ON pod_placements (node, scheduled_at);
-CREATE INDEX pod_placements_by_pod ON pod_placements (pod);
-
-CREATE TABLE consumer_offsets (
-    consumer_group TEXT NOT NULL,
-    topic          TEXT NOT NULL,
-    "partition"    INTEGER NOT NULL CHECK ("partition" >= 0),
-    next_offset    INTEGER NOT NULL CHECK (next_offset >= 0),
-    PRIMARY KEY (consumer_group, topic, "partition")
-) WITHOUT ROWID;
-"""
-
-_V2 = """\
-
--- The tracker's own state, not part of what readers use: the reducer's facts of each run (zlib-compressed JSON)
--- and the records still waiting for their owner object, written in the same transaction as the rows above so
--- that a later replay into this index continues from them instead of replacing the histories.
-CREATE TABLE reducer_runs (
-    run_id TEXT PRIMARY KEY,
-    state  BLOB NOT NULL
-) WITHOUT ROWID;
-
-CREATE TABLE reducer_held (
-    seq    INTEGER PRIMARY KEY, -- arrival order among held records
-    owner  TEXT NOT NULL,       -- the uid of the owner object the record waits for
-    record BLOB NOT NULL
-);
-"""
-
-_V3 = """\
-
--- Retirement: the reducer frees the facts of a finished run once the event time is well past its last record,
--- and its row here becomes a marker with the retirement's ordinal. The markers are the lasting memory of which
--- runs ended (the reducer remembers the latest ones only): a record that arrives for a run after it was
--- forgotten never replaces its history.
-ALTER TABLE reducer_runs ADD COLUMN retired_seq INTEGER; -- the retirement ordinal of a retired run, else NULL
-
-CREATE INDEX reducer_runs_by_retired_seq ON reducer_runs (retired_seq) WHERE retired_seq IS NOT NULL;
-"""
-
-# Migration n turns a schema of version n - 1 into version n. A new version appends a migration here (and so
-# changes schemas/index/schema.sql, generated from SCHEMA_SQL) and updates the README.
-MIGRATIONS: Mapping[int, str] = {1: _V1, 2: _V2, 3: _V3}
-SCHEMA_VERSION = max(MIGRATIONS)
-SCHEMA_SQL = f"""\
--- TauGrid experiment index, schema version {SCHEMA_VERSION}.
--- The contract Stellar reads: every table and column is documented in README.md next to this file.
--- Times are ISO-8601 UTC text, 'YYYY-MM-DDTHH:MM:SSZ' ('YYYY-MM-DDTHH:MM:SS.ffffffZ' when sub-second).
--- JSON columns hold compact JSON text (query them with json_each / json_extract).
-
-{"".join(MIGRATIONS.values())}"""
-
-
-class IndexSchemaError(RuntimeError):
-    """The file is not an experiment index this tracker can use (e.g. its schema is newer than the code)."""
-
-
-class IndexOpenError(IndexSchemaError):
-    """The index cannot be opened at all: missing, a directory, unreadable, or not an SQLite database."""
-
 
 @dataclass(frozen=True, slots=True)
 class _Table:
@@ -349,18 +175,18 @@ class ExperimentIndex:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             conn = sqlite3.connect(self.path, isolation_level=None)  # autocommit: transactions are explicit
         except (OSError, sqlite3.Error) as exc:
-            raise IndexOpenError(f"cannot open experiment index {self.path} for writing: {_why(exc)}") from exc
+            raise IndexOpenError(f"cannot open experiment index {self.path} for writing: {why(exc)}") from exc
         try:
             conn.row_factory = sqlite3.Row
             conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-            _check_database(conn, self.path)
+            check_database(conn, self.path)
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = NORMAL")
             conn.execute("PRAGMA foreign_keys = ON")
-            _migrate(conn, self.path)
+            migrate(conn, self.path)
         except sqlite3.OperationalError as exc:
             conn.close()
-            raise IndexOpenError(f"cannot write to experiment index {self.path}: {_why(exc)} (is the file or its "
+            raise IndexOpenError(f"cannot write to experiment index {self.path}: {why(exc)} (is the file or its "
                                  "directory read-only? readers need no write access, writers do)") from exc
         except BaseException:
             conn.close()
@@ -386,16 +212,16 @@ class ExperimentIndex:
         try:
             conn = sqlite3.connect(uri, uri=True, isolation_level=None)
         except sqlite3.Error as exc:
-            raise IndexOpenError(f"cannot open experiment index {self.path}: {_why(exc)}") from exc
+            raise IndexOpenError(f"cannot open experiment index {self.path}: {why(exc)}") from exc
         try:
             conn.row_factory = sqlite3.Row
             conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-            _check_database(conn, self.path)
-            if _schema_version(conn, self.path) == 0:
+            check_database(conn, self.path)
+            if schema_version(conn, self.path) == 0:
                 raise IndexSchemaError(f"{self.path} is not an experiment index (an empty database)")
         except sqlite3.Error as exc:
             conn.close()
-            raise IndexOpenError(f"cannot read experiment index {self.path}: {_why(exc)}") from exc
+            raise IndexOpenError(f"cannot read experiment index {self.path}: {why(exc)}") from exc
         except BaseException:
             conn.close()
             raise
@@ -463,7 +289,7 @@ class ExperimentIndex:
                                   state.held, state.retired, state.clock)
         encoded = [_encode(h) for h in latest.values()]
         offset_rows = _offset_rows(offsets or {})
-        with _transaction(conn, "BEGIN IMMEDIATE"):
+        with transaction(conn, "BEGIN IMMEDIATE"):
             seq = int(conn.execute("SELECT COALESCE(MAX(updated_seq), 0) + 1 FROM runs").fetchone()[0])
             changed = sum(self._write_run(e, seq) for e in encoded)
             changed += self._write_offsets(offset_rows)
@@ -535,7 +361,7 @@ class ExperimentIndex:
         ``max_retired`` retired ones (all when None; oldest retirement first), the held records and the
         watermark state."""
         conn = self._db
-        with _transaction(conn, "BEGIN"):
+        with transaction(conn, "BEGIN"):
             runs = [(r[0], r[1]) for r in conn.execute(
                 "SELECT run_id, state FROM reducer_runs WHERE retired_seq IS NULL ORDER BY run_id")]
             retired = [(r[0], r[1]) for r in conn.execute(
@@ -561,7 +387,7 @@ class ExperimentIndex:
         return None if row is None else str(row[0])
 
     def set_meta(self, key: str, value: str) -> None:
-        with _transaction(self._db, "BEGIN IMMEDIATE"):
+        with transaction(self._db, "BEGIN IMMEDIATE"):
             self._db.execute("INSERT INTO meta (key, value) VALUES (?, ?) "
                              "ON CONFLICT (key) DO UPDATE SET value = excluded.value", (key, value))
 
@@ -608,7 +434,7 @@ class ExperimentIndex:
         return self._read(lambda conn: self._history(conn, run_id))
 
     def _history(self, conn: sqlite3.Connection, run_id: str) -> RunHistory | None:
-        with _transaction(conn, "BEGIN"):  # one snapshot, even while another process writes
+        with transaction(conn, "BEGIN"):  # one snapshot, even while another process writes
             row = conn.execute("SELECT * FROM runs WHERE run_id = ?", (run_id,)).fetchone()
             if row is None:
                 return None
@@ -628,78 +454,6 @@ class ExperimentIndex:
         for r in rows:
             counts[Status(r["status"])] = r["n"]
         return counts
-
-
-# ------------------------------------------------------------------------------------------ schema
-
-
-def _migrate(conn: sqlite3.Connection, path: Path) -> None:
-    if _schema_version(conn, path) == SCHEMA_VERSION:
-        return
-    with _transaction(conn, "BEGIN IMMEDIATE"):  # re-read under the write lock: another process may migrate
-        version = _schema_version(conn, path)
-        for target in range(version + 1, SCHEMA_VERSION + 1):
-            for statement in _statements(MIGRATIONS[target]):
-                conn.execute(statement)
-        conn.execute("INSERT INTO meta (key, value) VALUES ('schema_version', ?) "
-                     "ON CONFLICT (key) DO UPDATE SET value = excluded.value", (str(SCHEMA_VERSION),))
-
-
-def _check_database(conn: sqlite3.Connection, path: Path) -> None:
-    """IndexOpenError unless the file is an SQLite database (an empty or new file is one)."""
-    try:
-        conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
-    except sqlite3.DatabaseError as exc:
-        raise IndexOpenError(f"{path} is not an experiment index ({_why(exc)}): give the path of an index "
-                             "that tracker replay or tracker sink index wrote") from exc
-
-
-def _why(exc: BaseException) -> str:
-    """A one-line cause for an SQLite or OS error."""
-    if isinstance(exc, OSError) and exc.strerror:
-        return exc.strerror.lower()
-    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-
-
-def _schema_version(conn: sqlite3.Connection, path: Path) -> int:
-    """The index's schema version: 0 for an empty database; IndexSchemaError for anything unusable."""
-    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    if not tables:
-        return 0
-    row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() \
-        if "meta" in tables else None
-    if row is None or not str(row[0]).isdigit():
-        raise IndexSchemaError(f"{path} is not an experiment index (it has tables but no schema_version)")
-    version = int(row[0])
-    if version > SCHEMA_VERSION:
-        raise IndexSchemaError(f"experiment index {path} has schema version {version}, newer than this "
-                               f"tracker supports ({SCHEMA_VERSION}); upgrade the tracker to use it")
-    return version
-
-
-def _statements(script: str) -> Iterator[str]:
-    """The SQL statements of a script, one at a time (so they run inside the caller's transaction)."""
-    buf = ""
-    for line in script.splitlines(keepends=True):
-        buf += line
-        if sqlite3.complete_statement(buf):
-            yield buf.strip()
-            buf = ""
-    if any(line.strip() and not line.strip().startswith("--") for line in buf.splitlines()):
-        raise ValueError(f"incomplete SQL statement at the end of a migration: {buf.strip()[:80]!r}")
-
-
-@contextmanager
-def _transaction(conn: sqlite3.Connection, begin: str) -> Iterator[None]:
-    """BEGIN ... COMMIT, or ROLLBACK when the block raises (the connection is in autocommit mode)."""
-    conn.execute(begin)
-    try:
-        yield
-    except BaseException:
-        if conn.in_transaction:  # some errors (e.g. a full disk) have rolled back already
-            conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
 
 
 # ------------------------------------------------------------------------------------------ encoding

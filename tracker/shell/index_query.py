@@ -24,7 +24,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, NamedTuple, TypeVar
 
-KNOWN_SCHEMA_VERSION = 3  # the newest schema this module reads on its own (tracker.shell.index.SCHEMA_VERSION)
+from tracker import errors
+
+KNOWN_SCHEMA_VERSION = 3  # the newest schema this module reads on its own (tracker.shell.index_schema.SCHEMA_VERSION)
 READ_RETRIES = 3
 BUSY_TIMEOUT_MS = 10_000
 
@@ -59,7 +61,7 @@ SORT_KEYS = {
 _T = TypeVar("_T")
 
 
-class IndexQueryError(ValueError):
+class IndexQueryError(errors.Fatal, ValueError):
     """A query that cannot be answered as asked (an unknown or ambiguous run, a bad selector)."""
 
 

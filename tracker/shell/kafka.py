@@ -39,6 +39,7 @@ from aiokafka.errors import (
 )
 from aiokafka.helpers import create_ssl_context
 
+from tracker import errors
 from tracker.settings import KafkaSettings, TopicSettings
 
 T = TypeVar("T")
@@ -47,18 +48,18 @@ log = structlog.get_logger("tracker.kafka")
 SOURCE_HEADER = "source"  # header of a changes record: where the change was read ("watch:<stream>", "path:line")
 
 
-class KafkaCallTimeout(TimeoutError):
+class KafkaCallTimeout(errors.Retryable, TimeoutError):
     """A Kafka call did not finish within ``call_timeout_s``."""
 
 
-class KafkaSecurityError(KafkaError):  # type: ignore[misc]  # aiokafka is untyped
+class KafkaSecurityError(errors.Fatal, KafkaError):  # type: ignore[misc]  # aiokafka is untyped
     """The broker refused this client's credentials (SASL), or TLS failed on a certificate: a configuration error,
     which ``retrying`` does not retry."""
 
     retriable = False
 
 
-class TopicLayoutError(RuntimeError):
+class TopicLayoutError(errors.Fatal, RuntimeError):
     """The topics are missing or laid out differently from what the tracker needs."""
 
 
@@ -76,7 +77,7 @@ def backoff_s(attempt: int, cap_s: float) -> float:
     return float(min(cap_s, 0.2 * 2 ** (attempt - 1)))
 
 
-async def retrying(what: str, attempt: Callable[[], Awaitable[T]], retries: int, backoff_max_s: float) -> T:
+async def retrying(what: str, attempt: Callable[[], Awaitable[T]], *, retries: int, backoff_max_s: float) -> T:
     """``attempt()``, tried again after Kafka errors and timeouts with exponential backoff, ``retries`` times at
     most (errors of the tracker's own, such as a wrong topic layout, and refused credentials or certificates,
     KafkaSecurityError, are not retried)."""
@@ -91,7 +92,7 @@ async def retrying(what: str, attempt: Callable[[], Awaitable[T]], retries: int,
             if tries > retries:
                 raise
             delay = backoff_s(tries, backoff_max_s)
-            log.warning(f"{what} failed, retrying", attempt=tries, retry_in_s=delay, error=repr(exc))
+            log.warning("kafka_call_retrying", call=what, attempt=tries, retry_in_s=delay, error=repr(exc))
             await asyncio.sleep(delay)
 
 
@@ -121,7 +122,7 @@ class AzureTokenProvider(AbstractTokenProvider):  # type: ignore[misc]  # aiokaf
 def client_options(ks: KafkaSettings) -> dict[str, Any]:
     """Options every aiokafka client (producer, consumer, admin) of the tracker takes."""
     if not ks.bootstrap_servers:
-        raise ValueError("no Kafka bootstrap servers configured (TRACKER_KAFKA__BOOTSTRAP_SERVERS)")
+        raise errors.ConfigError("no Kafka bootstrap servers configured (TRACKER_KAFKA__BOOTSTRAP_SERVERS)")
     opts: dict[str, Any] = {
         "bootstrap_servers": [s.strip() for s in ks.bootstrap_servers.split(",") if s.strip()],
         "client_id": ks.client_id,
@@ -146,13 +147,14 @@ def client_options(ks: KafkaSettings) -> dict[str, Any]:
 
 
 def _ssl_context(ks: KafkaSettings) -> ssl.SSLContext:
-    """The TLS context of ``ks``; ValueError saying which file does not load (never retried: a setting is wrong).
+    """The TLS context of ``ks``; ConfigError saying which file does not load (never retried: a setting is wrong).
     A key without ``ssl_key_password`` is loaded with an empty password: for an encrypted key OpenSSL would
     otherwise ask for one on the terminal, which blocks an interactive command."""
     try:
         ctx: ssl.SSLContext = create_ssl_context(cafile=ks.ssl_cafile)
     except (ssl.SSLError, OSError) as exc:
-        raise ValueError(f"kafka.ssl_cafile {ks.ssl_cafile} does not load as PEM CA certificates: {exc}") from exc
+        raise errors.ConfigError(
+            f"kafka.ssl_cafile {ks.ssl_cafile} does not load as PEM CA certificates: {exc}") from exc
     if ks.ssl_certfile is not None:
         password = ks.ssl_key_password.get_secret_value() if ks.ssl_key_password else ""
         try:
@@ -162,8 +164,8 @@ def _ssl_context(ks: KafkaSettings) -> ssl.SSLContext:
             why = (("it is encrypted and kafka.ssl_key_password is not set" if ks.ssl_key_password is None else
                     "kafka.ssl_key_password does not decrypt it") if encrypted else
                    "is it the PEM key of that certificate?")
-            raise ValueError(f"the client certificate kafka.ssl_certfile {ks.ssl_certfile} with kafka.ssl_keyfile "
-                             f"{ks.ssl_keyfile} does not load: {why} ({exc})") from exc
+            raise errors.ConfigError(f"the client certificate kafka.ssl_certfile {ks.ssl_certfile} with "
+                                     f"kafka.ssl_keyfile {ks.ssl_keyfile} does not load: {why} ({exc})") from exc
     ctx.check_hostname = ks.ssl_check_hostname
     return ctx
 
@@ -293,7 +295,7 @@ async def stop(client: AIOKafkaProducer | AIOKafkaConsumer | AIOKafkaAdminClient
 # ------------------------------------------------------------------------------------------ reading
 
 
-async def read_to_end(consumer: AIOKafkaConsumer, tp: TopicPartition, ks: KafkaSettings,
+async def read_to_end(consumer: AIOKafkaConsumer, tp: TopicPartition, *, ks: KafkaSettings,
                       timeout_s: float) -> dict[bytes, bytes | None]:
     """The latest value per key of one partition, read from the beginning to its end (read_committed: the last
     stable offset), in the order of those latest writes. ``consumer`` must have no group; it is left assigned to
@@ -361,7 +363,7 @@ class Drain:
             return False
         if self.targets is None or set(self.targets) != consumer.assignment():
             self.targets = await drain_targets(ks, consumer.assignment())
-        return settled(self.targets) and await caught_up(consumer, self.targets, ks.call_timeout_s)
+        return settled(self.targets) and await caught_up(consumer, self.targets, timeout_s=ks.call_timeout_s)
 
 
 class Poller:
@@ -388,14 +390,14 @@ class Poller:
             self.on_failure()
             if self.failures > self.retries:
                 raise self.fatal(f"{self.what} failed {self.failures} times in a row: {exc}") from exc
-            log.warning(f"{self.what} failed", **self.log_context, error=str(exc), attempt=self.failures)
+            log.warning("kafka_poll_failed", call=self.what, **self.log_context, error=str(exc), attempt=self.failures)
             await asyncio.sleep(backoff_s(self.failures, self.backoff_max_s))
             return None
         self.failures = 0
         return batches
 
 
-async def caught_up(consumer: AIOKafkaConsumer, ends: dict[TopicPartition, int], timeout_s: float) -> bool:
+async def caught_up(consumer: AIOKafkaConsumer, ends: dict[TopicPartition, int], *, timeout_s: float) -> bool:
     """Whether the consumer's position reached ``ends`` on every partition. (A position steps over transaction
     markers; the offset of the last record processed does not, so it can stay below a read_committed end.)"""
     for tp, end in ends.items():

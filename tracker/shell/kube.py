@@ -21,6 +21,7 @@ import aiohttp
 from kubernetes_asyncio.client import ApiClient, Configuration
 from kubernetes_asyncio.config import ConfigException, load_incluster_config, load_kube_config
 
+from tracker import errors
 from tracker.shell import jsonio
 
 MAX_EVENT_BYTES = 4 * 1024 * 1024  # an object is at most ~1.5 MiB in etcd; a watch line adds little
@@ -55,7 +56,7 @@ class Resource:
 # ------------------------------------------------------------------------------------------ HTTP
 
 
-class ApiError(Exception):
+class ApiError(errors.TrackerError):
     """A non-2xx answer or an ERROR watch event; ``status`` is the HTTP code (410 means Gone)."""
 
     def __init__(self, status: int, reason: str, message: str = "") -> None:
@@ -124,7 +125,7 @@ class KubeApi:
             return resp
         try:
             status = json.loads(await resp.read())
-        except ValueError:
+        except (json.JSONDecodeError, UnicodeDecodeError):  # not a Status: the code and reason say enough
             status = {}
         finally:
             resp.release()
@@ -161,7 +162,7 @@ async def discover(api: KubeApi, res: Resource) -> str | None:
 class Backoff:
     """Capped exponential backoff with jitter: the n-th delay is uniform in [d/2, d], d = min(cap, base·2ⁿ)."""
 
-    def __init__(self, base_s: float, cap_s: float, rng: random.Random) -> None:
+    def __init__(self, *, base_s: float, cap_s: float, rng: random.Random) -> None:
         self.base_s = base_s
         self.cap_s = cap_s
         self.rng = rng

@@ -24,12 +24,9 @@ from typing import TextIO, TypeVar
 
 from azure.kusto.data import ClientRequestProperties, KustoClient
 
-from tracker.shell.adx import (
-    AdxSettings,
-    DeadlineExceeded,
-    call_with_deadline,
-    connection,
-)
+from tracker import errors
+from tracker.shell.adx import AdxSettings, connection
+from tracker.shell.deadline import DeadlineExceeded, call_with_deadline
 
 SCHEMA_DIR = Path(__file__).resolve().parents[2] / "schemas" / "kusto"
 
@@ -65,7 +62,7 @@ def schema_commands(schema_dir: Path = SCHEMA_DIR) -> list[Command]:
             for i, text in enumerate(split_script(f.read_text(encoding="utf-8")), start=1)]
 
 
-class ApplyError(RuntimeError):
+class ApplyError(errors.Fatal, RuntimeError):
     """The cluster did not answer, or refused a command."""
 
 
@@ -73,7 +70,7 @@ PROGRESS_EVERY_S = 15.0  # while a command runs, how often a "still waiting" lin
 PROBE = ".show version"  # the first request: it proves the cluster answers (and that the credentials work)
 
 
-def apply_schema(settings: AdxSettings, dry_run: bool, schema_dir: Path = SCHEMA_DIR,
+def apply_schema(settings: AdxSettings, *, dry_run: bool, schema_dir: Path = SCHEMA_DIR,
                  out: TextIO | None = None, progress_every_s: float = PROGRESS_EVERY_S) -> list[Command]:
     """Runs (or with ``dry_run`` only prints) every schema command in order; returns the commands.
 
@@ -134,6 +131,6 @@ def _wait(fn: Callable[[], T], timeout_s: float, progress: tuple[float, Callable
           timeout_message: str) -> T:
     """``call_with_deadline``; ``ApplyError(timeout_message)`` when ``fn()`` does not return in time."""
     try:
-        return call_with_deadline(fn, timeout_s, "kusto apply", progress)
+        return call_with_deadline(fn, timeout_s=timeout_s, what="kusto apply", progress=progress)
     except DeadlineExceeded:
         raise ApplyError(timeout_message) from None

@@ -31,13 +31,14 @@ from typing import Any, Protocol
 import aiohttp
 import structlog
 
+from tracker import errors
 from tracker.settings import LEASE_DURATION_S, LEASE_NAME, RENEW_DEADLINE_S, RETRY_PERIOD_S
 from tracker.shell.kube import ApiError, KubeApi
 
 log = structlog.get_logger("tracker.leader")
 
 
-class LeadershipLost(Exception):
+class LeadershipLost(errors.Retryable):
     """The lease this watcher published under is no longer certainly held: stop publishing now."""
 
 
@@ -60,10 +61,10 @@ class LeaseConfig:
 
     def __post_init__(self) -> None:
         if not 0 < self.retry_period_s < self.renew_deadline_s < self.lease_duration_s:
-            raise ValueError("need 0 < retry_period_s < renew_deadline_s < lease_duration_s, got "
+            raise errors.ConfigError("need 0 < retry_period_s < renew_deadline_s < lease_duration_s, got "
                              f"{self.retry_period_s}, {self.renew_deadline_s}, {self.lease_duration_s}")
         if not self.identity:
-            raise ValueError("a lease holder needs an identity")
+            raise errors.ConfigError("a lease holder needs an identity")
 
 
 class Lease:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Iterable
 
+from tracker import errors
 from tracker.core.correlate import Held
 from tracker.core.reducer import Reducer, ReducerLimits
 from tracker.shell import jsonio
@@ -24,7 +25,7 @@ from tracker.shell.slim import slim
 COMPRESSION_LEVEL = 1  # fast: about 3x smaller than the JSON, at a small share of the fold's time
 
 
-class StateError(RuntimeError):
+class StateError(errors.Fatal, RuntimeError):
     """The index's stored reducer state cannot be used (e.g. written by an incompatible tracker)."""
 
 

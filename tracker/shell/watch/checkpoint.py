@@ -12,9 +12,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from tracker import errors
 from tracker.core.correlate import Held
 
 CHECKPOINT_VERSION = 1
+
+
+
+class CheckpointError(errors.StoredStateError):
+    """A watch checkpoint of another version, or one that does not decode: the watcher cannot resume from it."""
+
 
 Entry = tuple[str, bytes]  # (resourceVersion, slimmed object as compact JSON)
 
@@ -89,7 +96,7 @@ class Checkpoint:
         if row is None:
             self.db.execute("INSERT INTO meta VALUES ('version', ?)", (str(CHECKPOINT_VERSION),))
         elif row[0] != str(CHECKPOINT_VERSION):
-            raise ValueError(f"{path}: unsupported watch checkpoint version {row[0]}")
+            raise CheckpointError(f"{path}: unsupported watch checkpoint version {row[0]}")
 
     def load(self) -> Saved:
         with self.lock:
@@ -102,7 +109,10 @@ class Checkpoint:
         for stream, uid, rv, obj in self.db.execute("SELECT stream, uid, rv, obj FROM objects"):
             saved.known.setdefault(stream, {})[uid] = (rv, bytes(obj))
         for etype, obj, source in self.db.execute("SELECT type, obj, source FROM held ORDER BY seq"):
-            saved.held.append((etype, json.loads(obj), source))
+            try:
+                saved.held.append((etype, json.loads(obj), source))
+            except ValueError as exc:
+                raise CheckpointError(f"{self.path}: a held record does not decode: {exc}") from exc
         return saved
 
     def save(self, snap: Snapshot) -> None:

@@ -57,10 +57,11 @@ import structlog
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.errors import ProducerFenced
 
+from tracker import errors
 from tracker.settings import KafkaSettings
 from tracker.shell import kafka
 from tracker.shell.leader import LeadershipLost
-from tracker.shell.watch.checkpoint import CHECKPOINT_VERSION, Entry, Saved, Snapshot
+from tracker.shell.watch.checkpoint import CHECKPOINT_VERSION, CheckpointError, Entry, Saved, Snapshot
 
 log = structlog.get_logger("tracker.watch_state")
 
@@ -68,7 +69,7 @@ RECORD_MARGIN = 32 * 1024  # key, headers and batch framing, with room to spare
 PARTITION = 0
 
 
-def transactional_id(ks: KafkaSettings, lease_namespace: str, lease_name: str) -> str:
+def transactional_id(ks: KafkaSettings, *, lease_namespace: str, lease_name: str) -> str:
     """The watch-state producer's transactional id for a Lease: one per leader-elected watcher deployment."""
     return f"{ks.topics.watch_state_topic}.watcher.{lease_namespace}.{lease_name}"
 
@@ -79,7 +80,7 @@ class KafkaCheckpoint:
     def __init__(self, ks: KafkaSettings, *, scope: str, transactional_id: str, load_timeout_s: float = 300.0
                  ) -> None:
         if not scope or "\0" in scope:
-            raise ValueError(f"a watch-state scope must be non-empty and without NUL, got {scope!r}")
+            raise errors.ConfigError(f"a watch-state scope must be non-empty and without NUL, got {scope!r}")
         self.ks = ks
         self.topic = ks.topics.watch_state_topic
         self.tp = TopicPartition(self.topic, PARTITION)
@@ -114,10 +115,15 @@ class KafkaCheckpoint:
         consumer = kafka.make_consumer(ks, group_id=None)
         await kafka.start(consumer, ks, "watch-state reader")
         try:
-            latest = await kafka.read_to_end(consumer, self.tp, ks, self.load_timeout_s)
+            latest = await kafka.read_to_end(consumer, self.tp, ks=ks, timeout_s=self.load_timeout_s)
         finally:
             await kafka.stop(consumer, ks, "watch-state reader")
-        saved = self._decode(latest)
+        try:
+            saved = self._decode(latest)
+        except CheckpointError:
+            raise
+        except ValueError as exc:  # a value that does not decode (JSON, UTF-8): stored state unusable
+            raise CheckpointError(str(exc)) from exc
         log.info("watch_checkpoint_loaded", topic=self.topic, scope=self.scope, records=len(latest),
                  streams=len(saved.rvs), objects=sum(len(k) for k in saved.known.values()), held=len(saved.held),
                  seconds=round(time.monotonic() - started, 3))
@@ -134,7 +140,7 @@ class KafkaCheckpoint:
             kind = parts[0]
             if kind == b"version":
                 if value.decode() != str(CHECKPOINT_VERSION):
-                    raise ValueError(f"{self.topic}: unsupported watch checkpoint version {value.decode()!r} "
+                    raise CheckpointError(f"{self.topic}: unsupported watch checkpoint version {value.decode()!r} "
                                      f"for {self.scope}")
                 self.versioned = True
             elif kind == b"rv" and len(parts) == 2:
@@ -191,6 +197,7 @@ class KafkaCheckpoint:
         # not used again, and the next leader's fencing aborts it
         await producer.begin_transaction()
         sent = [await producer.send(self.topic, value=value, key=key, partition=PARTITION) for key, value in records]
+        # the sends' delivery futures (gather spawns no task for a future)
         errors = [r for r in await asyncio.gather(*sent, return_exceptions=True) if isinstance(r, BaseException)]
         if errors:
             raise errors[0]  # all of them fail alike (fenced, or the producer's fatal error)
@@ -265,7 +272,7 @@ def _entry(value: bytes) -> Entry:
     head, _, blob = value.partition(b"\n")
     rv = json.loads(head)
     if not isinstance(rv, str):
-        raise ValueError(f"not a watch checkpoint entry: {value[:100]!r}")
+        raise CheckpointError(f"not a watch checkpoint entry: {value[:100]!r}")
     return rv, blob
 
 

@@ -13,6 +13,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from aiokafka import AIOKafkaProducer
 
+from tracker import errors
 from tracker.core.model import DeadLetter
 from tracker.settings import KafkaSettings
 from tracker.shell import jsonio, kafka
@@ -82,7 +83,7 @@ class KafkaPublisher:
     to the dead-letters topic; at most ``max_in_flight`` unacknowledged. ``flush`` waits until every record sent
     so far is acknowledged."""
 
-    def __init__(self, producer: AIOKafkaProducer, ks: KafkaSettings, max_in_flight: int) -> None:
+    def __init__(self, producer: AIOKafkaProducer, *, ks: KafkaSettings, max_in_flight: int) -> None:
         self.producer = producer
         self.ks = ks
         self.max_in_flight = max_in_flight
@@ -107,6 +108,7 @@ class KafkaPublisher:
     async def flush(self) -> None:
         pending, self.in_flight = self.in_flight, []
         if pending:
+            # the sends' delivery futures (gather spawns no task for a future)
             await kafka.bounded(asyncio.gather(*pending), self.ks.call_timeout_s, "delivering changes")
 
 
@@ -124,7 +126,7 @@ class Outbox:
 
     def __init__(self, maxsize: int) -> None:
         if maxsize <= 0:
-            raise ValueError("the outbox must be bounded (maxsize > 0)")
+            raise errors.ConfigError("the outbox must be bounded (maxsize > 0)")
         self.maxsize = maxsize
         self.items: deque[OutItem] = deque()
         self.enqueued = 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from tracker import errors
 from tracker.core.model import LABEL_CONTROLLER_UID, LABEL_RAY_CLUSTER
 from tracker.shell.kube import Resource
 
@@ -23,6 +24,6 @@ EVENTS_APIS = {"events.k8s.io/v1": EVENTS_V1, "v1": CORE_EVENTS}
 def resources(events_api: str = "events.k8s.io/v1") -> tuple[Resource, ...]:
     """Everything a run is made of, with Events from ``events_api`` (``events.k8s.io/v1`` or ``v1``)."""
     if events_api not in EVENTS_APIS:
-        raise ValueError(f"events_api must be one of {sorted(EVENTS_APIS)}, got {events_api!r}")
+        raise errors.ConfigError(f"events_api must be one of {sorted(EVENTS_APIS)}, got {events_api!r}")
     return (JOBS, RAYJOBS, WORKLOADS, RAYCLUSTERS, JOB_PODS, RAY_PODS, EVENTS_APIS[events_api])
 

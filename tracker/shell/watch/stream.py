@@ -14,6 +14,7 @@ import aiohttp
 import structlog
 from aiohttp.http_exceptions import HttpProcessingError
 
+from tracker import errors
 from tracker.settings import WatchSettings
 from tracker.shell import jsonio
 from tracker.shell.kube import ApiError, Backoff, KubeApi, Resource, discover
@@ -26,16 +27,16 @@ Emit = Callable[[str, dict[str, Any], str], None]  # (type, slimmed object, sour
 DeadLetterSink = Callable[[str, str, str, Any], None]  # (source, reason, detail, excerpt): queue a dead letter
 
 
-class Gone(Exception):
+class Gone(errors.Retryable):
     """410: the resourceVersion to resume from is older than the history the apiserver keeps."""
 
 
-class BrokenStream(Exception):
+class BrokenStream(errors.Retryable):
     """The watch stream sent a line that is not JSON or not a watch event: the connection is dropped and the watch
     resumed from the last resourceVersion seen."""
 
 
-class WatchFatal(RuntimeError):
+class WatchFatal(errors.GaveUp):
     """A stream's loop failed in a way no reconnect can mend (a bug outside the handling of any one record)."""
 
 
@@ -160,8 +161,8 @@ class Stream:
 
     async def run(self, lower_tiers: Sequence[Stream]) -> None:
         cfg = self.config
-        backoff = Backoff(cfg.backoff_base_s, cfg.backoff_cap_s, self.rng)
-        rarely = Backoff(cfg.backoff_base_s, cfg.unavailable_retry_cap_s, self.rng)
+        backoff = Backoff(base_s=cfg.backoff_base_s, cap_s=cfg.backoff_cap_s, rng=self.rng)
+        rarely = Backoff(base_s=cfg.backoff_base_s, cap_s=cfg.unavailable_retry_cap_s, rng=self.rng)
         if self.rv is None:
             for s in lower_tiers:
                 await s.synced.wait()

@@ -1,0 +1,88 @@
+"""The tracker's exception tree: every error it raises on purpose, and what each branch means for the caller.
+
+Like httpx's ``_exceptions.py``, the whole tree is written out here; the classes themselves live beside the code
+that raises them (the tree names their modules), and each keeps the standard base class its callers and tests
+rely on (``ValueError``, ``RuntimeError``, ``TimeoutError``)::
+
+    TrackerError
+    ├── Retryable                              transient: the loop that meets it tries again, with capped backoff
+    │   ├── shell.watch.stream.Gone            410: resume point expired; the stream lists again
+    │   ├── shell.watch.stream.BrokenStream    a line that is not a watch event; the stream reconnects
+    │   ├── shell.leader.LeadershipLost        the lease is no longer certainly held; the term ends, campaign again
+    │   ├── shell.kafka.KafkaCallTimeout       (TimeoutError) a Kafka call outlived ``kafka.call_timeout_s``
+    │   └── shell.deadline.DeadlineExceeded    (TimeoutError) an SDK call outlived its deadline
+    ├── Fatal                                  the process stops: one "stopped by an error" line, exit code 1
+    │   ├── ConfigError                        (ValueError) a setting, option or file given that cannot work
+    │   │   ├── settings.SettingsError         the settings tree does not validate
+    │   │   └── shell.adx.AdxSettingsError     the ``TRACKER_ADX_*`` settings do not validate
+    │   ├── GaveUp                             (RuntimeError) retries of a transient fault ran out
+    │   │   ├── runtime.reduce.ReduceFatal
+    │   │   ├── runtime.sinks.SinkFatal
+    │   │   └── shell.watch.stream.WatchFatal  (also: a stream's loop failed in a way no reconnect mends)
+    │   ├── StoredStateError                   (ValueError) stored state this tracker cannot continue from
+    │   │   └── shell.watch.checkpoint.CheckpointError
+    │   ├── shell.reducer_state.StateError     (RuntimeError) the index's reducer state is unusable
+    │   ├── shell.index_schema.IndexSchemaError (RuntimeError) not an experiment index this tracker can use
+    │   │   └── shell.index_schema.IndexOpenError  cannot be opened at all
+    │   ├── shell.kafka.TopicLayoutError       (RuntimeError) topics missing or laid out otherwise
+    │   ├── shell.kafka.KafkaSecurityError     (KafkaError) credentials or TLS refused
+    │   ├── shell.kusto_apply.ApplyError       (RuntimeError) the ADX cluster refused a schema command
+    │   ├── shell.index_query.IndexQueryError  (ValueError) a query the index cannot answer as asked
+    │   ├── cli.UsageError                     a command line that cannot work (exit 2)
+    │   └── cli.NotFound                       what was asked for is not there (exit 1)
+    ├── InvalidInput                           (ValueError) one input record is refused: it costs that record only
+    │   ├── core.extract.Malformed             (a dead letter or an anomaly), never the process
+    │   ├── core.timefmt.BadTimestamp
+    │   └── shell.capture._ReadError           a capture's bytes do not read
+    └── shell.kube.ApiError                    an API server's answer: the stream and the elector retry it by
+                                               status; it stops ``tracker watch`` only when it reaches the top
+
+What a process treats as fatal at its top (``runtime.service.FATAL``) is ``Fatal`` plus the faults of the world
+outside that libraries raise (``KafkaError``, ``OSError`` and ``TimeoutError``, ``sqlite3.Error``) once a retry
+loop has given up on them or where none applies; anything else reaching the top is a bug and keeps its traceback.
+
+This module is the bottom layer: it imports nothing, so the pure core can raise from the tree too.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class TrackerError(Exception):
+    """Base of every error the tracker raises on purpose. ``retryable`` tells a retry loop whether to try again."""
+
+    retryable: ClassVar[bool] = False
+
+
+class Retryable(TrackerError):
+    """A transient fault: trying again (after a backoff) may succeed."""
+
+    retryable: ClassVar[bool] = True
+
+
+class Fatal(TrackerError):
+    """No retry can mend this: the process (or command) stops with one line and a non-zero exit code."""
+
+
+class ConfigError(Fatal, ValueError):
+    """A setting, command-line option or given file that cannot work; the message names it."""
+
+
+class GaveUp(Fatal, RuntimeError):
+    """A transient fault outlasted its retries (``max_retries`` in a row)."""
+
+
+class StoredStateError(Fatal, ValueError):
+    """State stored by a tracker (a checkpoint, a snapshot) that this tracker cannot continue from."""
+
+
+class InvalidInput(TrackerError, ValueError):
+    """One input record (an object, a timestamp, a capture line) is refused; it costs that record only."""
+
+
+def leaves(exc: BaseException) -> list[BaseException]:
+    """The errors ``exc`` consists of: itself, or the leaves of its nested exception groups, in order."""
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in leaves(inner)]
+    return [exc]

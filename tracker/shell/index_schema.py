@@ -1,0 +1,266 @@
+"""The experiment index's schema: its DDL as numbered migrations, the schema version, and opening-time checks.
+
+``SCHEMA_SQL`` (every migration in order) is the contract Stellar reads; ``schemas/index/schema.sql`` is generated
+from it (``python -m tracker.schemas``) and documented in ``schemas/index/README.md``. ``ExperimentIndex``
+(``tracker.shell.index``) migrates a file with ``migrate`` when it opens it for writing.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+
+from tracker import errors
+
+_V1 = """\
+CREATE TABLE meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+) WITHOUT ROWID;
+
+CREATE TABLE runs (
+    run_id           TEXT PRIMARY KEY,
+    kind             TEXT,
+    namespace        TEXT,
+    name             TEXT,
+    uid              TEXT,
+    project          TEXT,
+    workspace        TEXT,
+    target           TEXT,
+    queue            TEXT,
+    cluster_queue    TEXT,
+    status           TEXT NOT NULL
+        CHECK (status IN ('pending', 'running', 'succeeded', 'failed', 'stopped')),
+    reason           TEXT,
+    message          TEXT NOT NULL,
+    phase            TEXT NOT NULL
+        CHECK (phase IN ('Resolution', 'Rendering', 'Admission', 'Scheduling', 'Runtime', 'Progress',
+                         'Completion')),
+    attempts         INTEGER NOT NULL,
+    retries          INTEGER NOT NULL,
+    evictions        INTEGER NOT NULL,
+    created_at       TEXT,
+    queued_at        TEXT,
+    admitted_at      TEXT,
+    started_at       TEXT,
+    finished_at      TEXT,
+    admission_wait_s REAL,
+    pending_reason   TEXT,
+    pending_message  TEXT NOT NULL,
+    git_commit       TEXT,
+    config_digest    TEXT,
+    config_ref       TEXT,
+    input_refs       TEXT NOT NULL, -- JSON array of strings
+    output_uri       TEXT,
+    resume_of        TEXT,
+    last_checkpoint  TEXT,
+    updated_seq      INTEGER NOT NULL
+);
+CREATE INDEX runs_by_status ON runs (status, phase, queued_at);
+CREATE INDEX runs_by_phase ON runs (phase);
+CREATE INDEX runs_by_queued_at ON runs (queued_at);
+CREATE INDEX runs_by_created_at ON runs (created_at);
+CREATE INDEX runs_by_workspace ON runs (workspace, project);
+CREATE INDEX runs_by_project ON runs (project);
+CREATE INDEX runs_by_config ON runs (config_digest);
+CREATE INDEX runs_by_git_commit ON runs (git_commit);
+CREATE INDEX runs_by_updated_seq ON runs (updated_seq);
+
+CREATE TABLE transitions (
+    run_id  TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
+    attempt INTEGER NOT NULL CHECK (attempt >= 1),
+    phase   TEXT NOT NULL
+        CHECK (phase IN ('Resolution', 'Rendering', 'Admission', 'Scheduling', 'Runtime', 'Progress',
+                         'Completion')),
+    at      TEXT NOT NULL,
+    reason  TEXT NOT NULL,
+    message TEXT NOT NULL,
+    source  TEXT NOT NULL,
+    ordinal INTEGER NOT NULL, -- position in the run's timeline, 0-based
+    PRIMARY KEY (run_id, attempt, phase)
+) WITHOUT ROWID;
+
+CREATE TABLE attempts (
+    run_id           TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
+    attempt          INTEGER NOT NULL CHECK (attempt >= 1),
+    "trigger"        TEXT NOT NULL,
+    queued_at        TEXT,
+    admitted_at      TEXT,
+    scheduled_at     TEXT,
+    started_at       TEXT,
+    progress_at      TEXT,
+    ended_at         TEXT,
+    end_reason       TEXT,
+    end_message      TEXT NOT NULL,
+    underlying_cause TEXT,
+    admission_wait_s REAL,
+    cluster_queue    TEXT,
+    ray_cluster      TEXT,
+    retries          INTEGER NOT NULL CHECK (retries >= 0),
+    failures         TEXT NOT NULL, -- JSON array of {pod, at, reason, exit_code, message}
+    pods             TEXT NOT NULL, -- JSON array of {pod, node, created_at, scheduled_at, finished_at}
+    PRIMARY KEY (run_id, attempt)
+) WITHOUT ROWID;
+
+CREATE TABLE metric_summaries (
+    run_id       TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
+    metric       TEXT NOT NULL,
+    first_step   INTEGER NOT NULL,
+    first_value  REAL, -- NULL only when the value is NaN
+    latest_step  INTEGER NOT NULL,
+    latest_value REAL, -- NULL only when the value is NaN
+    min_value    REAL, -- NULL only when the value is NaN
+    max_value    REAL, -- NULL only when the value is NaN
+    points       INTEGER NOT NULL,
+    PRIMARY KEY (run_id, metric)
+) WITHOUT ROWID;
+CREATE INDEX metric_summaries_by_metric ON metric_summaries (metric);
+
+CREATE TABLE resume_links (
+    run_id    TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
+    resume_of TEXT NOT NULL,
+    PRIMARY KEY (run_id, resume_of)
+) WITHOUT ROWID;
+CREATE INDEX resume_links_by_resume_of ON resume_links (resume_of);
+
+CREATE TABLE pod_placements (
+    run_id       TEXT NOT NULL,
+    attempt      INTEGER NOT NULL,
+    pod          TEXT NOT NULL,
+    node         TEXT,
+    created_at   TEXT,
+    scheduled_at TEXT,
+    finished_at  TEXT,
+    PRIMARY KEY (run_id, attempt, pod),
+    FOREIGN KEY (run_id, attempt) REFERENCES attempts (run_id, attempt) ON DELETE CASCADE
+) WITHOUT ROWID;
+CREATE INDEX pod_placements_by_node ON pod_placements (node, scheduled_at);
+CREATE INDEX pod_placements_by_pod ON pod_placements (pod);
+
+CREATE TABLE consumer_offsets (
+    consumer_group TEXT NOT NULL,
+    topic          TEXT NOT NULL,
+    "partition"    INTEGER NOT NULL CHECK ("partition" >= 0),
+    next_offset    INTEGER NOT NULL CHECK (next_offset >= 0),
+    PRIMARY KEY (consumer_group, topic, "partition")
+) WITHOUT ROWID;
+"""
+
+_V2 = """\
+
+-- The tracker's own state, not part of what readers use: the reducer's facts of each run (zlib-compressed JSON)
+-- and the records still waiting for their owner object, written in the same transaction as the rows above so
+-- that a later replay into this index continues from them instead of replacing the histories.
+CREATE TABLE reducer_runs (
+    run_id TEXT PRIMARY KEY,
+    state  BLOB NOT NULL
+) WITHOUT ROWID;
+
+CREATE TABLE reducer_held (
+    seq    INTEGER PRIMARY KEY, -- arrival order among held records
+    owner  TEXT NOT NULL,       -- the uid of the owner object the record waits for
+    record BLOB NOT NULL
+);
+"""
+
+_V3 = """\
+
+-- Retirement: the reducer frees the facts of a finished run once the event time is well past its last record,
+-- and its row here becomes a marker with the retirement's ordinal. The markers are the lasting memory of which
+-- runs ended (the reducer remembers the latest ones only): a record that arrives for a run after it was
+-- forgotten never replaces its history.
+ALTER TABLE reducer_runs ADD COLUMN retired_seq INTEGER; -- the retirement ordinal of a retired run, else NULL
+
+CREATE INDEX reducer_runs_by_retired_seq ON reducer_runs (retired_seq) WHERE retired_seq IS NOT NULL;
+"""
+
+# Migration n turns a schema of version n - 1 into version n. A new version appends a migration here (and so
+# changes schemas/index/schema.sql, generated from SCHEMA_SQL) and updates the README.
+MIGRATIONS: Mapping[int, str] = {1: _V1, 2: _V2, 3: _V3}
+SCHEMA_VERSION = max(MIGRATIONS)
+SCHEMA_SQL = f"""\
+-- TauGrid experiment index, schema version {SCHEMA_VERSION}.
+-- The contract Stellar reads: every table and column is documented in README.md next to this file.
+-- Times are ISO-8601 UTC text, 'YYYY-MM-DDTHH:MM:SSZ' ('YYYY-MM-DDTHH:MM:SS.ffffffZ' when sub-second).
+-- JSON columns hold compact JSON text (query them with json_each / json_extract).
+
+{"".join(MIGRATIONS.values())}"""
+
+
+class IndexSchemaError(errors.Fatal, RuntimeError):
+    """The file is not an experiment index this tracker can use (e.g. its schema is newer than the code)."""
+
+
+class IndexOpenError(IndexSchemaError):
+    """The index cannot be opened at all: missing, a directory, unreadable, or not an SQLite database."""
+
+
+def migrate(conn: sqlite3.Connection, path: Path) -> None:
+    if schema_version(conn, path) == SCHEMA_VERSION:
+        return
+    with transaction(conn, "BEGIN IMMEDIATE"):  # re-read under the write lock: another process may migrate
+        version = schema_version(conn, path)
+        for target in range(version + 1, SCHEMA_VERSION + 1):
+            for statement in statements(MIGRATIONS[target]):
+                conn.execute(statement)
+        conn.execute("INSERT INTO meta (key, value) VALUES ('schema_version', ?) "
+                     "ON CONFLICT (key) DO UPDATE SET value = excluded.value", (str(SCHEMA_VERSION),))
+
+
+def check_database(conn: sqlite3.Connection, path: Path) -> None:
+    """IndexOpenError unless the file is an SQLite database (an empty or new file is one)."""
+    try:
+        conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+    except sqlite3.DatabaseError as exc:
+        raise IndexOpenError(f"{path} is not an experiment index ({why(exc)}): give the path of an index "
+                             "that tracker replay or tracker sink index wrote") from exc
+
+
+def why(exc: BaseException) -> str:
+    """A one-line cause for an SQLite or OS error."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror.lower()
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+def schema_version(conn: sqlite3.Connection, path: Path) -> int:
+    """The index's schema version: 0 for an empty database; IndexSchemaError for anything unusable."""
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if not tables:
+        return 0
+    row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() \
+        if "meta" in tables else None
+    if row is None or not str(row[0]).isdigit():
+        raise IndexSchemaError(f"{path} is not an experiment index (it has tables but no schema_version)")
+    version = int(row[0])
+    if version > SCHEMA_VERSION:
+        raise IndexSchemaError(f"experiment index {path} has schema version {version}, newer than this "
+                               f"tracker supports ({SCHEMA_VERSION}); upgrade the tracker to use it")
+    return version
+
+
+def statements(script: str) -> Iterator[str]:
+    """The SQL statements of a script, one at a time (so they run inside the caller's transaction)."""
+    buf = ""
+    for line in script.splitlines(keepends=True):
+        buf += line
+        if sqlite3.complete_statement(buf):
+            yield buf.strip()
+            buf = ""
+    if any(line.strip() and not line.strip().startswith("--") for line in buf.splitlines()):
+        raise ValueError(f"incomplete SQL statement at the end of a migration: {buf.strip()[:80]!r}")
+
+
+@contextmanager
+def transaction(conn: sqlite3.Connection, begin: str) -> Iterator[None]:
+    """BEGIN ... COMMIT, or ROLLBACK when the block raises (the connection is in autocommit mode)."""
+    conn.execute(begin)
+    try:
+        yield
+    except BaseException:
+        if conn.in_transaction:  # some errors (e.g. a full disk) have rolled back already
+            conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
