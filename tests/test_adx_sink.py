@@ -518,7 +518,7 @@ def test_foreign_files_in_the_spool_are_ignored_with_one_warning_never_deleted(
     standin.outage = 503
     with capture_logs() as logs:
         sink = make_sink()
-    warnings = [e for e in logs if e["event"] == "adx spool: ignoring files the sink did not write"]
+    warnings = [e for e in logs if e["event"] == "adx_spool_foreign_files_ignored"]
     assert len(warnings) == 1 and warnings[0]["log_level"] == "warning"
     assert warnings[0]["files"] == sorted(n for n in foreign if n.endswith(".jsonl"))
     assert sink.stats.spool_files == 0 and sink.spool_bytes == 0

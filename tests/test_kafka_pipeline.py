@@ -507,8 +507,8 @@ async def test_reduce_and_index_sink_processes_equal_replay(kafka_bootstrap: str
     sink = launch(services, tmp_path, "sink", "sink", "index", "--index", str(index))
     assert produced > 0
     transitions = await settle(settings, index, [reducer, sink])
-    await reducer.wait_for("ops endpoint listening")
-    port = next(e["port"] for e in reducer.events() if e["event"] == "ops endpoint listening")
+    await reducer.wait_for("ops_endpoint_listening")
+    port = next(e["port"] for e in reducer.events() if e["event"] == "ops_endpoint_listening")
     assert http_get(port, "/healthz")[0] == 200
     assert http_get(port, "/readyz") == (200, "ready\n")
     group, changes_topic = settings.reduce.group_id, settings.kafka.topics.changes
@@ -527,7 +527,7 @@ async def test_reduce_and_index_sink_processes_equal_replay(kafka_bootstrap: str
         for phase in ("Admission", "Scheduling"):
             assert f'tracker_oldest_stuck_seconds{{phase="{phase}",queue=' in metrics, phase
     assert reducer.terminate() == 0 and sink.terminate() == 0  # graceful shutdown on SIGTERM
-    assert any(e["event"] == "reducer stopped" for e in reducer.events())
+    assert any(e["event"] == "reducer_stopped" for e in reducer.events())
 
     await asyncio.to_thread(replay, captures, tmp_path / "replay.sqlite", Console(file=io.StringIO()), True)
     rows = index_rows(index)
@@ -559,7 +559,7 @@ async def test_kill_9_reducer_and_sink_repeatedly_loses_and_duplicates_nothing(
     sink = launch(services, tmp_path, "sink", "sink", "index", "--index", str(index), "--instance-id", "sink-0")
     producing = asyncio.create_task(service.publish(items(source, rate=400), settings))
     kills: Counter[str] = Counter()
-    started = {"reduce": "reducer started", "sink": "sink started"}
+    started = {"reduce": "reducer_started", "sink": "sink_started"}
     for round_ in range(6):
         victims = [s for i, s in enumerate((reducer, sink)) if round_ % 2 == i or rng.random() < 0.35]
         for victim in victims:  # kill at a random point after it came up: restoring, or folding and committing
@@ -578,7 +578,7 @@ async def test_kill_9_reducer_and_sink_repeatedly_loses_and_duplicates_nothing(
     check_transitions(transitions, fault_free(records))
     assert index_rows(index) == await replay_index(records, tmp_path / "replay.sqlite")
     check_alerts(await read_topic(settings, settings.kafka.topics.alerts, 1), transitions)
-    restored = [e for e in reducer.events() if e["event"] == "partition restored" and e["runs"] > 0]
+    restored = [e for e in reducer.events() if e["event"] == "partition_restored" and e["runs"] > 0]
     assert restored, "a restarted reducer should have restored runs from the run-state changelog"
 
 
@@ -593,10 +593,10 @@ async def test_two_reducers_rebalance_mid_stream(kafka_bootstrap: str, tmp_path:
     sink = launch(services, tmp_path, "sink", "sink", "index", "--index", str(index))
     source = keyed(records)
     producing = asyncio.create_task(service.publish(items(source, rate=1000), settings))
-    await first.wait_for("partition restored", count=PARTITIONS)
+    await first.wait_for("partition_restored", count=PARTITIONS)
     await asyncio.sleep(0.5)
     second = launch(services, tmp_path, "reduce-b", "reduce")  # joins: the partitions are split
-    await second.wait_for("partition restored")
+    await second.wait_for("partition_restored")
     await asyncio.sleep(1.0)
     assert first.terminate() == 0  # leaves: the second takes every partition over, state included
     assert await producing == len(source)
@@ -604,8 +604,8 @@ async def test_two_reducers_rebalance_mid_stream(kafka_bootstrap: str, tmp_path:
 
     check_transitions(transitions, fault_free(records))
     assert index_rows(index) == await replay_index(records, tmp_path / "replay.sqlite")
-    assert any(e["event"] == "partitions revoked" for e in first.events())
-    taken_over = [e for e in second.events() if e["event"] == "partition restored" and e["runs"] > 0]
+    assert any(e["event"] == "partitions_revoked" for e in first.events())
+    taken_over = [e for e in second.events() if e["event"] == "partition_restored" and e["runs"] > 0]
     assert taken_over, "the second reducer should have restored runs the first one had folded"
 
 
@@ -688,7 +688,7 @@ async def test_serve_runs_intake_reducer_and_sink_in_one_process(kafka_bootstrap
     assert index_rows(index) == index_rows(tmp_path / "replay.sqlite")
     assert index_rows(index)["runs"]
     events = [e["event"] for e in serve.events()]
-    stops = [events.index(e) for e in ("intake source exhausted", "reducer stopped", "sink stopped")]
+    stops = [events.index(e) for e in ("intake_source_exhausted", "reducer_stopped", "sink_stopped")]
     assert stops == sorted(stops), "shutdown must follow the data flow: intake, reducer, sinks"
     assert stored_offsets(index, settings.sink.index_group), "the sink stores its offsets in the index"
 
@@ -931,7 +931,7 @@ async def test_broker_restart_during_load_resumes_by_itself(private_broker: Priv
     index = tmp_path / "index.sqlite"
     reducer = launch(services, tmp_path, "reduce", "reduce")
     sink = launch(services, tmp_path, "sink", "sink", "index", "--index", str(index))
-    await reducer.wait_for("partition restored", count=PARTITIONS)
+    await reducer.wait_for("partition_restored", count=PARTITIONS)
     await sink.wait_for("positioned")
     source = keyed(records)
     producing = asyncio.create_task(service.publish(items(source, rate=300), settings))  # ~10 s of load

@@ -304,7 +304,7 @@ async def test_secrets_are_never_logged_by_a_service(secure_broker: SecureBroker
     await create_topics(settings)
     reducer = Service(tmp_path, "reduce", "reduce").start()
     try:
-        await reducer.wait_for("partition restored", count=PARTITIONS)
+        await reducer.wait_for("partition_restored", count=PARTITIONS)
         assert reducer.terminate() == 0
     finally:
         if reducer.proc is not None and reducer.proc.poll() is None:

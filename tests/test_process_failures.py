@@ -1,5 +1,5 @@
 """How service processes fail: a fatal error raised inside a task group still stops the process with the one
-"stopped by an error" line and exit code 1 (``run_process``), and a partition of ``tracker reduce`` that raises
+"stopped_by_an_error" line and exit code 1 (``run_process``), and a partition of ``tracker reduce`` that raises
 cancels and waits for the other partitions' work before their producers are stopped. No services needed."""
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ async def test_a_fatal_error_inside_nested_task_groups_is_the_one_stopped_line(
 
     assert await asyncio.wait_for(service.run_process(Settings(), "test", body), 10) == 1
     err = capsys.readouterr().err
-    stopped = [line for line in log_lines(err) if line["event"] == "stopped by an error"]
+    stopped = [line for line in log_lines(err) if line["event"] == "stopped_by_an_error"]
     assert len(stopped) == 1, err
     assert stopped[0]["error_type"] == "OSError" and "No space left on device" in stopped[0]["error"]
     assert "Traceback" not in err
@@ -83,7 +83,7 @@ async def test_embedded_serve_on_a_file_that_is_not_an_index_is_the_one_stopped_
     body = service.serve_body(Settings(), opts)
     assert await asyncio.wait_for(service.run_process(Settings(), "serve", body), 60) == 1
     err = capsys.readouterr().err
-    stopped = [line for line in log_lines(err) if line["event"] == "stopped by an error"]
+    stopped = [line for line in log_lines(err) if line["event"] == "stopped_by_an_error"]
     assert len(stopped) == 1 and "Traceback" not in err, err
     assert stopped[0]["error_type"] in ("IndexOpenError", "StateError")
     if content:
@@ -158,7 +158,7 @@ def test_tracker_watch_failing_inside_a_task_group_exits_1_with_one_line(
         rc = args.func(args, Console(file=None, force_terminal=False, width=200))
     err = capsys.readouterr().err
     assert rc == 1, err
-    stopped = [line for line in log_lines(err) if line["event"] == "stopped by an error"]
+    stopped = [line for line in log_lines(err) if line["event"] == "stopped_by_an_error"]
     assert len(stopped) == 1 and stopped[0]["process"] == "watch", err
     assert "unsupported watch checkpoint version 999" in stopped[0]["error"]
     assert "Traceback" not in err

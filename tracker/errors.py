@@ -11,7 +11,7 @@ rely on (``ValueError``, ``RuntimeError``, ``TimeoutError``)::
     │   ├── shell.leader.LeadershipLost        the lease is no longer certainly held; the term ends, campaign again
     │   ├── shell.kafka.KafkaCallTimeout       (TimeoutError) a Kafka call outlived ``kafka.call_timeout_s``
     │   └── shell.deadline.DeadlineExceeded    (TimeoutError) an SDK call outlived its deadline
-    ├── Fatal                                  the process stops: one "stopped by an error" line, exit code 1
+    ├── Fatal                                  the process stops: one "stopped_by_an_error" line, exit code 1
     │   ├── ConfigError                        (ValueError) a setting, option or file given that cannot work
     │   │   ├── settings.SettingsError         the settings tree does not validate
     │   │   └── shell.adx.AdxSettingsError     the ``TRACKER_ADX_*`` settings do not validate

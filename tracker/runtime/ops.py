@@ -183,7 +183,7 @@ class OpsServer:
             return
         self._server = await asyncio.start_server(self._handle, self.settings.metrics_host, self.settings.metrics_port,
                                                   limit=_MAX_REQUEST_BYTES)
-        log.info("ops endpoint listening", host=self.settings.metrics_host, port=self.port)
+        log.info("ops_endpoint_listening", host=self.settings.metrics_host, port=self.port)
 
     async def stop(self) -> None:
         if self._server is not None:
@@ -250,9 +250,9 @@ class Shutdown:
         if self.requested.is_set():
             if time.monotonic() - self._first < self.REPEAT_S:
                 return
-            log.warning("second signal, exiting now", signal=sig.name)
+            log.warning("second_signal_exiting", signal=sig.name)
             _force_exit(128 + sig.value)
-        log.info("shutting down gracefully", signal=sig.name, timeout_s=self.timeout_s)
+        log.info("shutting_down_gracefully", signal=sig.name, timeout_s=self.timeout_s)
         self._first = time.monotonic()
         self.requested.set()
 
@@ -269,7 +269,7 @@ class Shutdown:
         await self.requested.wait()
         done, _ = await asyncio.wait({task}, timeout=self.timeout_s)
         if not done:
-            log.error("graceful shutdown timed out, exiting", timeout_s=self.timeout_s)
+            log.error("shutdown_timed_out", timeout_s=self.timeout_s)
             _force_exit(1)
 
 

@@ -167,7 +167,7 @@ class ReduceService:
                                                   backoff_max_s=rs.retry_backoff_max_s)
         try:
             consumer.subscribe([self.topics.changes], listener=kafka.Rebalance(self))
-            log.info("reducer started", group=rs.group_id, topic=self.topics.changes)
+            log.info("reducer_started", group=rs.group_id, topic=self.topics.changes)
             await self._loop(consumer)
         finally:
             async with self._lock:
@@ -175,7 +175,7 @@ class ReduceService:
                     await self._drop(tp)
             await kafka.stop(consumer, self.ks, "changes consumer")
             await kafka.stop(restorer, self.ks, "run-state reader")
-        log.info("reducer stopped")
+        log.info("reducer_stopped")
 
     async def _connect(self) -> tuple[AIOKafkaConsumer, AIOKafkaConsumer]:
         """Check the topic layout; start the group consumer of changes and the run-state reader."""
@@ -225,7 +225,7 @@ class ReduceService:
     async def on_revoked(self, revoked: set[TopicPartition]) -> None:
         async with self._lock:  # waits for the transaction in flight
             self._pending |= revoked
-        log.info("partitions revoked", partitions=sorted(tp.partition for tp in revoked))
+        log.info("partitions_revoked", partitions=sorted(tp.partition for tp in revoked))
 
     async def on_assigned(self, assigned: set[TopicPartition]) -> None:
         async with self._lock:
@@ -237,7 +237,7 @@ class ReduceService:
             if self._consumer is not None and assigned:
                 self._consumer.pause(*assigned)
             self._joined = True
-        log.info("partitions assigned", partitions=sorted(tp.partition for tp in assigned))
+        log.info("partitions_assigned", partitions=sorted(tp.partition for tp in assigned))
 
     async def _set_up_pending(self, consumer: AIOKafkaConsumer) -> None:
         now = time.monotonic()
@@ -283,7 +283,7 @@ class ReduceService:
         consumer.seek(tp, committed)
         self._parts[tp] = part
         self.metrics.restore_seconds.observe(time.monotonic() - started)
-        log.info("partition restored", partition=tp.partition, offset=committed, runs=len(part.runs),
+        log.info("partition_restored", partition=tp.partition, offset=committed, runs=len(part.runs),
                  retired=len(part.reducer.retired), seconds=round(time.monotonic() - started, 3))
 
     async def _restore(self, tp: TopicPartition, producer: AIOKafkaProducer) -> _Partition:
@@ -368,7 +368,7 @@ class ReduceService:
             else:
                 part.reducer.apply(record, source, run_hint=key)
         except Exception as exc:  # a reducer bug must not stall the partition on this record forever
-            log.exception("the reducer failed on a record; it is dead-lettered", offset=rec.offset)
+            log.exception("reducer_record_failed", offset=rec.offset)
             part.reducer.reject(source, "reducer error", f"{type(exc).__name__}: {exc}: "
                                 + value[:1024].decode(errors="replace"))
 
@@ -389,7 +389,7 @@ class ReduceService:
             if digest != shell.content_hash:
                 if len(value) > limit:
                     with structlog.contextvars.bound_contextvars(run_id=run_id):
-                        log.error("history too large to publish", bytes=len(value), limit=limit)
+                        log.error("history_too_large_to_publish", bytes=len(value), limit=limit)
                     flushed.dead_letters.append(DeadLetter(
                         source=f"{topics.transitions}:{run_id}", reason="history too large to publish",
                         detail=f"{len(value)} bytes > {limit}", excerpt=value[:2048].decode(errors="replace")))
@@ -430,7 +430,7 @@ class ReduceService:
         limit = self.topics.max_message_bytes - _OUTPUT_MARGIN
         if len(value) > limit:
             with structlog.contextvars.bound_contextvars(run_id=run_id):
-                log.error("run state too large to persist; a restart would lose this run", bytes=len(value),
+                log.error("run_state_too_large", bytes=len(value),
                           limit=limit)
             dead.append(DeadLetter(source=f"{self.topics.run_state}:{run_id}", reason="run state too large to persist",
                                    detail=f"{len(value)} bytes > {limit}"))
@@ -463,7 +463,7 @@ class ReduceService:
             plan.alerts[(s.phase.value, s.queue)] += 1
             alerted.append(s.run_id)
             with structlog.contextvars.bound_contextvars(run_id=s.run_id):
-                log.warning("stuck run", attempt=s.attempt, phase=s.phase.value, queue=s.queue,
+                log.warning("stuck_run", attempt=s.attempt, phase=s.phase.value, queue=s.queue,
                             age_s=round(alert.age_s, 1), reason=s.reason)
         return alerted
 
@@ -496,7 +496,7 @@ class ReduceService:
                 await producer.commit_transaction()
         except ProducerFenced:
             self.metrics.transactions.labels("fenced").inc()
-            log.warning("producer fenced: another process owns the partition now", partition=part.tp.partition)
+            log.warning("producer_fenced", partition=part.tp.partition)
             self._fenced.add(part.tp)
             self._pending.add(part.tp)
             await self._drop(part.tp)

@@ -133,7 +133,7 @@ async def _delivered(producer: AIOKafkaProducer, window: list[tuple[SourceItem, 
             if attempt > settings.source.max_retries:
                 raise error
             delay = kafka.backoff_s(attempt, settings.source.retry_backoff_max_s)
-            log.warning("delivering changes failed; a new producer sends again from the first failed record",
+            log.warning("changes_delivery_failed",
                         attempt=attempt, records=len(again), retry_in_s=delay, error=repr(error))
             await asyncio.sleep(delay)
             await kafka.stop(producer, ks, "changes producer")
@@ -160,7 +160,7 @@ FATAL: Errors = (errors.Fatal, *OUTSIDE_FAULTS)
 async def run_process(settings: Settings, name: str, body: Body, *, fatal: Errors = FATAL) -> int:
     """Logging, metrics and health endpoint, signal handling around ``body``; the process's exit code.
 
-    An error of a ``fatal`` type stops the process with one "stopped by an error" line and exit code 1, also when
+    An error of a ``fatal`` type stops the process with one "stopped_by_an_error" line and exit code 1, also when
     it comes wrapped in exception groups (the ``TaskGroup`` of a body). Anything else (a bug) propagates with its
     traceback (with the fatal errors beside it, if any, logged first)."""
     configure_logging(settings.ops.log_level, settings.ops.log_format)
@@ -177,7 +177,7 @@ async def run_process(settings: Settings, name: str, body: Body, *, fatal: Error
             await shutdown.run(body(metrics, health, shutdown))
         except* fatal as group:
             stopped_by.extend(errors.leaves(group))
-            log.error("stopped by an error", process=name, error="; ".join(str(e) or repr(e) for e in stopped_by),
+            log.error("stopped_by_an_error", process=name, error="; ".join(str(e) or repr(e) for e in stopped_by),
                       error_type=", ".join(dict.fromkeys(type(e).__name__ for e in stopped_by)))
     finally:
         await server.stop()
@@ -312,7 +312,7 @@ async def _outcome(part: Awaitable[None]) -> Exception | None:
 
 async def _intake(settings: Settings, source: Source) -> None:
     sent = await publish(source, settings)
-    log.info("intake source exhausted", records=sent)
+    log.info("intake_source_exhausted", records=sent)
 
 
 class _Handoff:
@@ -420,7 +420,7 @@ async def _serve_embedded(settings: Settings, opts: ServeOptions, intake: Source
         finally:
             await changes.put(None, closed=running.done)  # the pipeline drains what is queued, flushes, closes
     report = running.result()
-    log.info("embedded pipeline done", records=report.records, runs_written=report.runs_written,
+    log.info("embedded_pipeline_done", records=report.records, runs_written=report.runs_written,
              dead_letters=report.dead_letters, dead_letters_dropped=dead.dropped, dead_letter_file=str(dead.path))
     return report
 

@@ -107,7 +107,7 @@ class SinkRunner:
                                             backoff_max_s=self.s.sink.retry_backoff_max_s)
             try:
                 consumer.subscribe([self.ks.topics.transitions], listener=kafka.Rebalance(self))
-                log.info("sink started", sink=self.name, group=self.group,
+                log.info("sink_started", sink=self.name, group=self.group,
                          offsets="stored with the data" if self._stores_offsets else "committed to Kafka")
                 await self._loop(consumer)
             finally:
@@ -115,7 +115,7 @@ class SinkRunner:
         finally:
             await self._call(stack.close)
             self._thread.shutdown(wait=True)
-        log.info("sink stopped", sink=self.name)
+        log.info("sink_stopped", sink=self.name)
 
     async def _connect(self) -> AIOKafkaConsumer:
         await kafka.verify_topics(self.ks, ("transitions",))
@@ -162,7 +162,7 @@ class SinkRunner:
             if self._consumer is not None and assigned:
                 self._consumer.pause(*assigned)
             self._joined = True
-        log.info("partitions assigned", sink=self.name, partitions=sorted(tp.partition for tp in assigned))
+        log.info("partitions_assigned", sink=self.name, partitions=sorted(tp.partition for tp in assigned))
 
     async def _set_up_pending(self, consumer: AIOKafkaConsumer) -> None:
         if not self._pending or time.monotonic() < self._retry_at:
@@ -180,7 +180,7 @@ class SinkRunner:
                     raise SinkFatal(f"{self.name} sink: reading start offsets failed {self._setup_failures} times "
                                     f"in a row: {exc!r}") from exc
                 self._retry_at = time.monotonic() + self._backoff(self._setup_failures)
-                log.warning("reading start offsets failed", sink=self.name, error=str(exc))
+                log.warning("start_offsets_read_failed", sink=self.name, error=str(exc))
                 return
             self._setup_failures = 0
             for tp in pending:
@@ -216,7 +216,7 @@ class SinkRunner:
                     history = RunHistory.model_validate_json(rec.value)
                 except (ValidationError, ValueError, TypeError) as exc:
                     self.metrics.sink_bad_records.labels(self.name).inc()
-                    log.error("undecodable transitions record skipped", sink=self.name, partition=tp.partition,
+                    log.error("transitions_record_undecodable", sink=self.name, partition=tp.partition,
                               offset=rec.offset, error=str(exc)[:500])
                     continue
                 histories[history.run.run_id] = history
@@ -231,7 +231,7 @@ class SinkRunner:
                 await kafka.bounded(consumer.commit(offsets), self.ks.call_timeout_s, "committing sink offsets")
             except (KafkaError, TimeoutError) as exc:  # written already; the next owner rewrites (idempotent)
                 self.metrics.errors.labels(f"sink-{self.name}", "commit").inc()
-                log.warning("committing offsets failed; some histories will be written again", sink=self.name,
+                log.warning("offsets_commit_failed", sink=self.name,
                             error=str(exc))
         self._positions.update(offsets)
         self.metrics.sink_rows.labels(self.name).inc(changed)
@@ -251,14 +251,14 @@ class SinkRunner:
                 if len(histories) > 1:
                     return await self._isolate(histories, stored)
                 self.metrics.sink_bad_records.labels(self.name).inc()
-                log.error("history refused by the sink, skipped", sink=self.name,
+                log.error("history_refused", sink=self.name,
                           run_id=histories[0].run.run_id if histories else None, error=str(exc)[:500])
                 return await self._write_with_retries([], stored) if histories else 0
             except Exception as exc:  # any sink's failure (SQLite, network, service): retried, then fatal
                 self.metrics.errors.labels(f"sink-{self.name}", "write").inc()
                 if attempt > self.s.sink.max_retries:
                     raise SinkFatal(f"{self.name} sink: write failed {attempt} times in a row: {exc!r}") from exc
-                log.warning("sink write failed, retrying", sink=self.name, attempt=attempt, error=repr(exc))
+                log.warning("sink_write_retrying", sink=self.name, attempt=attempt, error=repr(exc))
                 await asyncio.sleep(self._backoff(attempt))
                 continue
             self.metrics.sink_write_seconds.labels(self.name).observe(time.perf_counter() - started)

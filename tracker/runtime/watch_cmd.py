@@ -48,7 +48,7 @@ from tracker.shell.watch.publish import JsonlCapture, KafkaPublisher, Publisher
 from tracker.shell.watch.resources import EVENTS_APIS, resources
 from tracker.shell.watch.watcher import WatchCollector, Watcher
 
-# what stops `tracker watch` with one "stopped by an error" line and exit code 1 (also inside task groups)
+# what stops `tracker watch` with one "stopped_by_an_error" line and exit code 1 (also inside task groups)
 WATCH_FATAL: service.Errors = (*service.FATAL, ApiError, ConfigException)
 
 

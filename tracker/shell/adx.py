@@ -281,7 +281,7 @@ class _Spool:
         ours, foreign = _spool_files(root)
         rejected, foreign_rejected = _spool_files(self.rejected)
         if foreign or foreign_rejected:  # someone else's files: left alone, never sent, never deleted
-            log.warning("adx spool: ignoring files the sink did not write",
+            log.warning("adx_spool_foreign_files_ignored",
                         spool_dir=str(root), files=sorted(str(p.relative_to(root)) for p in foreign + foreign_rejected))
         self.files: deque[Path] = deque(ours)
         self.seq = max((_spool_seq(p) for p in [*ours, *rejected]), default=0)
@@ -527,7 +527,7 @@ class AdxSink:
         while backlog and (closing or self._spool.fits(backlog[0], self.settings.spool_max_bytes)):
             self._spool.push(backlog.popleft())
         if backlog:
-            log.warning("adx spool full; holding rows in memory", spool_bytes=self.stats.spool_bytes,
+            log.warning("adx_spool_full", spool_bytes=self.stats.spool_bytes,
                         held_chunks=len(backlog))
             self._closing.wait(min(self.settings.retry_max_s, max(0.0, self._next_attempt - time.monotonic())))
 
@@ -540,13 +540,13 @@ class AdxSink:
             except Exception as exc:
                 if not _is_transient(exc):
                     path = self._spool.reject(chunk)
-                    log.error("adx rejected rows; kept for inspection", table=chunk.table, rows=chunk.rows,
+                    log.error("adx_rows_rejected", table=chunk.table, rows=chunk.rows,
                               path=str(path), error=str(exc))
                     return True
                 self._failures += 1
                 delay = min(self.settings.retry_max_s, self.settings.retry_initial_s * 2 ** (self._failures - 1))
                 self._next_attempt = time.monotonic() + delay
-                log.warning("adx ingestion failed", table=chunk.table, rows=chunk.rows, attempt=attempt + 1,
+                log.warning("adx_ingestion_failed", table=chunk.table, rows=chunk.rows, attempt=attempt + 1,
                             retry_in_s=delay, error=str(exc))
                 if attempt < retries:
                     self.stats.retries += 1

@@ -289,7 +289,7 @@ async def stop(client: AIOKafkaProducer | AIOKafkaConsumer | AIOKafkaAdminClient
         close = client.close() if isinstance(client, AIOKafkaAdminClient) else client.stop()
         await bounded(close, ks.call_timeout_s, f"stopping the {what}")
     except (KafkaError, OSError, TimeoutError) as exc:
-        log.warning("client did not stop cleanly", client=what, error=str(exc))
+        log.warning("client_stop_unclean", client=what, error=str(exc))
 
 
 # ------------------------------------------------------------------------------------------ reading
