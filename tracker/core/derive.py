@@ -43,6 +43,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from tracker.core import gpu
 from tracker.core.facts import CondFacts, PodFacts, RayAttemptFacts, RunFacts
 from tracker.core.model import (
     ANN_CONFIG_DIGEST,
@@ -831,8 +832,8 @@ def derive(r: RunFacts) -> RunHistory:
 
     record = _record(run, intake, final, attempts_out, status, reason, message, phase, pending, total_retries)
     links = [ResumeLink(run_id=r.run_id, resume_of=record.resume_of)] if record.resume_of else []
-    return RunHistory(run=record, transitions=transitions, attempts=attempts_out, metrics=_metrics(r),
-                      resume_links=links)
+    return gpu.account(RunHistory(run=record, transitions=transitions, attempts=attempts_out, metrics=_metrics(r),
+                                  resume_links=links), r, [a.pods for a in atts])
 
 
 def _record(run: _Run, intake: _Intake, final: _Final | None, attempts_out: list[Attempt], status: Status,

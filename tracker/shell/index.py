@@ -206,9 +206,32 @@ ALTER TABLE reducer_runs ADD COLUMN retired_seq INTEGER; -- the retirement ordin
 CREATE INDEX reducer_runs_by_retired_seq ON reducer_runs (retired_seq) WHERE retired_seq IS NOT NULL;
 """
 
+_V4 = """\
+
+-- GPU accounting (schemas/gpu-accounting.md): GPUs, GPU-hours held and lost, per run, attempt and pod. Rows
+-- written before version 4 read 0 until their run is written again (a replay of its captures rewrites it).
+ALTER TABLE runs ADD COLUMN gpus INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE runs ADD COLUMN gpu_hours REAL NOT NULL DEFAULT 0;
+ALTER TABLE runs ADD COLUMN lost_gpu_hours REAL NOT NULL DEFAULT 0;
+ALTER TABLE runs ADD COLUMN lost_gpu_hours_by TEXT NOT NULL DEFAULT '{}'; -- JSON object: reason -> GPU-hours
+ALTER TABLE runs ADD COLUMN gpus_open INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE runs ADD COLUMN open_since TEXT;
+ALTER TABLE attempts ADD COLUMN gpus INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE attempts ADD COLUMN gpu_hours REAL NOT NULL DEFAULT 0;
+ALTER TABLE attempts ADD COLUMN lost_gpu_hours REAL NOT NULL DEFAULT 0;
+ALTER TABLE attempts ADD COLUMN lost_gpu_hours_by TEXT NOT NULL DEFAULT '{}'; -- JSON object: reason -> GPU-hours
+ALTER TABLE attempts ADD COLUMN gpus_open INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE attempts ADD COLUMN open_since TEXT;
+ALTER TABLE pod_placements ADD COLUMN gpus INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE pod_placements ADD COLUMN released_at TEXT;
+ALTER TABLE pod_placements ADD COLUMN gpu_hours REAL; -- NULL while the pod holds its GPUs
+ALTER TABLE pod_placements ADD COLUMN lost TEXT;
+CREATE INDEX runs_by_lost_gpu_hours ON runs (lost_gpu_hours);
+"""
+
 # Migration n turns a schema of version n - 1 into version n. A new version appends a migration here (and so
 # changes schemas/index/schema.sql, generated from SCHEMA_SQL) and updates the README.
-MIGRATIONS: Mapping[int, str] = {1: _V1, 2: _V2, 3: _V3}
+MIGRATIONS: Mapping[int, str] = {1: _V1, 2: _V2, 3: _V3, 4: _V4}
 SCHEMA_VERSION = max(MIGRATIONS)
 SCHEMA_SQL = f"""\
 -- TauGrid experiment index, schema version {SCHEMA_VERSION}.
@@ -271,7 +294,8 @@ def _fields(model: type[BaseModel]) -> tuple[str, ...]:
     return tuple(model.model_fields)
 
 
-_PLACEMENT_COLUMNS = ("run_id", "attempt", "pod", "node", "created_at", "scheduled_at", "finished_at")
+_PLACEMENT_COLUMNS = ("run_id", "attempt", "pod", "node", "created_at", "scheduled_at", "finished_at", "gpus",
+                      "released_at", "gpu_hours", "lost")
 _RUNS = _table("runs", (*_fields(RunRecord), "updated_seq"), ("run_id",), unversioned=("updated_seq",))
 _TRANSITIONS = _table("transitions", (*_fields(Transition), "ordinal"), ("run_id", "attempt", "phase"))
 _ATTEMPTS = _table("attempts", _fields(Attempt), ("run_id", "attempt"))
@@ -742,6 +766,8 @@ def _cell(value: object) -> SqlValue:
         return _when(value)
     if isinstance(value, list):
         return _json(value)
+    if isinstance(value, dict):
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     raise TypeError(f"cannot store a {type(value).__name__} in the experiment index")
 
 
@@ -800,6 +826,7 @@ def _of_run(conn: sqlite3.Connection, table: _Table, run_id: str, order: str) ->
 def _record(row: sqlite3.Row) -> RunRecord:
     data = {c: row[c] for c in _fields(RunRecord)}
     data["input_refs"] = json.loads(data["input_refs"])
+    data["lost_gpu_hours_by"] = json.loads(data["lost_gpu_hours_by"])
     return RunRecord.model_validate(data)
 
 
@@ -807,6 +834,7 @@ def _attempt(row: sqlite3.Row) -> Attempt:
     data = {c: row[c] for c in _fields(Attempt)}
     data["failures"] = json.loads(data["failures"])
     data["pods"] = json.loads(data["pods"])
+    data["lost_gpu_hours_by"] = json.loads(data["lost_gpu_hours_by"])
     return Attempt.model_validate(data)
 
 
