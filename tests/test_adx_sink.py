@@ -252,14 +252,15 @@ def test_write_streams_each_table_with_its_mapping(standin: KustoStandIn, make_s
         "UnderlyingCause": "PriorityPreemption", "AdmissionWaitSec": 120.0, "Retries": 1,
         "Failures": [{"Pod": "llama-ft-0-old", "At": "2026-08-20T09:10:00Z", "Reason": "OOMKilled",
                       "ExitCode": 137, "Message": "container trainer"}],
-        "Pods": 1}
+        "Pods": 1, "Gpus": 0, "GpuHours": 0.0, "LostGpuHours": 0.0, "LostGpuHoursBy": {}, "GpusOpen": 0,
+        "OpenSince": None}
     assert [strip(r, "IngestedAt", "Revision", "EventId") for r in tables["TaugridRunPods"]] == [
         {"RunId": "run-llama-ft", "Attempt": 1, "Cluster": "aks-east-1", "Namespace": "team-a", "Pod": "llama-ft-0",
          "Node": "aks-gpu-0", "CreatedAt": "2026-08-20T09:03:00Z", "StartTime": "2026-08-20T09:03:30Z",
-         "EndTime": "2026-08-20T09:20:00Z"},
+         "EndTime": "2026-08-20T09:20:00Z", "Gpus": 0, "ReleasedAt": None, "GpuHours": 0.0, "Lost": None},
         {"RunId": "run-llama-ft", "Attempt": 2, "Cluster": "aks-east-1", "Namespace": "team-a", "Pod": "llama-ft-0",
          "Node": "aks-gpu-1", "CreatedAt": "2026-08-20T09:30:00Z", "StartTime": "2026-08-20T09:30:30Z",
-         "EndTime": None}]
+         "EndTime": None, "Gpus": 0, "ReleasedAt": None, "GpuHours": 0.0, "Lost": None}]
     state = {r["RunId"]: r for r in tables["TaugridRunState"]}
     record = histories[1].run
     assert strip(state["run-pending"], "IngestedAt", "Revision", "EventId") == {"Cluster": "aks-east-1", **{

@@ -405,7 +405,9 @@ def test_tables_carry_every_model_field(index: ExperimentIndex) -> None:
     def columns(table: str) -> list[str]:
         return [r[1] for r in conn.execute(f"PRAGMA table_info({table})")]
 
-    assert columns("runs") == [*RunRecord.model_fields, "updated_seq"]
+    # version 4 appended the GPU columns after updated_seq (ALTER TABLE ADD COLUMN)
+    gpu = ["gpus", "gpu_hours", "lost_gpu_hours", "lost_gpu_hours_by", "gpus_open", "open_since"]
+    assert columns("runs") == [*(f for f in RunRecord.model_fields if f not in gpu), "updated_seq", *gpu]
     assert columns("transitions") == [*Transition.model_fields, "ordinal"]
     assert columns("attempts") == list(Attempt.model_fields)
     assert columns("metric_summaries") == list(MetricSummary.model_fields)
@@ -453,11 +455,19 @@ def test_an_older_schema_is_migrated(tmp_path: Path, monkeypatch: pytest.MonkeyP
     with monkeypatch.context() as m:  # an index written by the tracker of schema version 1
         m.setattr(index_schema, "MIGRATIONS", {1: index_schema.MIGRATIONS[1]})
         m.setattr(index_schema, "SCHEMA_VERSION", 1)
-        with ExperimentIndex(path) as ix:
-            ix._db.execute("BEGIN")  # schema 1 has no reducer state tables: write the rows as it did
-            ix._write_run(index_module._encode(pending_in_admission()), 1)
-            ix._db.execute("COMMIT")
-        assert "reducer_runs" not in dump(path)
+        with ExperimentIndex(path):
+            pass
+    # schema 1 has no reducer state tables nor GPU columns: write the rows it had, as it did
+    with ExperimentIndex(tmp_path / "current.sqlite") as cur:
+        cur.write([pending_in_admission()])
+    conn = sqlite3.connect(path)
+    conn.execute("ATTACH DATABASE ? AS cur", (str(tmp_path / "current.sqlite"),))
+    for table in ("runs", "transitions", "attempts", "metric_summaries", "resume_links", "pod_placements"):
+        cols = ", ".join(f'"{r[1]}"' for r in conn.execute(f"PRAGMA main.table_info({table})"))
+        conn.execute(f"INSERT INTO main.{table} ({cols}) SELECT {cols} FROM cur.{table}")
+    conn.commit()
+    conn.close()
+    assert "reducer_runs" not in dump(path)
     with ExperimentIndex(path) as ix:
         assert ix.history("run-wait") == pending_in_admission()
         assert ix.runs_without_state() == ["run-wait"]

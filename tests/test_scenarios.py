@@ -558,7 +558,10 @@ def test_the_timeline_shows_the_deactivated_interval() -> None:
     header = next(line for line in lines if "attempt 2" in line)
     assert "trigger Deactivated" in header and "waited 13m05s for admission" in header
     assert any("Reactivated: The workload was reactivated" in line for line in lines)
-    assert "┄ deactivated" in lines[lines.index(stopped) + 7]  # the legend, after attempt 2's five phases
+    # attempt 1's GPU line, attempt 2's header, its five phases and its GPU line, then the legend
+    assert "16 GPUs · 9.06 GPU-h held · 9.06 lost (Evicted 9.06)" in lines[lines.index(stopped) + 1]
+    assert "16 GPUs · 5.67 GPU-h held" in lines[lines.index(stopped) + 8]
+    assert "┄ deactivated" in lines[lines.index(stopped) + 9]
 
 
 def test_a_deactivated_run_may_reopen_until_its_job_is_deleted() -> None:

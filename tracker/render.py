@@ -180,6 +180,11 @@ def _header(run: RunRecord) -> Text:
     t.append(f"  in {run.phase.value}  ·  {run.attempts} attempt{'s' if run.attempts != 1 else ''}, "
              f"{run.retries} retr{'ies' if run.retries != 1 else 'y'}, "
              f"{run.evictions} eviction{'s' if run.evictions != 1 else ''}")
+    if run.gpus:
+        t.append(f"  ·  {run.gpus} GPUs, {gpu_hours_text(run.gpu_hours)} GPU-h held, "
+                 f"{gpu_hours_text(run.lost_gpu_hours)} lost")
+        if run.gpus_open:
+            t.append(f" (+{run.gpus_open} GPUs still held)")
     if run.message:
         t.append(f"\n{run.message}", style="dim")
     if run.pending_reason:
@@ -288,6 +293,24 @@ def _attempt_header(a: Attempt, width: int) -> Text:
     return t
 
 
+def gpu_hours_text(hours: float) -> str:
+    return f"{hours:.2f}"
+
+
+def _attempt_gpus(a: Attempt, width: int) -> Text:
+    """The attempt's GPU accounting (schemas/gpu-accounting.md): GPUs, GPU-hours held, lost and why."""
+    t = Text(f"   ↳ {a.gpus} GPU{'s' if a.gpus != 1 else ''} · {gpu_hours_text(a.gpu_hours)} GPU-h held",
+             no_wrap=True, overflow="ellipsis", style="dim")
+    if a.gpus_open and a.open_since is not None:
+        t.append(f" + {a.gpus_open} still held since {_clock(a.open_since)}")
+    if a.lost_gpu_hours:
+        t.append(f" · {gpu_hours_text(a.lost_gpu_hours)} lost", style="bold red")
+        t.append(" (" + ", ".join(f"{k} {gpu_hours_text(v)}" for k, v in a.lost_gpu_hours_by.items()) + ")",
+                 style="red")
+    t.truncate(width, overflow="ellipsis")
+    return t
+
+
 def _attempt_end(a: Attempt, transitions: list[Transition], width: int) -> list[Text]:
     lines: list[Text] = []
     ended_by_completion = any(t.phase is Phase.COMPLETION and t.reason == a.end_reason for t in transitions)
@@ -304,6 +327,8 @@ def _attempt_end(a: Attempt, transitions: list[Transition], width: int) -> list[
         lines.append(t)
     elif a.underlying_cause:
         lines.append(Text(f"   ↳ cause: {a.underlying_cause}", style="red", no_wrap=True, overflow="ellipsis"))
+    if a.gpus:
+        lines.append(_attempt_gpus(a, width))
     if a.retries:
         lines.append(Text(f"   ↳ {a.retries} pod retr{'ies' if a.retries != 1 else 'y'} within this attempt",
                           style="yellow"))
@@ -383,6 +408,8 @@ def _plain(value: Any) -> Any:
         return None
     if isinstance(value, list):
         return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
     return value
 
 

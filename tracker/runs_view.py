@@ -195,19 +195,32 @@ def render_table(runs: Sequence[Run], cols: Sequence[Column], width: int | None)
 # ------------------------------------------------------------------------------------------ data
 
 
-def runs_data(runs: Sequence[Run]) -> list[dict[str, Any]]:
-    """Every RunRecord field per run, as ``tracker.render.runs_json`` gives them."""
-    return [r.data for r in runs]
+def runs_data(runs: Sequence[Run], now: datetime | None = None) -> list[dict[str, Any]]:
+    """Every RunRecord field per run, as ``tracker.render.runs_json`` gives them; with ``now``, ``gpu_hours``
+    counts the GPUs still held up to ``now`` (schemas/gpu-accounting.md)."""
+    if now is None:
+        return [r.data for r in runs]
+    return [_held_to(r.data, now) for r in runs]
+
+
+def _held_to(data: dict[str, Any], now: datetime) -> dict[str, Any]:
+    """``gpu_hours + gpus_open * (now - open_since)``, as ``tracker.core.gpu.held_hours`` (not imported: this module
+    starts without pydantic)."""
+    open_gpus, since = data.get("gpus_open"), parse_time(data.get("open_since"))
+    if not open_gpus or since is None or "gpu_hours" not in data:
+        return data
+    seconds = max(0.0, (now - since).total_seconds())
+    return {**data, "gpu_hours": (data["gpu_hours"] or 0.0) + open_gpus * seconds / 3600}
 
 
 def render(runs: Sequence[Run], output: str, *, now: datetime, width: int | None, short: dict[str, str],
            one_namespace: bool = False, why: bool = False) -> str:
     if output == "json":
-        return json.dumps(runs_data(runs), indent=2) + "\n"
+        return json.dumps(runs_data(runs, now), indent=2) + "\n"
     if output == "yaml":
         import yaml
 
-        return str(yaml.safe_dump(runs_data(runs), sort_keys=False, allow_unicode=True))
+        return str(yaml.safe_dump(runs_data(runs, now), sort_keys=False, allow_unicode=True))
     if output == "name":
         return "".join(f"{r.run_id}\n" for r in runs)
     return render_table(runs, columns(output, now, short, one_namespace, why), width if output == "table" else None)

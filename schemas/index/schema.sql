@@ -1,4 +1,4 @@
--- TauGrid experiment index, schema version 3.
+-- TauGrid experiment index, schema version 4.
 -- The contract Stellar reads: every table and column is documented in README.md next to this file.
 -- Times are ISO-8601 UTC text, 'YYYY-MM-DDTHH:MM:SSZ' ('YYYY-MM-DDTHH:MM:SS.ffffffZ' when sub-second).
 -- JSON columns hold compact JSON text (query them with json_each / json_extract).
@@ -156,3 +156,23 @@ CREATE TABLE reducer_held (
 ALTER TABLE reducer_runs ADD COLUMN retired_seq INTEGER; -- the retirement ordinal of a retired run, else NULL
 
 CREATE INDEX reducer_runs_by_retired_seq ON reducer_runs (retired_seq) WHERE retired_seq IS NOT NULL;
+
+-- GPU accounting (schemas/gpu-accounting.md): GPUs, GPU-hours held and lost, per run, attempt and pod. Rows
+-- written before version 4 read 0 until their run is written again (a replay of its captures rewrites it).
+ALTER TABLE runs ADD COLUMN gpus INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE runs ADD COLUMN gpu_hours REAL NOT NULL DEFAULT 0;
+ALTER TABLE runs ADD COLUMN lost_gpu_hours REAL NOT NULL DEFAULT 0;
+ALTER TABLE runs ADD COLUMN lost_gpu_hours_by TEXT NOT NULL DEFAULT '{}'; -- JSON object: reason -> GPU-hours
+ALTER TABLE runs ADD COLUMN gpus_open INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE runs ADD COLUMN open_since TEXT;
+ALTER TABLE attempts ADD COLUMN gpus INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE attempts ADD COLUMN gpu_hours REAL NOT NULL DEFAULT 0;
+ALTER TABLE attempts ADD COLUMN lost_gpu_hours REAL NOT NULL DEFAULT 0;
+ALTER TABLE attempts ADD COLUMN lost_gpu_hours_by TEXT NOT NULL DEFAULT '{}'; -- JSON object: reason -> GPU-hours
+ALTER TABLE attempts ADD COLUMN gpus_open INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE attempts ADD COLUMN open_since TEXT;
+ALTER TABLE pod_placements ADD COLUMN gpus INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE pod_placements ADD COLUMN released_at TEXT;
+ALTER TABLE pod_placements ADD COLUMN gpu_hours REAL; -- NULL while the pod holds its GPUs
+ALTER TABLE pod_placements ADD COLUMN lost TEXT;
+CREATE INDEX runs_by_lost_gpu_hours ON runs (lost_gpu_hours);

@@ -42,6 +42,7 @@ Each table is ordered and holds the rules of one decision; a reader can check ea
 
 from __future__ import annotations
 
+from tracker.core import gpu
 from tracker.core.derive_attempts import (
     CREATED,
     DEACTIVATION_REASONS,
@@ -193,8 +194,8 @@ def derive(r: RunFacts) -> RunHistory:
 
     record = _record(run, intake, final, attempts_out, status, reason, message, phase, pending, total_retries)
     links = [ResumeLink(run_id=r.run_id, resume_of=record.resume_of)] if record.resume_of else []
-    return RunHistory(run=record, transitions=transitions, attempts=attempts_out, metrics=_metrics(r),
-                      resume_links=links)
+    return gpu.account(RunHistory(run=record, transitions=transitions, attempts=attempts_out, metrics=_metrics(r),
+                                  resume_links=links), r, [a.pods for a in atts])
 
 
 def _record(run: _Run, intake: _Intake, final: _Final | None, attempts_out: list[Attempt], status: Status,

@@ -21,6 +21,7 @@ from tracker.core.facts import (
     _min,
     newer,
 )
+from tracker.core.gpu import pod_gpus
 from tracker.core.model import LABEL_QUEUE, TAUGRID_ANNOTATION_PREFIX
 from tracker.core.timefmt import BadTimestamp, in_range, ts
 
@@ -370,6 +371,10 @@ def merge_pod(r: RunFacts, etype: str, obj: dict[str, Any], owner_uid: str | Non
         if wait and s(wait, "reason") not in ("", "ContainerCreating", "PodInitializing"):
             waiting = s(wait, "reason")
     delete_req = deletion_requested(meta)
+    try:
+        gpus = pod_gpus(spec)
+    except ValueError as exc:
+        raise Malformed(str(exc)) from None
     finished = None
     if phase in ("Succeeded", "Failed"):
         # a pod failed without any container terminating was stopped from outside: when deleted, that is
@@ -400,6 +405,7 @@ def merge_pod(r: RunFacts, etype: str, obj: dict[str, Any], owner_uid: str | Non
         p.finished = finished
     p.delete_requested = _min(p.delete_requested, delete_req)
     p.disrupted = p.disrupted or disrupted
+    p.gpus = max(p.gpus, gpus)
     if waiting and newer(rv, p.waiting_rv):
         p.waiting_reason, p.waiting_rv = waiting, rv
 

@@ -104,16 +104,17 @@ class PodFacts:
     # resourceVersions of the pod versions ``unschedulable`` and ``waiting_reason`` are from
     unschedulable_rv: int | None = None
     waiting_rv: int | None = None
+    gpus: int = 0  # accelerators its containers request (tracker.core.gpu)
 
     def to_json(self) -> list[Any]:
         return [self.name, self.owner_uid, self.ray_cluster, self.created, self.node, self.scheduled,
                 _plain(self.unschedulable), self.started, _plain(self.finished), self.delete_requested, self.disrupted,
-                self.waiting_reason, self.unschedulable_rv, self.waiting_rv]
+                self.waiting_reason, self.unschedulable_rv, self.waiting_rv, self.gpus]
 
     @classmethod
     def from_json(cls, v: list[Any]) -> PodFacts:
         return cls(v[0], v[1], v[2], v[3], v[4], v[5], Unschedulable(*v[6]) if v[6] else None, v[7],
-                   PodEnd(*v[8]) if v[8] else None, v[9], v[10], v[11], *v[12:14])  # older snapshots: no versions
+                   PodEnd(*v[8]) if v[8] else None, v[9], v[10], v[11], *v[12:15])  # older snapshots: no versions, gpus
 
 
 @dataclass(slots=True)

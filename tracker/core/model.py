@@ -178,6 +178,12 @@ class PodPlacement(_Row):
     created_at: datetime | None
     scheduled_at: datetime | None
     finished_at: datetime | None
+    gpus: int = Field(default=0, ge=0, description="GPUs the pod requested (schemas/gpu-accounting.md).")
+    released_at: datetime | None = Field(default=None, description="When the pod stopped holding its GPUs.")
+    gpu_hours: float | None = Field(default=0.0, description="GPU-hours held from bind to release; null while the "
+                                                             "pod still holds its GPUs.")
+    lost: str | None = Field(default=None, description="Why its GPU-time was lost (schemas/gpu-accounting.md), "
+                                                       "null if it was not.")
 
 
 class Attempt(_Row):
@@ -202,6 +208,17 @@ class Attempt(_Row):
     retries: int = Field(ge=0, description="Pod failures the Job replaced within this attempt.")
     failures: list[PodFailure] = Field(default_factory=list)
     pods: list[PodPlacement] = Field(default_factory=list)
+    # GPU accounting (tracker.core.gpu; the definitions are in schemas/gpu-accounting.md)
+    gpus: int = Field(default=0, ge=0, description="The most GPUs held at once (a run: by any attempt).")
+    gpu_hours: float = Field(default=0.0, ge=0, description="GPU-hours held by pods that released them.")
+    lost_gpu_hours: float = Field(default=0.0, ge=0, description="Of gpu_hours, the GPU-hours lost.")
+    lost_gpu_hours_by: dict[str, float] = Field(default_factory=dict,
+                                                description="lost_gpu_hours by reason (PodFailure, PodEvicted, "
+                                                            "Preempted, PodsReadyTimeout, Evicted, RayJobRetry, "
+                                                            "RunFailed).")
+    gpus_open: int = Field(default=0, ge=0, description="GPUs still held by pods that have not released them: "
+                                                        "held at time T = gpu_hours + gpus_open x (T - open_since).")
+    open_since: datetime | None = Field(default=None, description="GPU-weighted mean bind time of those pods.")
 
 
 class MetricSummary(_Row):
@@ -256,6 +273,17 @@ class RunRecord(_Row):
     output_uri: str | None = None
     resume_of: str | None = None
     last_checkpoint: str | None = None
+    # GPU accounting (tracker.core.gpu; the definitions are in schemas/gpu-accounting.md)
+    gpus: int = Field(default=0, ge=0, description="The most GPUs held at once (a run: by any attempt).")
+    gpu_hours: float = Field(default=0.0, ge=0, description="GPU-hours held by pods that released them.")
+    lost_gpu_hours: float = Field(default=0.0, ge=0, description="Of gpu_hours, the GPU-hours lost.")
+    lost_gpu_hours_by: dict[str, float] = Field(default_factory=dict,
+                                                description="lost_gpu_hours by reason (PodFailure, PodEvicted, "
+                                                            "Preempted, PodsReadyTimeout, Evicted, RayJobRetry, "
+                                                            "RunFailed).")
+    gpus_open: int = Field(default=0, ge=0, description="GPUs still held by pods that have not released them: "
+                                                        "held at time T = gpu_hours + gpus_open x (T - open_since).")
+    open_since: datetime | None = Field(default=None, description="GPU-weighted mean bind time of those pods.")
 
 
 EXCERPT_MAX = 2048  # characters of a dead letter's excerpt

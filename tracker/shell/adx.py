@@ -173,8 +173,11 @@ STATE_COLUMNS: dict[str, str] = {
     "finished_at": "FinishedAt", "admission_wait_s": "AdmissionWaitSec", "pending_reason": "PendingReason",
     "pending_message": "PendingMessage", "git_commit": "GitCommit", "config_digest": "ConfigDigest",
     "config_ref": "ConfigRef", "input_refs": "InputRefs", "output_uri": "OutputUri", "resume_of": "ResumeOf",
-    "last_checkpoint": "LastCheckpoint",
+    "last_checkpoint": "LastCheckpoint", "gpus": "Gpus", "gpu_hours": "GpuHours", "lost_gpu_hours": "LostGpuHours",
+    "lost_gpu_hours_by": "LostGpuHoursBy", "gpus_open": "GpusOpen", "open_since": "OpenSince",
 }
+# The GPU accounting of an attempt (schemas/gpu-accounting.md): the same columns as TaugridRunState's.
+_GPU_FIELDS = ("gpus", "gpu_hours", "lost_gpu_hours", "lost_gpu_hours_by", "gpus_open", "open_since")
 
 
 def _ts(value: datetime | None) -> str | None:
@@ -211,12 +214,13 @@ def history_rows(h: RunHistory, cluster: str) -> Iterator[tuple[str, RowKey, Row
             "AdmissionWaitSec": a.admission_wait_s, "Retries": a.retries,
             "Failures": [{"Pod": f.pod, "At": _ts(f.at), "Reason": f.reason, "ExitCode": f.exit_code,
                           "Message": f.message} for f in a.failures],
-            "Pods": len(a.pods)}
+            "Pods": len(a.pods), **{STATE_COLUMNS[f]: _jsonable(getattr(a, f)) for f in _GPU_FIELDS}}
         for p in a.pods:
             yield PODS, ("P", a.attempt, p.pod), {
                 "RunId": a.run_id, "Attempt": a.attempt, "Cluster": cluster, "Namespace": run.namespace,
                 "Pod": p.pod, "Node": p.node, "CreatedAt": _ts(p.created_at),
-                "StartTime": _ts(p.scheduled_at or p.created_at), "EndTime": _ts(p.finished_at)}
+                "StartTime": _ts(p.scheduled_at or p.created_at), "EndTime": _ts(p.finished_at), "Gpus": p.gpus,
+                "ReleasedAt": _ts(p.released_at), "GpuHours": p.gpu_hours, "Lost": p.lost}
     yield STATE, ("S",), {"Cluster": cluster, **_state(run)}
     for m in h.metrics:
         yield METRICS, ("M", m.metric), {

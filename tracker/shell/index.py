@@ -97,7 +97,8 @@ def _fields(model: type[BaseModel]) -> tuple[str, ...]:
     return tuple(model.model_fields)
 
 
-_PLACEMENT_COLUMNS = ("run_id", "attempt", "pod", "node", "created_at", "scheduled_at", "finished_at")
+_PLACEMENT_COLUMNS = ("run_id", "attempt", "pod", "node", "created_at", "scheduled_at", "finished_at", "gpus",
+                      "released_at", "gpu_hours", "lost")
 _RUNS = _table("runs", (*_fields(RunRecord), "updated_seq"), ("run_id",), unversioned=("updated_seq",))
 _TRANSITIONS = _table("transitions", (*_fields(Transition), "ordinal"), ("run_id", "attempt", "phase"))
 _ATTEMPTS = _table("attempts", _fields(Attempt), ("run_id", "attempt"))
@@ -496,6 +497,8 @@ def _cell(value: object) -> SqlValue:
         return _when(value)
     if isinstance(value, list):
         return _json(value)
+    if isinstance(value, dict):
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     raise TypeError(f"cannot store a {type(value).__name__} in the experiment index")
 
 
@@ -554,6 +557,7 @@ def _of_run(conn: sqlite3.Connection, table: _Table, run_id: str, order: str) ->
 def _record(row: sqlite3.Row) -> RunRecord:
     data = {c: row[c] for c in _fields(RunRecord)}
     data["input_refs"] = json.loads(data["input_refs"])
+    data["lost_gpu_hours_by"] = json.loads(data["lost_gpu_hours_by"])
     return RunRecord.model_validate(data)
 
 
@@ -561,6 +565,7 @@ def _attempt(row: sqlite3.Row) -> Attempt:
     data = {c: row[c] for c in _fields(Attempt)}
     data["failures"] = json.loads(data["failures"])
     data["pods"] = json.loads(data["pods"])
+    data["lost_gpu_hours_by"] = json.loads(data["lost_gpu_hours_by"])
     return Attempt.model_validate(data)
 
 

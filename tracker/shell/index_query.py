@@ -26,7 +26,7 @@ from typing import Any, NamedTuple, TypeVar
 
 from tracker import errors
 
-KNOWN_SCHEMA_VERSION = 3  # the newest schema this module reads on its own (tracker.shell.index_schema.SCHEMA_VERSION)
+KNOWN_SCHEMA_VERSION = 4  # the newest schema this module reads on its own (tracker.shell.index_schema.SCHEMA_VERSION)
 READ_RETRIES = 3
 BUSY_TIMEOUT_MS = 10_000
 
@@ -36,6 +36,7 @@ RUN_FIELDS = (
     "status", "reason", "message", "phase", "attempts", "retries", "evictions", "created_at", "queued_at",
     "admitted_at", "started_at", "finished_at", "admission_wait_s", "pending_reason", "pending_message",
     "git_commit", "config_digest", "config_ref", "input_refs", "output_uri", "resume_of", "last_checkpoint",
+    "gpus", "gpu_hours", "lost_gpu_hours", "lost_gpu_hours_by", "gpus_open", "open_since",
 )
 PHASES = ("Resolution", "Rendering", "Admission", "Scheduling", "Runtime", "Progress", "Completion")
 STATUSES = ("pending", "running", "succeeded", "failed", "stopped")
@@ -335,11 +336,15 @@ class IndexReader:
         def query(conn: sqlite3.Connection) -> list[Run]:
             n = len(names)
             refs = names.index("input_refs") if "input_refs" in names else None
+            lost_by = names.index("lost_gpu_hours_by") if "lost_gpu_hours_by" in names else None
             rows = conn.execute(sql, params).fetchall()
             runs = [Run(dict(zip(names, row, strict=False)), row[n]) for row in rows]
             if refs is not None:
                 for run, row in zip(runs, rows, strict=True):
                     run.data["input_refs"] = [] if row[refs] == "[]" else json.loads(row[refs])
+            if lost_by is not None:
+                for run, row in zip(runs, rows, strict=True):
+                    run.data["lost_gpu_hours_by"] = {} if row[lost_by] == "{}" else json.loads(row[lost_by])
             if label_terms:
                 labels = _stored_labels(conn, [r.run_id for r in runs])
                 kept = []

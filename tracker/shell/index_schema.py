@@ -176,9 +176,32 @@ ALTER TABLE reducer_runs ADD COLUMN retired_seq INTEGER; -- the retirement ordin
 CREATE INDEX reducer_runs_by_retired_seq ON reducer_runs (retired_seq) WHERE retired_seq IS NOT NULL;
 """
 
+_V4 = """\
+
+-- GPU accounting (schemas/gpu-accounting.md): GPUs, GPU-hours held and lost, per run, attempt and pod. Rows
+-- written before version 4 read 0 until their run is written again (a replay of its captures rewrites it).
+ALTER TABLE runs ADD COLUMN gpus INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE runs ADD COLUMN gpu_hours REAL NOT NULL DEFAULT 0;
+ALTER TABLE runs ADD COLUMN lost_gpu_hours REAL NOT NULL DEFAULT 0;
+ALTER TABLE runs ADD COLUMN lost_gpu_hours_by TEXT NOT NULL DEFAULT '{}'; -- JSON object: reason -> GPU-hours
+ALTER TABLE runs ADD COLUMN gpus_open INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE runs ADD COLUMN open_since TEXT;
+ALTER TABLE attempts ADD COLUMN gpus INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE attempts ADD COLUMN gpu_hours REAL NOT NULL DEFAULT 0;
+ALTER TABLE attempts ADD COLUMN lost_gpu_hours REAL NOT NULL DEFAULT 0;
+ALTER TABLE attempts ADD COLUMN lost_gpu_hours_by TEXT NOT NULL DEFAULT '{}'; -- JSON object: reason -> GPU-hours
+ALTER TABLE attempts ADD COLUMN gpus_open INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE attempts ADD COLUMN open_since TEXT;
+ALTER TABLE pod_placements ADD COLUMN gpus INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE pod_placements ADD COLUMN released_at TEXT;
+ALTER TABLE pod_placements ADD COLUMN gpu_hours REAL; -- NULL while the pod holds its GPUs
+ALTER TABLE pod_placements ADD COLUMN lost TEXT;
+CREATE INDEX runs_by_lost_gpu_hours ON runs (lost_gpu_hours);
+"""
+
 # Migration n turns a schema of version n - 1 into version n. A new version appends a migration here (and so
 # changes schemas/index/schema.sql, generated from SCHEMA_SQL) and updates the README.
-MIGRATIONS: Mapping[int, str] = {1: _V1, 2: _V2, 3: _V3}
+MIGRATIONS: Mapping[int, str] = {1: _V1, 2: _V2, 3: _V3, 4: _V4}
 SCHEMA_VERSION = max(MIGRATIONS)
 SCHEMA_SQL = f"""\
 -- TauGrid experiment index, schema version {SCHEMA_VERSION}.
