@@ -150,3 +150,36 @@ def test_reader_errors_are_index_errors(tmp_path: Path) -> None:
         ExperimentIndex(ix.path, readonly=True).open().write([])
     assert index_module.READ_RETRIES >= 1
     assert not os.path.exists(tmp_path / "none.sqlite")
+
+
+def test_an_index_of_the_previous_schema_is_read_as_it_is(demo_index: Path, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """A reader never migrates: an index a tracker of schema 3 wrote (no GPU columns), on a read-only file, lists
+    and shows its runs with the columns added since at their defaults."""
+    import json
+
+    from tracker.shell import index_schema
+
+    old = tmp_path / "old.sqlite"
+    with monkeypatch.context() as m:
+        m.setattr(index_schema, "MIGRATIONS", {k: v for k, v in index_schema.MIGRATIONS.items() if k <= 3})
+        m.setattr(index_schema, "SCHEMA_VERSION", 3)
+        with ExperimentIndex(old):
+            pass
+    conn = sqlite3.connect(old)
+    conn.execute("ATTACH DATABASE ? AS cur", (str(demo_index),))
+    for table in ("runs", "transitions", "attempts", "metric_summaries", "resume_links", "pod_placements"):
+        cols = ", ".join(f'"{r[1]}"' for r in conn.execute(f"PRAGMA main.table_info({table})"))
+        conn.execute(f"INSERT INTO main.{table} ({cols}) SELECT {cols} FROM cur.{table}")
+    conn.commit()
+    conn.close()
+    assert "gpus" not in {r[1] for r in sqlite3.connect(old).execute("PRAGMA table_info(runs)")}
+    old.chmod(0o444)
+    capsys.readouterr()
+    assert main(["runs", "--index", str(old), "-o", "json"]) == 0
+    runs = json.loads(capsys.readouterr().out)
+    assert len(runs) >= 12 and all(r["gpus"] == 0 and r["lost_gpu_hours_by"] == {} for r in runs)
+    assert main(["show", "--index", str(old), RUN, "-o", "json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["run"]["run_id"] == RUN and shown["run"]["gpus"] == 0 and shown["attempts"]

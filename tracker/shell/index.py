@@ -554,18 +554,27 @@ def _of_run(conn: sqlite3.Connection, table: _Table, run_id: str, order: str) ->
     return conn.execute(f"SELECT * FROM {table.name} WHERE run_id = ? ORDER BY {order}", (run_id,)).fetchall()
 
 
+def _columns(row: sqlite3.Row, fields: Sequence[str]) -> dict[str, Any]:
+    """The row's value of each field it has: a reader of an index of an older schema (which it may not migrate)
+    gets the model's defaults for the columns added since (e.g. the GPU columns of version 4)."""
+    have = set(row.keys())
+    return {c: row[c] for c in fields if c in have}
+
+
 def _record(row: sqlite3.Row) -> RunRecord:
-    data = {c: row[c] for c in _fields(RunRecord)}
+    data = _columns(row, _fields(RunRecord))
     data["input_refs"] = json.loads(data["input_refs"])
-    data["lost_gpu_hours_by"] = json.loads(data["lost_gpu_hours_by"])
+    if "lost_gpu_hours_by" in data:
+        data["lost_gpu_hours_by"] = json.loads(data["lost_gpu_hours_by"])
     return RunRecord.model_validate(data)
 
 
 def _attempt(row: sqlite3.Row) -> Attempt:
-    data = {c: row[c] for c in _fields(Attempt)}
+    data = _columns(row, _fields(Attempt))
     data["failures"] = json.loads(data["failures"])
     data["pods"] = json.loads(data["pods"])
-    data["lost_gpu_hours_by"] = json.loads(data["lost_gpu_hours_by"])
+    if "lost_gpu_hours_by" in data:
+        data["lost_gpu_hours_by"] = json.loads(data["lost_gpu_hours_by"])
     return Attempt.model_validate(data)
 
 

@@ -38,6 +38,9 @@ RUN_FIELDS = (
     "git_commit", "config_digest", "config_ref", "input_refs", "output_uri", "resume_of", "last_checkpoint",
     "gpus", "gpu_hours", "lost_gpu_hours", "lost_gpu_hours_by", "gpus_open", "open_since",
 )
+# Columns added to ``runs`` since schema 1, with the value a row written before them stands for.
+ADDED_COLUMN_DEFAULTS = {"gpus": "0", "gpu_hours": "0.0", "lost_gpu_hours": "0.0", "lost_gpu_hours_by": "'{}'",
+                         "gpus_open": "0", "open_since": "NULL"}
 PHASES = ("Resolution", "Rendering", "Admission", "Scheduling", "Runtime", "Progress", "Completion")
 STATUSES = ("pending", "running", "succeeded", "failed", "stopped")
 LIVE_STATUSES = ("pending", "running")
@@ -327,14 +330,20 @@ class IndexReader:
             fields = ["run_id", *fields]
         names = tuple(fields)
         since = _LAST_AT if phase_since or f.sort_by == "age" else "NULL"
-        sql = (f"SELECT {', '.join(names)}, {since} AS phase_since FROM runs"
+        select = (f"SELECT {', '.join(names)}, {since} AS phase_since FROM runs"
                + (f" WHERE {' AND '.join(where)}" if where else "") + f" ORDER BY {_order(f.sort_by)}")
         if f.limit is not None and not label_terms:
-            sql += " LIMIT ?"
+            select += " LIMIT ?"
             params.append(f.limit)
 
         def query(conn: sqlite3.Connection) -> list[Run]:
             n = len(names)
+            sql = select
+            have = {r[1] for r in conn.execute("PRAGMA table_info(runs)")}
+            missing = [c for c in names if c not in have]
+            if missing:  # an index of an older schema, read as it is: the columns added since read as their default
+                sql = select.replace(f"SELECT {', '.join(names)},", "SELECT " + ", ".join(
+                    c if c in have else f"{ADDED_COLUMN_DEFAULTS.get(c, 'NULL')} AS {c}" for c in names) + ",", 1)
             refs = names.index("input_refs") if "input_refs" in names else None
             lost_by = names.index("lost_gpu_hours_by") if "lost_gpu_hours_by" in names else None
             rows = conn.execute(sql, params).fetchall()
