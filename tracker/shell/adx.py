@@ -309,8 +309,8 @@ class _Spool:
 
     def push(self, chunk: _Chunk) -> None:
         self.files.append(self._write(self.root, chunk))
-        self.stats.spool_files += 1
         self.stats.spool_bytes += len(chunk.payload)
+        self.stats.spool_files += 1
         self.stats.spooled_rows += chunk.rows
 
     def peek(self) -> _Chunk:
@@ -318,10 +318,13 @@ class _Spool:
         return _Chunk(path.name.split(".")[1], path.read_bytes())
 
     def pop(self) -> None:
-        path = self.files.popleft()
-        self.stats.spool_files -= 1
-        self.stats.spool_bytes -= path.stat().st_size
+        path = self.files[0]
+        size = path.stat().st_size
         path.unlink()
+        self.files.popleft()
+        # the file count last: a reader that sees it drop sees the file gone and the bytes counted off
+        self.stats.spool_bytes -= size
+        self.stats.spool_files -= 1
 
     def reject(self, chunk: _Chunk) -> Path:
         self.stats.rejected_rows += chunk.rows
