@@ -52,37 +52,37 @@ class Link:
 def link(obj: dict[str, Any]) -> Link | None:
     """How ``obj`` relates to a run; None when it is not part of any run. Raises Malformed."""
     kind = obj.get("kind")
-    meta = x.d(obj, "metadata")
+    meta = x.obj_at(obj, "metadata")
     if kind in ROOT_KINDS:
-        uid = x.s(meta, "uid")
+        uid = x.str_at(meta, "uid")
         if not uid:
             raise x.Malformed("metadata.uid is missing")
         owner = x.controller_owner(meta)
         if kind == "Job" and owner is not None and owner[0] == "RayJob":
             return Link("Job", uid, None, owner[1], submitter=True)
-        label = x.d(meta, "labels").get(LABEL_RUN_ID)
+        label = x.obj_at(meta, "labels").get(LABEL_RUN_ID)
         return Link(kind, uid, label if isinstance(label, str) and label else uid, None)
     if kind == "Workload":
         owner = x.controller_owner(meta)
-        owner_uid = owner[1] if owner and owner[0] in ROOT_KINDS else x.s(x.d(meta, "labels"), LABEL_JOB_UID)
+        owner_uid = owner[1] if owner and owner[0] in ROOT_KINDS else x.str_at(x.obj_at(meta, "labels"), LABEL_JOB_UID)
         if not owner_uid:
             raise x.Malformed("Workload has no Job/RayJob owner reference and no kueue.x-k8s.io/job-uid label")
-        return Link(kind, x.s(meta, "uid"), None, owner_uid)
+        return Link(kind, x.str_at(meta, "uid"), None, owner_uid)
     if kind == "Pod":
         owner = x.controller_owner(meta)
-        owner_uid = owner[1] if owner else x.s(x.d(meta, "labels"), LABEL_CONTROLLER_UID)
+        owner_uid = owner[1] if owner else x.str_at(x.obj_at(meta, "labels"), LABEL_CONTROLLER_UID)
         if not owner_uid:
             return None  # a bare pod is not part of a run
-        return Link(kind, x.s(meta, "uid"), None, owner_uid)
+        return Link(kind, x.str_at(meta, "uid"), None, owner_uid)
     if kind == "RayCluster":
         owner = x.controller_owner(meta)
         if owner is None or owner[0] != "RayJob":
             return None  # a RayCluster not created by a RayJob is not a run
-        return Link(kind, x.s(meta, "uid"), None, owner[1])
+        return Link(kind, x.str_at(meta, "uid"), None, owner[1])
     if kind == "Event":
-        involved = x.d(obj, "regarding") or x.d(obj, "involvedObject")
-        uid = x.s(involved, "uid")
-        if not uid or x.s(involved, "kind") not in HOLDABLE_EVENT_KINDS:
+        involved = x.obj_at(obj, "regarding") or x.obj_at(obj, "involvedObject")
+        uid = x.str_at(involved, "uid")
+        if not uid or x.str_at(involved, "kind") not in HOLDABLE_EVENT_KINDS:
             return None
         return Link(kind, "", None, uid)
     raise x.Malformed(f"unknown kind {kind!r}")

@@ -30,12 +30,12 @@ class Malformed(errors.InvalidInput):
     """The object cannot be used; the message says why."""
 
 
-# Field readers, short because every reader of an object calls them many times (``d``: a sub-object, ``lst``: a
-# list, ``s``: a string, ``t``: a timestamp, ``num``: an integer). Each checks the type the API gives the field and
-# raises Malformed otherwise; an absent or null field reads as empty. The exact class is tested first: the fast path.
+# Field readers, one per type the API gives a field (``obj_at``: a sub-object, ``list_at``: a list, ``str_at``: a
+# string, ``time_at``: a timestamp, ``int_at``: an integer). Each checks that type and raises Malformed otherwise;
+# an absent or null field reads as empty. The exact class is tested first: the fast path.
 
 
-def d(obj: Any, key: str) -> dict[str, Any]:
+def obj_at(obj: Any, key: str) -> dict[str, Any]:
     """A sub-object that may be absent or null, but must be an object when present."""
     v = obj.get(key)
     if v.__class__ is dict:
@@ -47,7 +47,7 @@ def d(obj: Any, key: str) -> dict[str, Any]:
     return v
 
 
-def lst(obj: dict[str, Any], key: str) -> list[Any]:
+def list_at(obj: dict[str, Any], key: str) -> list[Any]:
     """A list that may be absent or null (then empty)."""
     v = obj.get(key)
     if v.__class__ is list:
@@ -59,7 +59,7 @@ def lst(obj: dict[str, Any], key: str) -> list[Any]:
     return v
 
 
-def s(obj: dict[str, Any], key: str) -> str:
+def str_at(obj: dict[str, Any], key: str) -> str:
     """A string that may be absent or null (then empty)."""
     v = obj.get(key)
     if v.__class__ is str:
@@ -75,7 +75,7 @@ _TS_CACHE: dict[str, int] = {}
 _TS_CACHE_MAX = 200_000
 
 
-def t(obj: dict[str, Any], key: str) -> int | None:
+def time_at(obj: dict[str, Any], key: str) -> int | None:
     """An RFC 3339 timestamp in microseconds since the epoch; None when absent, null or empty. Parsed values are
     memoised (the same timestamps recur across the versions of an object and across objects)."""
     v = obj.get(key)
@@ -99,7 +99,7 @@ def t(obj: dict[str, Any], key: str) -> int | None:
 _INT32 = 2**31
 
 
-def num(obj: dict[str, Any], key: str, default: int = 0) -> int:
+def int_at(obj: dict[str, Any], key: str, default: int = 0) -> int:
     """A count or code: every one the tracker reads is an int32 in its API, so sums of them stay in int64."""
     v = obj.get(key)
     if v.__class__ is int and -_INT32 <= v < _INT32:
@@ -126,24 +126,24 @@ def resource_version(meta: dict[str, Any]) -> int | None:
 def conditions(status: dict[str, Any]) -> list[tuple[str, str, str, int, str]]:
     """``status.conditions`` as (type, status, reason, lastTransitionTime, message); one without a time is skipped."""
     out = []
-    for c in lst(status, "conditions"):
+    for c in list_at(status, "conditions"):
         if not isinstance(c, dict):
             raise Malformed("status.conditions[] must be objects")
-        ltt = t(c, "lastTransitionTime")
+        ltt = time_at(c, "lastTransitionTime")
         if ltt is None:
             continue
-        out.append((s(c, "type"), s(c, "status"), s(c, "reason"), ltt, s(c, "message")))
+        out.append((str_at(c, "type"), str_at(c, "status"), str_at(c, "reason"), ltt, str_at(c, "message")))
     return out
 
 
 def controller_owner(meta: dict[str, Any]) -> tuple[str, str] | None:
     """(kind, uid) of the controlling owner, else of the first owner."""
-    refs = lst(meta, "ownerReferences")
+    refs = list_at(meta, "ownerReferences")
     first = None
     for ref in refs:
         if not isinstance(ref, dict):
             raise Malformed("metadata.ownerReferences[] must be objects")
-        pair = (s(ref, "kind"), s(ref, "uid"))
+        pair = (str_at(ref, "kind"), str_at(ref, "uid"))
         if ref.get("controller") is True:
             return pair
         first = first or pair
@@ -155,21 +155,21 @@ def controller_owner(meta: dict[str, Any]) -> tuple[str, str] | None:
 
 def merge_root(r: RunFacts, kind: str, etype: str, obj: dict[str, Any]) -> None:
     """The Job or RayJob that is the run's root."""
-    meta = d(obj, "metadata")
-    spec = d(obj, "spec")
-    status = d(obj, "status")
-    labels = d(meta, "labels")
-    annotations = d(meta, "annotations")
-    created = t(meta, "creationTimestamp")
-    uid = s(meta, "uid")
+    meta = obj_at(obj, "metadata")
+    spec = obj_at(obj, "spec")
+    status = obj_at(obj, "status")
+    labels = obj_at(meta, "labels")
+    annotations = obj_at(meta, "annotations")
+    created = time_at(meta, "creationTimestamp")
+    uid = str_at(meta, "uid")
     rv = resource_version(meta)
     ray = None
     if kind == "Job":
         conds = conditions(status)
-        par = num(spec, "parallelism", 1)
+        par = int_at(spec, "parallelism", 1)
         comp = spec.get("completions")
         expected = min(par, comp) if isinstance(comp, int) and comp > 0 else par
-        failed = num(status, "failed")
+        failed = int_at(status, "failed")
     else:
         conds = []
         expected = ray_expected_pods(spec)
@@ -182,7 +182,7 @@ def merge_root(r: RunFacts, kind: str, etype: str, obj: dict[str, Any]) -> None:
     if deleted is not None:
         r.root_deleted = _max(r.root_deleted, deleted)
     r.kind, r.uid = kind, uid
-    r.namespace, r.name = s(meta, "namespace") or None, s(meta, "name") or None
+    r.namespace, r.name = str_at(meta, "namespace") or None, str_at(meta, "name") or None
     r.created = _min(r.created, created)
     if newer(rv, r.root_rv):  # the newest version's labels, annotations and size
         r.root_rv = rv
@@ -205,17 +205,17 @@ def deletion_time(meta: dict[str, Any], conds: list[tuple[str, str, str, int, st
     when = deletion_requested(meta)
     if when is not None:
         return when
-    latest = t(meta, "creationTimestamp")
+    latest = time_at(meta, "creationTimestamp")
     for c in conds:
         latest = _max(latest, c[3])
     for key in ("startTime", "completionTime", "endTime"):
-        latest = _max(latest, t(status, key))
+        latest = _max(latest, time_at(status, key))
     return latest
 
 
 def deletion_requested(meta: dict[str, Any]) -> int | None:
     """When the deletion was asked for: the deletionTimestamp less the grace period (None if not deleted)."""
-    when = t(meta, "deletionTimestamp")
+    when = time_at(meta, "deletionTimestamp")
     if when is None:
         return None
     grace = meta.get("deletionGracePeriodSeconds")
@@ -229,12 +229,12 @@ def deletion_requested(meta: dict[str, Any]) -> int | None:
 
 
 def ray_expected_pods(spec: dict[str, Any]) -> int:
-    rc = d(spec, "rayClusterSpec")
+    rc = obj_at(spec, "rayClusterSpec")
     total = 1  # head
-    for g in lst(rc, "workerGroupSpecs"):
+    for g in list_at(rc, "workerGroupSpecs"):
         if not isinstance(g, dict):
             raise Malformed("workerGroupSpecs[] must be objects")
-        total += num(g, "replicas", 0) * max(1, num(g, "numOfHosts", 1))
+        total += int_at(g, "replicas", 0) * max(1, int_at(g, "numOfHosts", 1))
     return total
 
 
@@ -246,18 +246,18 @@ RayStatus = tuple[int, str, int, int | None, RayOutcome | None]
 
 def rayjob_status(status: dict[str, Any]) -> RayStatus | None:
     """The deployment a RayJob status describes (None before KubeRay set its startTime). Raises Malformed."""
-    start = t(status, "startTime")
+    start = time_at(status, "startTime")
     if start is None:
         return None
-    cluster = s(status, "rayClusterName")
-    failed = num(status, "failed")
-    info = d(status, "rayJobInfo")
-    app_started = t(info, "startTime")
-    jds = s(status, "jobDeploymentStatus")
+    cluster = str_at(status, "rayClusterName")
+    failed = int_at(status, "failed")
+    info = obj_at(status, "rayJobInfo")
+    app_started = time_at(info, "startTime")
+    jds = str_at(status, "jobDeploymentStatus")
     outcome = None
     if jds in TERMINAL_RAY:
-        end = t(status, "endTime") or t(info, "endTime") or -1
-        outcome = RayOutcome(end, jds, s(status, "jobStatus"), s(status, "reason"), s(status, "message"))
+        end = time_at(status, "endTime") or time_at(info, "endTime") or -1
+        outcome = RayOutcome(end, jds, str_at(status, "jobStatus"), str_at(status, "reason"), str_at(status, "message"))
     return start, cluster, failed, app_started, outcome
 
 
@@ -279,19 +279,19 @@ def merge_rayjob_status(r: RunFacts, ray: RayStatus) -> None:
 
 
 def merge_workload(r: RunFacts, etype: str, obj: dict[str, Any]) -> None:
-    meta = d(obj, "metadata")
-    spec = d(obj, "spec")
-    status = d(obj, "status")
+    meta = obj_at(obj, "metadata")
+    spec = obj_at(obj, "spec")
+    status = obj_at(obj, "status")
     conds = conditions(status)
-    admission = d(status, "admission")
-    cq = s(admission, "clusterQueue")
+    admission = obj_at(status, "admission")
+    cq = str_at(admission, "clusterQueue")
     evictions = []
-    for e in lst(d(status, "schedulingStats"), "evictions"):
+    for e in list_at(obj_at(status, "schedulingStats"), "evictions"):
         if not isinstance(e, dict):
             raise Malformed("schedulingStats.evictions[] must be objects")
-        evictions.append((f"{s(e, 'reason')}\x1f{s(e, 'underlyingCause')}", num(e, "count")))
-    created = t(meta, "creationTimestamp")
-    queue = s(spec, "queueName")
+        evictions.append((f"{str_at(e, 'reason')}\x1f{str_at(e, 'underlyingCause')}", int_at(e, "count")))
+    created = time_at(meta, "creationTimestamp")
+    queue = str_at(spec, "queueName")
     # read whatever the run already knows, so that whether this record is a dead letter never depends on
     # the order the objects arrived in
     deleted = deletion_time(meta, conds, status) if etype == "DELETED" else None
@@ -299,8 +299,8 @@ def merge_workload(r: RunFacts, etype: str, obj: dict[str, Any]) -> None:
     # merge (everything above may raise Malformed; nothing below does)
     latest = newer(rv, r.wl_rv)  # the newest Workload version seen: its identity, queue, what it waits for now
     if latest or not r.wl_name:
-        r.wl_uid = s(meta, "uid") or r.wl_uid
-        r.wl_name = s(meta, "name") or r.wl_name
+        r.wl_uid = str_at(meta, "uid") or r.wl_uid
+        r.wl_name = str_at(meta, "name") or r.wl_name
     r.wl_created = _min(r.wl_created, created)
     if queue and (latest or not r.wl_queue):
         r.wl_queue = queue
@@ -321,20 +321,19 @@ def merge_workload(r: RunFacts, etype: str, obj: dict[str, Any]) -> None:
         r.root_deleted = deleted
 
 
-def merge_pod(r: RunFacts, etype: str, obj: dict[str, Any], owner_uid: str | None) -> None:
-    """A pod of the run. ``etype`` is not read (a deleted pod's last state says all); the reducer passes it to every
-    object merge."""
-    meta = d(obj, "metadata")
-    spec = d(obj, "spec")
-    status = d(obj, "status")
-    uid = s(meta, "uid")
+def merge_pod(r: RunFacts, obj: dict[str, Any], owner_uid: str | None) -> None:
+    """A pod of the run. Whether the watch said DELETED does not matter: a deleted pod's last state says all."""
+    meta = obj_at(obj, "metadata")
+    spec = obj_at(obj, "spec")
+    status = obj_at(obj, "status")
+    uid = str_at(meta, "uid")
     if not uid:
         raise Malformed("metadata.uid is missing")
     rv = resource_version(meta)
-    labels = d(meta, "labels")
-    created = t(meta, "creationTimestamp")
-    node = s(spec, "nodeName")
-    phase = s(status, "phase")
+    labels = obj_at(meta, "labels")
+    created = time_at(meta, "creationTimestamp")
+    node = str_at(spec, "nodeName")
+    phase = str_at(status, "phase")
     scheduled = None
     unsched = None
     disrupted = False
@@ -353,23 +352,23 @@ def merge_pod(r: RunFacts, etype: str, obj: dict[str, Any], owner_uid: str | Non
     finished_at = None
     fail = None
     waiting = None
-    for cs in lst(status, "containerStatuses"):
+    for cs in list_at(status, "containerStatuses"):
         if not isinstance(cs, dict):
             raise Malformed("status.containerStatuses[] must be objects")
-        state = d(cs, "state")
-        run = d(state, "running")
-        term = d(state, "terminated")
-        wait = d(state, "waiting")
+        state = obj_at(cs, "state")
+        run = obj_at(state, "running")
+        term = obj_at(state, "terminated")
+        wait = obj_at(state, "waiting")
         if run:
-            started = _min(started, t(run, "startedAt"))
+            started = _min(started, time_at(run, "startedAt"))
         if term:
-            started = _min(started, t(term, "startedAt"))
-            finished_at = _max(finished_at, t(term, "finishedAt"))
-            code = num(term, "exitCode")
+            started = _min(started, time_at(term, "startedAt"))
+            finished_at = _max(finished_at, time_at(term, "finishedAt"))
+            code = int_at(term, "exitCode")
             if code != 0 and fail is None:
-                fail = (s(term, "reason") or "Error", code, s(term, "message"))
-        if wait and s(wait, "reason") not in ("", "ContainerCreating", "PodInitializing"):
-            waiting = s(wait, "reason")
+                fail = (str_at(term, "reason") or "Error", code, str_at(term, "message"))
+        if wait and str_at(wait, "reason") not in ("", "ContainerCreating", "PodInitializing"):
+            waiting = str_at(wait, "reason")
     delete_req = deletion_requested(meta)
     try:
         gpus = pod_gpus(spec)
@@ -382,12 +381,12 @@ def merge_pod(r: RunFacts, etype: str, obj: dict[str, Any], owner_uid: str | Non
         at = finished_at or delete_req or ready_false
         if at is not None:
             if phase == "Failed":
-                reason, code, msg = fail or (s(status, "reason") or "Failed", -1, s(status, "message"))
+                reason, code, msg = fail or (str_at(status, "reason") or "Failed", -1, str_at(status, "message"))
             else:
                 reason, code, msg = "Completed", 0, ""
             finished = PodEnd(at, phase, reason, code, msg)
     # merge
-    p = r.pod(uid, s(meta, "name"))
+    p = r.pod(uid, str_at(meta, "name"))
     p.owner_uid = owner_uid or p.owner_uid
     cluster = labels.get("ray.io/cluster")
     if isinstance(cluster, str) and cluster:
@@ -410,37 +409,37 @@ def merge_pod(r: RunFacts, etype: str, obj: dict[str, Any], owner_uid: str | Non
         p.waiting_reason, p.waiting_rv = waiting, rv
 
 
-def merge_raycluster(r: RunFacts, etype: str, obj: dict[str, Any]) -> None:
-    """A RayCluster of the run: when it was created and became ready. ``etype`` is not read, as for pods."""
-    meta = d(obj, "metadata")
-    status = d(obj, "status")
-    name = s(meta, "name")
+def merge_raycluster(r: RunFacts, obj: dict[str, Any]) -> None:
+    """A RayCluster of the run: when it was created and became ready (its deletion, as a pod's, says nothing more)."""
+    meta = obj_at(obj, "metadata")
+    status = obj_at(obj, "status")
+    name = str_at(meta, "name")
     if not name:
         raise Malformed("metadata.name is missing")
-    ready = t(d(status, "stateTransitionTimes"), "ready")
-    if ready is None and s(status, "state") == "ready":
+    ready = time_at(obj_at(status, "stateTransitionTimes"), "ready")
+    if ready is None and str_at(status, "state") == "ready":
         for ctype, cstatus, _reason, ltt, _msg in conditions(status):
             if ctype == "RayClusterProvisioned" and cstatus == "True":
                 ready = ltt
     old = r.ray_clusters.get(name)
-    created = t(meta, "creationTimestamp")
+    created = time_at(meta, "creationTimestamp")
     if old is not None:
         created, ready = _min(old.created, created), _min(old.ready, ready)
-    r.ray_clusters[name] = RayClusterFacts(s(meta, "uid"), created, ready)
+    r.ray_clusters[name] = RayClusterFacts(str_at(meta, "uid"), created, ready)
 
 
 def merge_event(r: RunFacts, obj: dict[str, Any], involved: dict[str, Any]) -> None:
-    meta = d(obj, "metadata")
-    uid = s(meta, "uid") or s(meta, "name")
+    meta = obj_at(obj, "metadata")
+    uid = str_at(meta, "uid") or str_at(meta, "name")
     if not uid:
         raise Malformed("event has neither metadata.uid nor metadata.name")
-    series = d(obj, "series")
-    first = t(obj, "firstTimestamp") or t(obj, "eventTime") or t(meta, "creationTimestamp")
-    last = (t(obj, "lastTimestamp") or t(series, "lastObservedTime") or t(obj, "deprecatedLastTimestamp")
-            or first)
+    series = obj_at(obj, "series")
+    first = time_at(obj, "firstTimestamp") or time_at(obj, "eventTime") or time_at(meta, "creationTimestamp")
+    last = (time_at(obj, "lastTimestamp") or time_at(series, "lastObservedTime")
+            or time_at(obj, "deprecatedLastTimestamp") or first)
     if first is None or last is None:
         raise Malformed("event has no timestamp (firstTimestamp, eventTime or creationTimestamp)")
-    count = num(obj, "count", 0) or num(series, "count", 0) or num(obj, "deprecatedCount", 0) or 1
-    message = s(obj, "message") or s(obj, "note")
-    r.event(uid, EventFacts(s(obj, "reason"), s(obj, "type"), message[:1024], s(involved, "kind"),
-                            s(involved, "name"), first, last, count))
+    count = int_at(obj, "count", 0) or int_at(series, "count", 0) or int_at(obj, "deprecatedCount", 0) or 1
+    message = str_at(obj, "message") or str_at(obj, "note")
+    r.event(uid, EventFacts(str_at(obj, "reason"), str_at(obj, "type"), message[:1024], str_at(involved, "kind"),
+                            str_at(involved, "name"), first, last, count))

@@ -238,11 +238,11 @@ class Reducer:
         elif kind == "Workload":
             x.merge_workload(r, etype, obj)
         elif kind == "Pod":
-            x.merge_pod(r, etype, obj, ln.owner)
+            x.merge_pod(r, obj, ln.owner)
         elif kind == "RayCluster":
-            x.merge_raycluster(r, etype, obj)
+            x.merge_raycluster(r, obj)
         elif kind == "Event":
-            x.merge_event(r, obj, x.d(obj, "regarding") or x.d(obj, "involvedObject"))
+            x.merge_event(r, obj, x.obj_at(obj, "regarding") or x.obj_at(obj, "involvedObject"))
 
     def _release(self, uid: str, run_id: str) -> None:
         """Bind ``uid`` to ``run_id`` and fold the records that were waiting for it; each one that cannot be used
@@ -262,10 +262,10 @@ class Reducer:
         uid), whatever arrived first. Returns the run's facts with ``obj`` merged when it wins (the facts of the root
         it displaces are dropped: only the intake events, which belong to the run id, are kept), None when it loses.
         Either way the loser is a dead letter, and its uids are bound to ``lost_key`` so that its records are too."""
-        meta = x.d(obj, "metadata")
-        mine = _claim_key(x.t(meta, "creationTimestamp"), x.s(meta, "uid"))
+        meta = x.obj_at(obj, "metadata")
+        mine = _claim_key(x.time_at(meta, "creationTimestamp"), x.str_at(meta, "uid"))
         theirs = _claim_key(r.created, r.uid or "")
-        newcomer = f"{kind} {x.s(meta, 'namespace')}/{x.s(meta, 'name')} (uid {mine[2]}, created " \
+        newcomer = f"{kind} {x.str_at(meta, 'namespace')}/{x.str_at(meta, 'name')} (uid {mine[2]}, created " \
                    f"{'never' if mine[0] else iso(mine[1])})"
         holder = f"{r.kind} {r.namespace}/{r.name} (uid {r.uid}, created {iso(r.created) or 'never'})"
         rule = "the root created first keeps a run id (at the same time: the smaller uid)"
