@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import platform
 import signal
 import sys
 import time
@@ -19,7 +20,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 import structlog
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from tracker.settings import OpsSettings
@@ -89,58 +90,105 @@ class _Repeats(logging.Filter):
 # ------------------------------------------------------------------------------------------ metrics
 
 
-class Metrics:
-    """Every metric the service exports, in its own registry (so tests and benchmarks can hold several)."""
+# The metric families of each process: a process exports only its own (and the common ones). ``all``: every
+# family (tests and benchmarks). ``serve`` embeds the reducer and the index sink; without Kafka it runs the
+# embedded pipeline, which has no transactions, partitions or consumer lag (``serve-embedded``).
+_COMMON = ("build_info", "errors")
+_REDUCER = ("changes_consumed", "records_produced", "fold_seconds", "transaction_seconds", "transactions",
+            "consumer_lag", "dead_letters", "transitions", "oldest_pending", "alerts", "oldest_stuck", "stuck_alerts",
+            "runs", "runs_finished", "partitions", "restore_seconds")
+_SINK = ("sink_rows", "sink_histories", "sink_bad_records", "sink_write_seconds", "consumer_lag")
+_EMBEDDED = ("changes_consumed", "dead_letters", "dead_letters_dropped", "transitions",
+             "oldest_pending", "oldest_stuck", "runs", "runs_finished")
+PROCESS_FAMILIES: dict[str, tuple[str, ...]] = {
+    "reduce": _REDUCER,
+    "sink-index": _SINK,
+    "sink-adx": _SINK,  # and the ADX sink's own collector (tracker_adx_*), registered by the sink
+    "serve": (*_REDUCER, *_SINK),
+    "serve-embedded": _EMBEDDED,
+    "watch": (),  # the watcher's collector (tracker_watch_*), registered by the watcher
+}
 
-    def __init__(self) -> None:
+
+def build_version() -> str:
+    """The installed package's version ('unknown' when it runs from a tree that was never installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("taugrid-tracker")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+class Metrics:
+    """The metric families of one process (``process``: a key of ``PROCESS_FAMILIES``, or ``all``), in their own
+    registry (so tests and benchmarks can hold several). Every family exists as an attribute; those not of the
+    process are simply not registered, so a process never exports families that stay zero in it. Every process
+    also exports ``tracker_build_info`` and the standard ``process_*`` families (CPU, memory, file descriptors)."""
+
+    def __init__(self, process: str = "all") -> None:
+        if process != "all" and process not in PROCESS_FAMILIES:
+            raise ValueError(f"unknown process {process!r} (one of: all, {', '.join(PROCESS_FAMILIES)})")
+        self.process = process
         r = self.registry = CollectorRegistry()
+        self.build_info = Gauge("tracker_build_info", "The running tracker: 1, with its version, Python version and "
+                                "process kind as labels.", ["version", "python", "process"], registry=None)
+        self.build_info.labels(build_version(), platform.python_version(), process).set(1)
         self.changes_consumed = Counter("tracker_changes_consumed_total", "Change records folded by the reducer.",
-                                        ["partition"], registry=r)
+                                        ["partition"], registry=None)
         self.records_produced = Counter("tracker_records_produced_total",
-                                        "Records committed to Kafka, by topic.", ["topic"], registry=r)
+                                        "Records committed to Kafka, by topic.", ["topic"], registry=None)
         self.fold_seconds = Histogram("tracker_fold_seconds", "Time to fold and flush one batch of changes.",
                                       buckets=(.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5),
-                                      registry=r)
+                                      registry=None)
         self.transaction_seconds = Histogram("tracker_transaction_seconds",
                                              "One consume-transform-produce transaction, begin to commit.",
                                              buckets=(.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30),
-                                             registry=r)
+                                             registry=None)
         self.transactions = Counter("tracker_transactions_total", "Transactions by outcome.", ["outcome"],
-                                    registry=r)
+                                    registry=None)
         self.consumer_lag = Gauge("tracker_consumer_lag", "Records not yet processed, per partition.",
-                                  ["group", "topic", "partition"], registry=r)
+                                  ["group", "topic", "partition"], registry=None)
         self.dead_letters = Counter("tracker_dead_letters_total", "Inputs that could not be used.", ["reason"],
-                                    registry=r)
+                                    registry=None)
+        self.dead_letters_dropped = Counter(
+            "tracker_dead_letters_dropped_total",
+            "Dead letters deleted with the oldest dead-letter file when the files were rotated.", registry=None)
         self.transitions = Counter("tracker_transitions_total", "Phase entries added to run histories.",
-                                   ["phase"], registry=r)
+                                   ["phase"], registry=None)
         self.oldest_pending = Gauge("tracker_oldest_pending_admission_seconds",
                                     "Age of the oldest run waiting for admission, per LocalQueue (namespace/name).",
-                                    ["queue"], registry=r)
+                                    ["queue"], registry=None)
         self.alerts = Counter("tracker_stalled_admission_alerts_total", "Stalled-admission alerts emitted "
-                              "(stuck-run alerts of phase Admission).", ["queue"], registry=r)
+                              "(stuck-run alerts of phase Admission).", ["queue"], registry=None)
         self.oldest_stuck = Gauge("tracker_oldest_stuck_seconds",
                                   "Time in the current phase of the oldest live run whose application has not "
                                   "started, per phase (Admission, Scheduling, Runtime) and LocalQueue "
-                                  "(namespace/name), on alerts.metrics_clock.", ["phase", "queue"], registry=r)
+                                  "(namespace/name), on alerts.metrics_clock.", ["phase", "queue"], registry=None)
         self.stuck_alerts = Counter("tracker_stuck_run_alerts_total", "Stuck-run alerts emitted, per phase and "
-                                    "LocalQueue.", ["phase", "queue"], registry=r)
-        self.runs = Gauge("tracker_runs", "Runs held in memory by the reducer, by status.", ["status"], registry=r)
+                                    "LocalQueue.", ["phase", "queue"], registry=None)
+        self.runs = Gauge("tracker_runs", "Runs held in memory by the reducer, by status.", ["status"], registry=None)
         self.runs_finished = Counter("tracker_runs_finished_total", "Runs retired after a final status.",
-                                     ["status"], registry=r)
+                                     ["status"], registry=None)
         self.partitions = Gauge("tracker_partitions_assigned", "Partitions assigned and restored.", ["group"],
-                                registry=r)
+                                registry=None)
         self.restore_seconds = Histogram("tracker_restore_seconds", "Restoring one partition's runs.",
-                                         buckets=(.05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300), registry=r)
-        self.sink_rows = Counter("tracker_sink_rows_changed_total", "Rows changed by a sink.", ["sink"], registry=r)
+                                         buckets=(.05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300), registry=None)
+        self.sink_rows = Counter("tracker_sink_rows_changed_total", "Rows changed by a sink.", ["sink"],
+                                 registry=None)
         self.sink_histories = Counter("tracker_sink_histories_total", "Run histories written by a sink.",
-                                      ["sink"], registry=r)
+                                      ["sink"], registry=None)
         self.sink_bad_records = Counter("tracker_sink_bad_records_total",
                                         "Transitions records a sink could not decode (skipped).", ["sink"],
-                                        registry=r)
+                                        registry=None)
         self.sink_write_seconds = Histogram("tracker_sink_write_seconds", "One sink write, offsets included.",
-                                            ["sink"], registry=r)
+                                            ["sink"], registry=None)
         self.errors = Counter("tracker_errors_total", "Recovered errors, by component and kind.",
-                              ["component", "kind"], registry=r)
+                              ["component", "kind"], registry=None)
+        families = ({name for names in PROCESS_FAMILIES.values() for name in names} if process == "all"
+                    else set(PROCESS_FAMILIES[process]))
+        for name in dict.fromkeys([*_COMMON, *sorted(families)]):
+            r.register(getattr(self, name))
+        ProcessCollector(registry=r)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

@@ -16,7 +16,7 @@ from typing import BinaryIO, Protocol
 
 from tracker import errors
 from tracker.core.model import DeadLetter, RunHistory
-from tracker.core.reducer import Reducer
+from tracker.core.reducer import Flushed, Reducer
 from tracker.settings import DEAD_LETTER_FILE_BYTES, DEAD_LETTER_FILES
 from tracker.shell import tasks
 from tracker.shell.bus import InProcessBus
@@ -152,12 +152,14 @@ async def run_pipeline(
     on_progress: Callable[[int], None] | None = None,
     store: StateStore | None = None,
     stop: asyncio.Event | None = None,
+    on_flush: Callable[[Flushed, int, int], None] | None = None,
 ) -> PipelineReport:
     """Fold ``records`` and write the histories of the runs they change to ``store`` (with the reducer's state
     for those runs, so that a later call continues from it) and to ``sinks``; dead letters to ``dead_letters``.
 
     Once ``stop`` is set no further record is taken: what was taken is folded and written, and the report says
-    ``stopped`` and the source of the last record folded."""
+    ``stopped`` and the source of the last record folded. ``on_flush`` is called after each flush of the reducer
+    with what it flushed, the records folded since the previous flush and the reducer's watermark (metrics)."""
     lim = limits or PipelineLimits()
     changes: InProcessBus[Record | BadRecord] = InProcessBus(lim.change_queue)
     batches: InProcessBus[tuple[list[RunHistory], list[DeadLetter], StateRows | None]] = \
@@ -165,8 +167,14 @@ async def run_pipeline(
     report = PipelineReport()
     state = StateTracker(reducer) if store is not None else None
 
+    folded = 0
+
     async def flush() -> None:
+        nonlocal folded
         out = reducer.flush()
+        if on_flush is not None:
+            on_flush(out, folded, reducer.watermark)
+        folded = 0
         rows = None if state is None else state.capture([*(h.run.run_id for h in out.histories), *out.retired])
         if out.histories or out.dead_letters or (rows is not None and (rows.held is not None or rows.retired
                                                                        or rows.clock is not None)):
@@ -195,6 +203,7 @@ async def run_pipeline(
             await changes.close()
 
     async def reduce() -> None:
+        nonlocal folded
         try:
             since_flush = 0
             async for rec in changes:
@@ -202,6 +211,7 @@ async def run_pipeline(
                     _fold(reducer, item)
                     report.records += 1
                     since_flush += 1
+                    folded += 1
                 report.last_source = item.source
                 if on_progress is not None:
                     on_progress(report.records)

@@ -25,10 +25,10 @@ from typing import Any
 import structlog
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
-from prometheus_client import Counter
 
 from tracker import errors
 from tracker.core.model import DeadLetter
+from tracker.runtime.embedded_metrics import EmbeddedMetrics
 from tracker.runtime.ops import Health, Metrics, OpsServer, Shutdown, configure_logging
 from tracker.runtime.pipeline import JsonlDeadLetters, PipelineLimits, PipelineReport, run_pipeline
 from tracker.runtime.reduce import ReduceService
@@ -165,7 +165,7 @@ async def run_process(settings: Settings, name: str, body: Body, *, fatal: Error
     traceback (with the fatal errors beside it, if any, logged first)."""
     configure_logging(settings.ops.log_level, settings.ops.log_format)
     _PRODUCER_LOG.addFilter(_NO_PAYLOADS)
-    metrics, health = Metrics(), Health()
+    metrics, health = Metrics("serve-embedded" if name == "serve" and not settings.kafka.enabled else name), Health()
     server = OpsServer(settings.ops, metrics=metrics, health=health)
     shutdown = Shutdown(settings.ops.shutdown_timeout_s)
     shutdown.install()
@@ -396,17 +396,17 @@ async def _serve_embedded(settings: Settings, opts: ServeOptions, intake: Source
         while (item := await changes.get()) is not None:
             yield item
 
-    dropped = Counter("tracker_dead_letters_dropped_total",
-                      "Dead letters deleted with the oldest dead-letter file when the files were rotated.",
-                      registry=metrics.registry)
-    dead = dead_letter_file(settings.embedded, index_path, on_drop=dropped.inc)
+    dead = dead_letter_file(settings.embedded, index_path, on_drop=metrics.dead_letters_dropped.inc)
+    gauges = EmbeddedMetrics(metrics, settings)
 
     def pipeline() -> PipelineReport:
         with ExperimentIndex(index_path) as index:  # continue from the reducer state the index keeps
             reducer_state.refuse_runs_without_state(index)
             reducer = reducer_state.restore(index, settings.reduce.reducer_limits(settings.embedded.max_retired))
+            gauges.restored(reducer)
             return asyncio.run(run_pipeline(records(), reducer, sinks=[], dead_letters=dead,
-                                            limits=pipeline_limits(settings.embedded), store=index))
+                                            limits=pipeline_limits(settings.embedded), store=index,
+                                            on_flush=gauges.flushed))
 
     # the pipeline's error, if any, leaves through the task group; once it has ended nothing more is put
     async with asyncio.TaskGroup() as tg:

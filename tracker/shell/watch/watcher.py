@@ -197,6 +197,8 @@ class WatchCollector:
 
     def collect(self) -> Iterator[Metric]:
         w = self.watcher
+        yield GaugeMetricFamily("tracker_watch_leading", "1 while this replica watches (it holds the lease, or runs "
+                                "without one), 0 on standby.", value=0 if w is None else 1)
         if w is None:
             return
         for name, value in w.stats.as_dict().items():

@@ -1,0 +1,118 @@
+"""The reducer's metrics for the embedded pipeline (``tracker serve`` without Kafka).
+
+The Kafka reducer counts in its transaction loop (``tracker.runtime.reduce``); the embedded pipeline has no such
+loop, so this counts the same families from each flush of the reducer: changes folded, phase entries added (per
+run and phase, the growth of its count of entries of that phase: a history re-derived with an entry moved in time
+is not counted twice),
+dead letters by reason, runs in memory by status, runs retired by status, and the oldest pending and stuck ages
+per queue (``tracker_oldest_pending_admission_seconds`` on ``alerts.clock``, ``tracker_oldest_stuck_seconds`` on
+``alerts.metrics_clock``, as the Kafka reducer sets them). It runs on the pipeline's thread; prometheus_client's
+metrics are thread-safe. Gauges are refreshed at most every ``ops.metrics_interval_s``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable
+
+from tracker.core import stuck as policy
+from tracker.core.model import Phase, RunHistory, Status
+from tracker.core.reducer import Flushed, Reducer
+from tracker.runtime.ops import Metrics
+from tracker.settings import Settings
+
+PARTITION = "embedded"  # the partition label of tracker_changes_consumed_total in the embedded pipeline
+PHASES = tuple(Phase)
+_INDEX = {phase: i for i, phase in enumerate(PHASES)}
+_NONE = (0,) * len(PHASES)
+
+
+class EmbeddedMetrics:
+    def __init__(self, metrics: Metrics, settings: Settings, *, wall_us: Callable[[], int] | None = None,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        self.m = metrics
+        self.clock = settings.alerts.clock
+        self.metrics_clock = settings.alerts.metrics_clock
+        self.interval_s = settings.ops.metrics_interval_s
+        self._wall_us = wall_us or (lambda: time.time_ns() // 1_000)
+        self._monotonic = monotonic
+        self._last_refresh: float | None = None
+        self.status: dict[str, Status] = {}  # live run id -> status
+        self.entries: dict[str, tuple[int, ...]] = {}  # live run id -> phase entries already counted, per phase
+        self.stuck: dict[str, policy.Stuck] = {}  # live runs before their application started
+        self._queues: set[str] = set()
+        self._stuck_keys: set[tuple[str, str]] = set()
+
+    def restored(self, reducer: Reducer) -> None:
+        """Start from the runs a restored reducer holds (their phase entries were counted by an earlier process)."""
+        for run_id in list(reducer.runs):
+            h = reducer.history(run_id)
+            if h is not None:
+                self._seen(h)
+
+    def flushed(self, out: Flushed, folded: int, watermark_us: int) -> None:
+        """One flush of the reducer: ``folded`` records were folded since the previous one."""
+        m = self.m
+        if folded:
+            m.changes_consumed.labels(PARTITION).inc(folded)
+        added = [0] * len(PHASES)
+        for h in out.histories:
+            before = self.entries.get(h.run.run_id, _NONE)
+            for i, n in enumerate(self._seen(h)):
+                added[i] += max(0, n - before[i])
+        for phase, n in zip(PHASES, added, strict=True):
+            if n:
+                m.transitions.labels(phase.value).inc(n)
+        for reason, n in Counter(dl.reason for dl in out.dead_letters).items():
+            m.dead_letters.labels(reason).inc(n)
+        for run_id in out.retired:
+            status = self.status.pop(run_id, Status.SUCCEEDED)
+            self.entries.pop(run_id, None)
+            self.stuck.pop(run_id, None)
+            m.runs_finished.labels(status.value).inc()
+        now = self._monotonic()
+        if self._last_refresh is None or now - self._last_refresh >= self.interval_s:
+            self._last_refresh = now
+            self.refresh(watermark_us)
+
+    def refresh(self, watermark_us: int) -> None:
+        """Set the gauges: runs by status, the oldest pending admission and the oldest stuck run per queue."""
+        m = self.m
+        statuses = Counter(s.value for s in self.status.values())
+        for status in Status:
+            m.runs.labels(status.value).set(statuses.get(status.value, 0))
+        wall = self._wall_us()
+        clock = wall if self.clock == "wall" else watermark_us
+        oldest: dict[str, float] = {}
+        for w in self.stuck.values():
+            if w.phase == Phase.ADMISSION and w.queued_at_us is not None:
+                oldest[w.queue] = max(oldest.get(w.queue, 0.0), max(0, clock - w.queued_at_us) / 1e6)
+        for queue in self._queues - oldest.keys():
+            m.oldest_pending.remove(queue)
+        for queue, age in oldest.items():
+            m.oldest_pending.labels(queue).set(age)
+        self._queues = set(oldest)
+        gauge_clock = wall if self.metrics_clock == "wall" else watermark_us
+        stuck = {(phase.value, queue): age for (phase, queue), age in policy.oldest(self.stuck.values(),
+                                                                                     gauge_clock).items()}
+        for key in self._stuck_keys - stuck.keys():
+            m.oldest_stuck.remove(*key)
+        for key, age in stuck.items():
+            m.oldest_stuck.labels(*key).set(age)
+        self._stuck_keys = set(stuck)
+
+    def _seen(self, h: RunHistory) -> tuple[int, ...]:
+        """Remember the run's status, phase entries and stuck state; its phase entries per phase."""
+        run_id = h.run.run_id
+        self.status[run_id] = h.run.status
+        counts = [0] * len(PHASES)
+        for t in h.transitions:
+            counts[_INDEX[t.phase]] += 1
+        entries = self.entries[run_id] = tuple(counts)
+        candidate = policy.stuck_candidate(h)
+        if candidate is None:
+            self.stuck.pop(run_id, None)
+        else:
+            self.stuck[run_id] = candidate
+        return entries
