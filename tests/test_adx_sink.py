@@ -42,6 +42,7 @@ from tracker.core.model import (
 from tracker.core.reducer import Reducer
 from tracker.runtime.kusto_cmd import add_kusto_commands
 from tracker.runtime.pipeline import PipelineLimits, run_pipeline
+from tracker.runtime.sinks import AdxCollector
 from tracker.shell.adx import STATE_COLUMNS, TABLES, AdxSettings, AdxSink, connection, history_rows
 from tracker.shell.capture import BadRecord, capture_files, interleave
 from tracker.shell.kusto_apply import PROBE, ApplyError, apply_schema, schema_commands
@@ -457,12 +458,19 @@ def test_permanent_rejection_keeps_the_rows_on_disk(standin: KustoStandIn, make_
 def test_outage_spools_and_drains_in_order(standin: KustoStandIn, make_sink: Callable[..., AdxSink],
                                            tmp_path: Path) -> None:
     sink = make_sink()
+    collector = AdxCollector()
+    collector.sink = sink
     standin.outage = 503
     assert sink.write([evicted_run(finished=False), pending_run()]) == 17
     assert sink.flush(60)
     assert sink.stats.spooled_rows == 17 and sink.stats.spool_files == len(TABLES)
     assert sink.spool_bytes == sum(p.stat().st_size for p in (tmp_path / "spool").glob("*.jsonl")) > 0
     assert not standin.tables
+    # what a scraper sees during the outage (issue 17): the spool's files, bytes and age
+    time.sleep(0.05)
+    seen = {m.name: m.samples[0].value for m in collector.collect()}
+    assert seen["tracker_adx_spool_files"] == len(TABLES) and seen["tracker_adx_spool_bytes"] == sink.spool_bytes
+    assert seen["tracker_adx_spool_oldest_age_seconds"] > 0 and seen["tracker_adx_rows_spooled"] == 17
 
     standin.down()  # now connections are refused
     standin.outage = None
@@ -473,6 +481,9 @@ def test_outage_spools_and_drains_in_order(standin: KustoStandIn, make_sink: Cal
     standin.up()
     wait_until(lambda: sink.stats.spool_files == 0 and delivered(standin) == 23)
     assert sink.spool_bytes == 0 and not list((tmp_path / "spool").glob("*.jsonl"))
+    seen = {m.name: m.samples[0].value for m in collector.collect()}
+    assert seen["tracker_adx_spool_files"] == seen["tracker_adx_spool_oldest_age_seconds"] == 0
+    assert seen["tracker_adx_rows_sent"] == 23 and seen["tracker_adx_rows_rejected"] == 0
     # Nothing lost or doubled, and each table got its rows in the order they were written.
     event_ids = [r["EventId"] for t in TABLES for r in standin.tables[t]]
     assert len(event_ids) == len(set(event_ids)) == 23

@@ -23,15 +23,16 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, ExitStack
 from pathlib import Path
-from typing import Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
 
 import structlog
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.errors import KafkaError
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from pydantic import ValidationError
 
 from tracker import errors
@@ -40,6 +41,9 @@ from tracker.runtime.ops import Health, Metrics
 from tracker.runtime.pipeline import HistorySink
 from tracker.settings import Settings
 from tracker.shell import kafka
+
+if TYPE_CHECKING:
+    from tracker.shell.adx import AdxSink
 
 T = TypeVar("T")
 log = structlog.get_logger("tracker.sinks")
@@ -310,5 +314,38 @@ def adx_sink_runner(settings: Settings, *, metrics: Metrics, health: Health, gro
     from tracker.shell.adx import AdxSettings, AdxSink
 
     adx = AdxSettings()
-    return SinkRunner("adx", open_sink=lambda: AdxSink(adx), group=group or ADX_SINK_GROUP, settings=settings,
+    collector = AdxCollector()
+    metrics.registry.register(collector)
+
+    def open_sink() -> AdxSink:
+        sink = collector.sink = AdxSink(adx)
+        return sink
+
+    return SinkRunner("adx", open_sink=open_sink, group=group or ADX_SINK_GROUP, settings=settings,
                       metrics=metrics, health=health, group_instance_id=settings.sink.group_instance_id)
+
+
+class AdxCollector:
+    """The ADX sink's own families, read from its statistics at scrape time: rows sent, retried and rejected,
+    and its spool (files, bytes, age of the oldest file), so that an alert sees an outage the sink rides out."""
+
+    def __init__(self) -> None:
+        self.sink: AdxSink | None = None
+
+    def collect(self) -> Iterator[Metric]:
+        sink = self.sink
+        if sink is None:
+            return
+        st = sink.stats
+        for name, value, text in (("rows_sent", st.rows_sent, "Rows Kusto accepted."),
+                                  ("ingestion_retries", st.retries, "Failed ingestion calls that were retried."),
+                                  ("rows_spooled", st.spooled_rows, "Rows that went through the spool."),
+                                  ("rows_rejected", st.rejected_rows, "Rows Kusto refused as permanently invalid "
+                                   "(kept in the spool's rejected/ directory).")):
+            yield CounterMetricFamily(f"tracker_adx_{name}", text, value=value)
+        yield GaugeMetricFamily("tracker_adx_spool_files", "Files in the spool (chunks waiting for Kusto).",
+                                value=st.spool_files)
+        yield GaugeMetricFamily("tracker_adx_spool_bytes", "Bytes in the spool.", value=st.spool_bytes)
+        yield GaugeMetricFamily("tracker_adx_spool_oldest_age_seconds",
+                                "Age of the oldest chunk in the spool (0 when it is empty).",
+                                value=sink.spool_oldest_age_s())

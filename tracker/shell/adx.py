@@ -313,6 +313,12 @@ class _Spool:
         self.stats.spool_files += 1
         self.stats.spooled_rows += chunk.rows
 
+    def oldest_age_s(self, now: float) -> float:
+        try:
+            return max(0.0, now - self.files[0].stat().st_mtime)
+        except (IndexError, OSError):  # empty, or drained meanwhile (another thread)
+            return 0.0
+
     def peek(self) -> _Chunk:
         path = self.files[0]
         return _Chunk(path.name.split(".")[1], path.read_bytes())
@@ -458,6 +464,10 @@ class AdxSink:
     @property
     def spool_bytes(self) -> int:
         return self.stats.spool_bytes
+
+    def spool_oldest_age_s(self, now: float | None = None) -> float:
+        """Seconds since the oldest file in the spool was written (0 with an empty spool); any thread."""
+        return self._spool.oldest_age_s(time.time() if now is None else now)
 
     # ------------------------------------------------------------------------------------ worker side
     def _batch_due(self, now: float) -> bool:
