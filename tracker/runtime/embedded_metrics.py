@@ -1,9 +1,8 @@
 """The reducer's metrics for the embedded pipeline (``tracker serve`` without Kafka).
 
 The Kafka reducer counts in its transaction loop (``tracker.runtime.reduce``); the embedded pipeline has no such
-loop, so this counts the same families from each flush of the reducer: changes folded, phase entries added (per
-run and phase, the growth of its count of entries of that phase: a history re-derived with an entry moved in time
-is not counted twice),
+loop, so this counts the same families from each flush of the reducer: changes folded, phase entries added (as
+``tracker.core.entries`` counts them),
 dead letters by reason, runs in memory by status, runs retired by status, and the oldest pending and stuck ages
 per queue (``tracker_oldest_pending_admission_seconds`` on ``alerts.clock``, ``tracker_oldest_stuck_seconds`` on
 ``alerts.metrics_clock``, as the Kafka reducer sets them). It runs on the pipeline's thread; prometheus_client's
@@ -16,6 +15,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
+from tracker.core import entries
 from tracker.core import stuck as policy
 from tracker.core.model import Phase, RunHistory, Status
 from tracker.core.reducer import Flushed, Reducer
@@ -23,9 +23,6 @@ from tracker.runtime.ops import Metrics
 from tracker.settings import Settings
 
 PARTITION = "embedded"  # the partition label of tracker_changes_consumed_total in the embedded pipeline
-PHASES = tuple(Phase)
-_INDEX = {phase: i for i, phase in enumerate(PHASES)}
-_NONE = (0,) * len(PHASES)
 
 
 class EmbeddedMetrics:
@@ -56,14 +53,12 @@ class EmbeddedMetrics:
         m = self.m
         if folded:
             m.changes_consumed.labels(PARTITION).inc(folded)
-        added = [0] * len(PHASES)
+        counted: Counter[Phase] = Counter()
         for h in out.histories:
-            before = self.entries.get(h.run.run_id, _NONE)
-            for i, n in enumerate(self._seen(h)):
-                added[i] += max(0, n - before[i])
-        for phase, n in zip(PHASES, added, strict=True):
-            if n:
-                m.transitions.labels(phase.value).inc(n)
+            before = self.entries.get(h.run.run_id, entries.NONE)
+            counted.update(entries.added(before, self._seen(h)))
+        for phase, n in counted.items():
+            m.transitions.labels(phase.value).inc(n)
         for reason, n in Counter(dl.reason for dl in out.dead_letters).items():
             m.dead_letters.labels(reason).inc(n)
         for run_id in out.retired:
@@ -106,13 +101,10 @@ class EmbeddedMetrics:
         """Remember the run's status, phase entries and stuck state; its phase entries per phase."""
         run_id = h.run.run_id
         self.status[run_id] = h.run.status
-        counts = [0] * len(PHASES)
-        for t in h.transitions:
-            counts[_INDEX[t.phase]] += 1
-        entries = self.entries[run_id] = tuple(counts)
+        now = self.entries[run_id] = entries.phase_entries(h)
         candidate = policy.stuck_candidate(h)
         if candidate is None:
             self.stuck.pop(run_id, None)
         else:
             self.stuck[run_id] = candidate
-        return entries
+        return now

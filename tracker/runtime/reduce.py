@@ -14,8 +14,7 @@ one partition are folded, and then ONE transaction carries everything they cause
 
 A crash at any point leaves either all of it or none of it; the next owner restores the partition's runs from
 ``run-state`` (read to its end) and resumes at the committed offset, so each history is published exactly once.
-changes, transitions and run-state have one partition count and the outputs go to the partition number of the
-input, so a run's state lives in the partition of its changes.
+The outputs go to the input's partition number (one partition count): a run's state is beside its changes.
 
 Runs whose history is final for good are retired by the reducer itself, by the one policy the embedded pipeline
 uses too (``ReducerLimits.retire_after_us``, see ``tracker.core.reducer``): once the partition's event-time
@@ -24,18 +23,16 @@ run's last change, decided per record so that where polls cut the stream does no
 becomes the reducer's retired marker in the transaction of that batch. When the reducer forgets a retired run
 (``max_retired``), its run-state key gets a Kafka tombstone, so compaction removes it.
 
-Stuck runs (``tracker.core.stuck``, the definition of ``tracker runs --stuck``): a live run pending in Admission,
-Scheduling or Runtime (its application not started) is stuck for ``clock - since``, ``since`` being its entry into
-the phase. The oldest age per phase and LocalQueue (``namespace/name``) is ``tracker_oldest_stuck_seconds``, on
-``alerts.metrics_clock`` (the wall clock by default); Admission's, as ``clock - queued_at``, is also in
-``tracker_oldest_pending_admission_seconds`` on ``alerts.clock``, as before. A ``StuckRunAlert`` goes to the alerts
-topic when the age reaches the phase's threshold (``alerts.stalled_admission_s``, ``stuck_scheduling_s``,
-``stuck_runtime_s``) by ``alerts.clock``. With ``clock=event`` (the default) the clock is the partition's
-watermark: the latest transition time of any history the partition produced, persisted in run-state so a restart
-does not move it back. It depends on the input only, not on when or how fast the reducer runs (a replay of last
-week alerts as the live run did), but it does not advance while the partition is quiet. ``clock=wall`` uses this
-host's clock instead, checked every ``check_interval_s`` too, so a quiet cluster still alerts. Each (run, attempt,
-phase) is alerted once: the alert and the run-state record that remembers it share a transaction.
+Stuck runs (``tracker.core.stuck``, as ``tracker runs --stuck``): a live run pending in Admission, Scheduling or
+Runtime is stuck for ``clock - since`` (its entry into the phase). The oldest age per phase and LocalQueue is
+``tracker_oldest_stuck_seconds`` on ``alerts.metrics_clock`` (wall by default); Admission's, as ``clock -
+queued_at``, also ``tracker_oldest_pending_admission_seconds`` on ``alerts.clock``. A ``StuckRunAlert`` goes to the
+alerts topic when the age reaches the phase's threshold (``alerts.stalled_admission_s``, ``stuck_scheduling_s``,
+``stuck_runtime_s``) by ``alerts.clock``: ``event`` (the default) is the partition's watermark, the latest
+transition time of any history it produced, persisted in run-state; it depends on the input only (a replay of last
+week alerts as the live run did) but stands still while the partition is quiet. ``wall`` is this host's clock,
+checked every ``check_interval_s`` too. Each (run, attempt, phase) is alerted once: the alert and the run-state
+record that remembers it share a transaction.
 """
 
 from __future__ import annotations
@@ -54,6 +51,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPa
 from aiokafka.errors import KafkaError, ProducerFenced
 
 from tracker import errors
+from tracker.core import entries
 from tracker.core import stuck as policy
 from tracker.core.model import DeadLetter, Phase, RunHistory, Status, utc
 from tracker.core.reducer import Flushed, Reducer, ReducerLimits
@@ -85,7 +83,7 @@ class _RunShell:
     """What the shell keeps per live run besides the reducer's facts (persisted in run-state)."""
 
     content_hash: str | None = None
-    transitions: int = 0  # phase entries already counted in the metrics
+    entries: tuple[int, ...] | None = None  # phase entries already counted in the metrics (core.entries)
     alerted: list[int] = field(default_factory=list)  # attempts already alerted stuck in Admission
     alerted_stuck: list[tuple[int, Phase]] = field(default_factory=list)  # (attempt, phase) alerted, other phases
     status: Status = Status.PENDING
@@ -299,13 +297,14 @@ class ReduceService:
             part.reducer.restore_run(doc)
             part.watermark_us = max(part.watermark_us, shell.get("watermark_us", 0))
             if not doc.get("retired"):
-                part.runs[doc["run_id"]] = _RunShell(
-                    shell.get("hash"), shell.get("transitions", 0), list(shell.get("alerted", ())),
-                    [(int(a), Phase(p)) for a, p in shell.get("alerted_stuck", ())])
+                part.runs[doc["run_id"]] = _RunShell(shell.get("hash"), tuple(shell.get("entries") or ()) or None,
+                    list(shell.get("alerted", ())), [(int(a), Phase(p)) for a, p in shell.get("alerted_stuck", ())])
         for run_id, shell in part.runs.items():
             history = part.reducer.history(run_id)
             if history is not None:
                 shell.status = history.run.status
+                if shell.entries is None or len(shell.entries) != len(entries.PHASES):  # an older state: all counted
+                    shell.entries = entries.phase_entries(history)
                 self._track_waiting(part, history)
         return part
 
@@ -396,8 +395,9 @@ class ReduceService:
                 else:
                     plan.records.append(_Out(topics.transitions, part.tp.partition, run_id.encode(), value,
                                              ((CONTENT_HASH_HEADER, digest.encode()),)))
-                plan.phases.update(t.phase.value for t in h.transitions[shell.transitions:])
-                shell.content_hash, shell.transitions = digest, len(h.transitions)
+                now = entries.phase_entries(h)
+                plan.phases.update({p.value: n for p, n in entries.added(shell.entries or entries.NONE, now).items()})
+                shell.content_hash, shell.entries = digest, now
             self._track_waiting(part, h)
         # runs the reducer retired while folding: their run-state record becomes the retired marker (they may
         # not have changed in this batch); retirements it forgot get a tombstone
@@ -424,7 +424,8 @@ class ReduceService:
             return []
         shell = part.runs.get(run_id)
         snap["shell"] = {"watermark_us": part.watermark_us} if shell is None else {
-            "watermark_us": part.watermark_us, "hash": shell.content_hash, "transitions": shell.transitions,
+            "watermark_us": part.watermark_us, "hash": shell.content_hash,
+            "entries": None if shell.entries is None else list(shell.entries),
             "alerted": shell.alerted, "alerted_stuck": [[a, p.value] for a, p in shell.alerted_stuck]}
         value = jsonio.dumps(snap)
         limit = self.topics.max_message_bytes - _OUTPUT_MARGIN
