@@ -30,6 +30,10 @@ def test_the_edges_keep_the_standard_library_behaviour() -> None:
     text = json.dumps(big)
     decoded = jsonio.loads(text)
     assert decoded["n"] == 2 ** 70 and decoded["x"] != decoded["x"]
+    for n in (-(2 ** 63) - 1, 2 ** 64, -(2 ** 64), 10 ** 25):  # orjson alone turns these into floats, silently
+        for text in (str(n), f"[{n}]", f'{{"n": {n}}}'):
+            assert jsonio.loads(text.encode()) == jsonio.loads(text) == json.loads(text)
+            assert type(jsonio.loads(str(n))) is int
     assert json.loads(jsonio.dumps({"n": 2 ** 70, 1: "int key"})) == {"n": 2 ** 70, "1": "int key"}
     assert jsonio.dumps({"name": "résumé"}) == '{"name":"résumé"}'.encode()  # UTF-8, not \\u escapes
     for bad in (b"", b"{", b"{'a': 1}", b"\xff"):

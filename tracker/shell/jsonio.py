@@ -2,8 +2,9 @@
 the watcher, a record encoded for Kafka) with orjson, which is 3-5 times faster than the standard library.
 
 At the edges the standard library's behaviour is kept, so that switching changed what is accepted in no case:
-what orjson refuses to decode (integers beyond 64 bits, ``NaN``) is decoded by ``json``, which raises ValueError
-for what is really not JSON; what it refuses to encode (such integers, non-string keys) is encoded by ``json``.
+what orjson refuses to decode (``NaN``, some integers beyond 64 bits) or would decode differently (it turns an
+integer below -2**63 or above 2**64-1 into a float, silently) is decoded by ``json``, which raises ValueError for
+what is really not JSON; what it refuses to encode (such integers, non-string keys) is encoded by ``json``.
 Encodings are compact UTF-8 either way (floats may be spelt differently, e.g. ``1e16`` and ``1e+16``: every reader
 parses them).
 """
@@ -11,13 +12,22 @@ parses them).
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import orjson
 
+# 19 digits in a row: the text may hold an integer out of orjson's range (2**63 has 19 digits). A scan in C, at
+# memory speed; what matches (a long number anywhere, also in a string) merely takes the slower exact path.
+_LONG_DIGITS = re.compile(rb"[0-9]{19}")
+_LONG_DIGITS_TEXT = re.compile(r"[0-9]{19}")
+
 
 def loads(data: bytes | str) -> Any:
     """Decode JSON text; ValueError (json.JSONDecodeError) if it is not JSON."""
+    long = (_LONG_DIGITS_TEXT if isinstance(data, str) else _LONG_DIGITS).search(data)  # type: ignore[arg-type]
+    if long is not None:
+        return json.loads(data)
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError:
