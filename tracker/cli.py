@@ -100,8 +100,9 @@ def replay(captures: list[Path], index_path: Path, console: Console, quiet: bool
 
     # no retirement by default: a capture replayed a file (one watch stream) at a time has no event time that
     # holds for the others, and would lose records of runs retired too early (docs/limits.md)
-    limits = ReducerLimits() if retire_after_s is None else ReducerLimits(
-        retire_after_us=round(retire_after_s * 1_000_000), max_retired=100_000)
+    limits = ReducerLimits(accelerator_resources=_accelerator_resources()) if retire_after_s is None else \
+        ReducerLimits(retire_after_us=round(retire_after_s * 1_000_000), max_retired=100_000,
+                      accelerator_resources=_accelerator_resources())
     with ExperimentIndex(index_path) as index:
         refuse_runs_without_state(index)
         reducer = restore(index, limits)
@@ -141,6 +142,17 @@ def replay(captures: list[Path], index_path: Path, console: Console, quiet: bool
             console.print(f"[yellow]{report.dead_letters} dead letter(s)[/] with reasons in "
                           f"{escape(str(dead_path))}{rotated}")
     return report
+
+
+def _accelerator_resources() -> tuple[str, ...]:
+    """The extended resources counted as GPUs: the setting ``reduce.accelerator_resources`` (its environment
+    variable or the settings file), as the reducer of ``tracker serve`` and ``tracker reduce`` reads it."""
+    from tracker.settings import SettingsError, load_settings
+
+    try:
+        return load_settings().reduce.accelerator_resources
+    except SettingsError as exc:
+        raise UsageError(str(exc)) from None
 
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
