@@ -332,7 +332,7 @@ def test_every_option_has_help_and_every_command_an_example() -> None:
 
     parser = build_parser(service_commands=False)
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    for name in ("replay", "runs", "show", "compare", "demo", "completion"):
+    for name in ("replay", "runs", "audit", "show", "compare", "demo", "completion"):
         p = sub.choices[name]
         assert p.epilog and f"tracker {name}" in p.epilog, name
         for action in p._actions:
@@ -354,9 +354,13 @@ t tracker ru
 t tracker runs --stu
 t tracker runs --phase Sch
 t tracker show --index {index} gpt-moe
+t tracker au
+t tracker audit --by cl
+t tracker audit -o c
 """)
     lines = subprocess.run(["bash", str(probe)], capture_output=True, text=True, cwd=REPO, timeout=60).stdout
-    assert lines.splitlines() == ["runs", "--stuck", "Scheduling", "gpt-moe-tq3vb gpt-moe-6wz8r"]
+    assert lines.splitlines() == ["runs", "--stuck", "Scheduling", "gpt-moe-tq3vb gpt-moe-6wz8r", "audit",
+                                  "cluster-queue", "csv"]
     zsh = run(capsys, "completion", "zsh")
     assert zsh.startswith("#compdef tracker") and "bashcompinit" in zsh
 
@@ -384,7 +388,8 @@ def imported(args: list[str]) -> set[str]:
 
 def test_readers_import_only_what_they_use(index: Path) -> None:
     for args in (["--help"], ["--version"], ["runs", "--index", str(index)], ["runs", "--index", str(index), "-o",
-                                                                                "wide"]):
+                                                                                "wide"],
+                 ["audit", "--index", str(index), "-o", "csv"]):
         modules = imported(args)
         assert not {m for m in modules if m.split(".")[0] in ("pydantic", "rich") or m.startswith(HEAVY)}, args
     modules = imported(["show", "gpt-moe-6wz8r", "--index", str(index)])

@@ -14,7 +14,7 @@ from hypothesis import given
 from tests.laws import fold
 from tests.test_reducer_laws import law_settings, plans
 from tests.test_scenarios import fold_scenario
-from tracker.core.gpu import goodput, held_hours, pod_gpus
+from tracker.core.gpu import ACCELERATOR_RESOURCES, Accelerators, goodput, held_hours, pod_gpus
 from tracker.core.model import RunHistory
 from tracker.core.reducer import Reducer
 from tracker.samples.builders import at
@@ -159,7 +159,7 @@ def test_pod_gpus_reads_requests_else_limits_of_every_container() -> None:
         {"name": "no-resources"},
     ]}
     assert pod_gpus(spec) == 7
-    assert pod_gpus(spec, ("example.com/fpga",)) == 10
+    assert pod_gpus(spec, Accelerators((*ACCELERATOR_RESOURCES, "example.com/fpga"))) == 10
     assert pod_gpus({"containers": [{"resources": {"requests": {"nvidia.com/gpu": "lots"}}}]}) == 0
     assert pod_gpus({}) == 0
     with pytest.raises(ValueError):

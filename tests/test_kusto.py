@@ -178,7 +178,8 @@ def test_functions_have_docstrings_and_readme_examples() -> None:
         names.append(m.group(2))
         assert re.search(rf"\b{m.group(2)}\(", examples), f"{m.group(2)} has no example in schemas/kusto/README.md"
     assert {"TaugridRunHistory", "TaugridRuns", "TaugridStalledAdmission", "TaugridStuckRuns", "TaugridRetryAudit",
-            "TaugridGpuUtilization", "TaugridPhaseDurations"} <= set(names)
+            "TaugridGpuUtilization", "TaugridPhaseDurations", "TaugridGpuAudit", "TaugridGpuPodWindows",
+            "TaugridGpuUsage", "TaugridIdleGpus"} <= set(names)
 
 
 def test_adxmon_resources_are_rendered_from_the_schema() -> None:
@@ -190,12 +191,15 @@ def test_adxmon_resources_are_rendered_from_the_schema() -> None:
     assert sum(k == "Function" for k, _ in kinds) == len([c for c in schema_commands()
                                                           if c.text.startswith(".create-or-alter function")])
     alerts = {d["metadata"]["name"]: d["spec"] for d in docs if d["kind"] == "AlertRule"}
-    assert set(alerts) == {"taugrid-stuck-runs", "taugrid-gpu-idle-no-progress"}
+    assert set(alerts) == {"taugrid-stuck-runs", "taugrid-gpu-idle-no-progress", "taugrid-idle-gpus-held"}
     for spec in alerts.values():
         assert {"database", "interval", "query", "destination"} <= set(spec)
         assert spec["database"] == SCHEMA["database"]
         assert re.search(r'CorrelationId = strcat\("taugrid-[a-z-]+/", Cluster, "/", RunId', spec["query"])
     assert "DCGMFIPROFGRENGINEACTIVE" in alerts["taugrid-gpu-idle-no-progress"]["query"]
+    idle = alerts["taugrid-idle-gpus-held"]["query"]
+    assert "TaugridIdleGpus(_endTime - window, _endTime, 5.0)" in idle and "where Open" in idle
+    assert 'tostring(Attempt))' in idle  # one alert per run and attempt
     stuck = alerts["taugrid-stuck-runs"]["query"]
     assert "TaugridStuckRuns(30m)" in stuck and "PendingReason" in stuck and "Reason, Message" in stuck
     assert 'tostring(Attempt), "/", Phase)' in stuck  # one alert per run, attempt and phase, as the reducer's
@@ -208,3 +212,19 @@ def test_stuck_runs_function_covers_the_clis_phases() -> None:
     body = next(c.text for c in schema_commands() if ") TaugridStuckRuns(" in c.text)
     phases = re.search(r'Status == "pending" and Phase in \(([^)]*)\)', body)
     assert phases and tuple(p.strip().strip('"') for p in phases.group(1).split(",")) == STUCK_PHASES
+
+
+def test_gpu_audit_function_groups_and_loses_as_tracker_audit() -> None:
+    """TaugridGpuAudit takes `tracker audit --by`'s groupings, counts evictions as it does (the same triggers are
+    not evictions) and has a column per reason GPU-time is lost (schemas/gpu-accounting.md)."""
+    from tracker.audit import _DEACTIVATIONS, _NOT_EVICTIONS, GROUP_BY, LOST_REASONS
+
+    body = next(c.text for c in schema_commands() if ") TaugridGpuAudit(" in c.text)
+    for by in GROUP_BY:
+        assert f'"{by}"' in body or by == "namespace", by  # namespace: the default
+    assert f'Trigger !in ("{_NOT_EVICTIONS[0]}", "{_NOT_EVICTIONS[1]}")' in body
+    assert all(f'RunReason startswith "{d}"' in body for d in _DEACTIVATIONS)
+    for reason in LOST_REASONS:
+        assert f"Lost{reason} = sum(todouble(LostGpuHoursBy.{reason}))" in body, reason
+    usage = next(c.text for c in schema_commands() if ") TaugridGpuUsage(" in c.text)
+    assert "on Cluster, Namespace, Pod" in usage and "DCGMFIDEVGPUUTIL" in usage

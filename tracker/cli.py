@@ -1,4 +1,4 @@
-"""The `tracker` command line: replay, runs, show, demo, completion (and the service commands).
+"""The `tracker` command line: replay, runs, audit, show, demo, completion (and the service commands).
 
 Start-up is kept short: this module imports only the standard library, and each command imports what it uses
 when it runs. The reader commands (``runs``, ``show``) import neither the Kubernetes, Kafka and Azure clients
@@ -41,6 +41,7 @@ from tracker.cli_args import (
 from tracker.readers import (
     DEMO_MARK,
     _sort_keys,
+    cmd_audit,
     cmd_compare,
     cmd_completion,
     cmd_demo,
@@ -59,9 +60,9 @@ if TYPE_CHECKING:
 # the command line's names, importable from here as before the reader commands and the values moved out
 __all__ = [
     "DEFAULT_DEMO_INDEX", "DEFAULT_INDEX", "DEMO_CAPTURES", "DEMO_MARK", "INDEX_ENV", "PHASES", "SERVICE_COMMANDS",
-    "SHOW_WIDTH_PIPED", "STATUSES", "STOP_SIGNALS", "NotFound", "UsageError", "build_parser", "cmd_compare",
-    "cmd_completion", "cmd_demo", "cmd_replay", "cmd_runs", "cmd_show", "completion_script", "index_path", "main",
-    "parse_duration", "parse_now", "parse_time", "parse_when", "replay", "table_width",
+    "SHOW_WIDTH_PIPED", "STATUSES", "STOP_SIGNALS", "NotFound", "UsageError", "build_parser", "cmd_audit",
+    "cmd_compare", "cmd_completion", "cmd_demo", "cmd_replay", "cmd_runs", "cmd_show", "completion_script",
+    "index_path", "main", "parse_duration", "parse_now", "parse_time", "parse_when", "replay", "table_width",
 ]
 
 
@@ -100,8 +101,9 @@ def replay(captures: list[Path], index_path: Path, console: Console, quiet: bool
 
     # no retirement by default: a capture replayed a file (one watch stream) at a time has no event time that
     # holds for the others, and would lose records of runs retired too early (docs/limits.md)
-    limits = ReducerLimits() if retire_after_s is None else ReducerLimits(
-        retire_after_us=round(retire_after_s * 1_000_000), max_retired=100_000)
+    limits = ReducerLimits(accelerator_resources=_accelerator_resources()) if retire_after_s is None else \
+        ReducerLimits(retire_after_us=round(retire_after_s * 1_000_000), max_retired=100_000,
+                      accelerator_resources=_accelerator_resources())
     with ExperimentIndex(index_path) as index:
         refuse_runs_without_state(index)
         reducer = restore(index, limits)
@@ -141,6 +143,17 @@ def replay(captures: list[Path], index_path: Path, console: Console, quiet: bool
             console.print(f"[yellow]{report.dead_letters} dead letter(s)[/] with reasons in "
                           f"{escape(str(dead_path))}{rotated}")
     return report
+
+
+def _accelerator_resources() -> tuple[str, ...]:
+    """The extended resources counted as GPUs: the setting ``reduce.accelerator_resources`` (its environment
+    variable or the settings file), as the reducer of ``tracker serve`` and ``tracker reduce`` reads it."""
+    from tracker.settings import SettingsError, load_settings
+
+    try:
+        return load_settings().reduce.accelerator_resources
+    except SettingsError as exc:
+        raise UsageError(str(exc)) from None
 
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -261,6 +274,14 @@ examples:
   tracker runs -o name | head -1 | xargs tracker show
 """
 
+AUDIT_EPILOG = """\
+examples:
+  tracker audit                                  # every run in the index, per namespace, worst first
+  tracker audit --since 7d --by cluster-queue    # runs created in the last week, per ClusterQueue
+  tracker audit --since 2026-08-01 --until 2026-09-01 --by project -o csv > august.csv
+  tracker audit --by workspace -o json
+"""
+
 SHOW_EPILOG = """\
 examples:
   tracker show e55428ce                          # a unique start of a run id
@@ -281,7 +302,8 @@ def build_parser(service_commands: bool = True) -> argparse.ArgumentParser:
     """The ``tracker`` parser. Without ``service_commands`` the service commands are listed but not built (their
     modules import the Kafka, Kubernetes and Azure clients): ``main`` builds them only when one is the command."""
     p = _Parser(prog="tracker", description="TauGrid run lifecycle tracker: what happened to every training run",
-                epilog=f"The readers (runs, show, compare) use --index, else ${INDEX_ENV}, else {DEFAULT_INDEX}.\n"
+                epilog=f"The readers (runs, audit, show, compare) use --index, else ${INDEX_ENV}, else "
+                       f"{DEFAULT_INDEX}.\n"
                        "Shell completion: source <(tracker completion bash)   # or zsh")
     p.add_argument("--version", action=_Version)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -346,6 +368,26 @@ def build_parser(service_commands: bool = True) -> argparse.ArgumentParser:
     q.add_argument("--no-headers", action="store_true", help="table and wide: leave out the header line")
     q.set_defaults(func=cmd_runs, needs_console=False)
 
+    au = sub.add_parser("audit", help="retries, resumes, evictions and GPU-hours held and lost, per group",
+                        description="The runs created in a window, grouped: runs, attempts, evictions by reason, pod\n"
+                                    "retries, resumes, GPU-hours held and lost and the goodput share (1 - lost/held),\n"
+                                    "worst groups first (most GPU-hours lost). A run counts whole in the window it\n"
+                                    "was created in; GPUs still held count up to --now (schemas/gpu-accounting.md).",
+                        epilog=AUDIT_EPILOG)
+    _index_option(au)
+    au.add_argument("--since", metavar="WHEN", help="only runs created at or after WHEN: a duration back from now "
+                                                    "(7d, 24h) or an ISO-8601 time")
+    au.add_argument("--until", metavar="WHEN", help="only runs created before WHEN (a duration or a time)")
+    au.add_argument("--now", metavar="TIME", help="the reference time of --since, --until and of GPUs still held "
+                                                  "(ISO-8601; default: the current time)")
+    au.add_argument("--by", type=_choice(AUDIT_GROUPS, "grouping"), metavar="GROUP",
+                    help="group by: " + ", ".join(AUDIT_GROUPS) + " (default: namespace)")
+    au.add_argument("-o", "--output", choices=("table", "json", "csv"), default="table", metavar="FORMAT",
+                    help="table (default: fits the terminal), json (with evictions and GPU-hours lost by reason) "
+                         "or csv (the same, one row per group, for spreadsheets)")
+    au.add_argument("--json", dest="output", action="store_const", const="json", help="same as -o json")
+    au.set_defaults(func=cmd_audit, needs_console=False)
+
     s = sub.add_parser("show", help="show one run's timeline, provenance and metrics",
                        description="One run: a bar per phase and attempt on a shared time axis (a live run's\n"
                                    "axis ends now), then provenance and metrics.", epilog=SHOW_EPILOG)
@@ -406,6 +448,7 @@ def build_parser(service_commands: bool = True) -> argparse.ArgumentParser:
 
 
 STATUSES = ("pending", "running", "succeeded", "failed", "stopped")
+AUDIT_GROUPS = ("namespace", "queue", "cluster-queue", "workspace", "project")  # tracker.audit.GROUP_BY
 PHASES = ("Resolution", "Rendering", "Admission", "Scheduling", "Runtime", "Progress", "Completion")
 
 

@@ -1,4 +1,4 @@
-"""The reader commands of `tracker`: ``runs``, ``show``, ``compare``, ``demo`` and ``completion``.
+"""The reader commands of `tracker`: ``runs``, ``audit``, ``show``, ``compare``, ``demo`` and ``completion``.
 
 Imported by ``tracker.cli`` at start, so at the top this module imports only the standard library; each command
 imports what it uses when it runs (``runs`` imports neither pydantic nor rich: tests/test_cli_runs.py).
@@ -79,6 +79,30 @@ def cmd_runs(args: argparse.Namespace, console: object) -> int:
     if args.no_headers and args.output in ("table", "wide"):
         text = text.split("\n", 1)[1]
     sys.stdout.write(text)
+    return 0
+
+
+def cmd_audit(args: argparse.Namespace, console: object) -> int:
+    from tracker.audit import FIELDS, GROUP_BY, audit, render
+    from tracker.shell.index_query import IndexReader, RunFilter
+
+    now = parse_now(args.now) or datetime.now(UTC)
+    since = None if args.since is None else parse_when(args.since, now, "--since")
+    until = None if args.until is None else parse_when(args.until, now, "--until")
+    if since is not None and until is not None and until <= since:
+        raise UsageError(f"--until ({until.isoformat()}) must be after --since ({since.isoformat()})")
+    by = args.by or "namespace"
+    if by not in GROUP_BY:  # one grouping (the option's type takes a list, for any case)
+        raise UsageError(f"--by takes one grouping, got {by!r} (one of: {', '.join(GROUP_BY)})")
+    with IndexReader(index_path(args)) as reader:
+        runs = reader.runs(RunFilter(since=since, until=until), FIELDS, phase_since=False)
+        attempts = reader.attempt_ends(r.run_id for r in runs)
+    groups, total = audit(runs, attempts, by=by, now=now)
+    if not runs and args.output == "table":
+        sys.stderr.write("No runs found.\n")
+        return 0
+    sys.stdout.write(render(groups, total, by=by, output=args.output, window={"since": since, "until": until,
+                                                                               "now": now}, width=table_width()))
     return 0
 
 
@@ -261,7 +285,8 @@ def completion_script(shell: str) -> str:
     for name, p in sub.choices.items():
         opts = sorted({s for a in p._actions for s in a.option_strings})
         cases.append(f"        {name}) opts=\"{' '.join(opts)}\" ;;")
-    values = {"-o|--output": "table wide json yaml name", "--status": "pending running succeeded failed stopped",
+    values = {"-o|--output": "table wide json yaml name csv", "--by": "namespace queue cluster-queue workspace project",
+              "--status": "pending running succeeded failed stopped",
               "--phase": "Resolution Rendering Admission Scheduling Runtime Progress Completion",
               "--sort-by": " ".join(_sort_keys()), "completion": "bash zsh"}
     value_cases = "\n".join(f"        {k}) COMPREPLY=($(compgen -W \"{v}\" -- \"$cur\")); return ;;"

@@ -28,15 +28,16 @@ import re
 from collections.abc import Mapping
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic.dataclasses import dataclass
 from pydantic.fields import FieldInfo
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
 from tracker import errors
+from tracker.core.gpu import ACCELERATOR_RESOURCES
 from tracker.core.model import Phase
 from tracker.core.redact import secret_env, secret_fields, secret_values, validation_problems
 from tracker.core.reducer import ReducerLimits
@@ -46,6 +47,10 @@ MIB = 1024 * 1024
 DEAD_LETTER_FILE_BYTES = 64 * MIB  # an embedded index's dead-letter file is rotated when it reaches this size
 DEAD_LETTER_FILES = 5  # the current file and the rotated ones kept: at most about 5 x 64 MiB
 MAX_HELD = ReducerLimits().max_held  # records held until their owner is seen: the reducer's bound, everywhere
+
+
+# an extended resource name (domain/name), or a prefix of one ending in * (at least the domain and the slash)
+_EXTENDED_RESOURCE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?/([A-Za-z0-9][-A-Za-z0-9_.]*\*?|\*)")
 
 
 class SettingsError(errors.ConfigError):
@@ -206,13 +211,37 @@ class ReduceSettings(_Section):
     max_retries: int = Field(default=8, ge=0, le=1_000,
                              description="Consecutive failed transactions or restores of one partition before exit.")
     retry_backoff_max_s: float = Field(default=10.0, gt=0, le=600)
+    accelerator_resources: Annotated[tuple[str, ...], NoDecode] = Field(
+        default=ACCELERATOR_RESOURCES, min_length=1,
+        description="Extended resources counted as GPUs (schemas/gpu-accounting.md): names as in a container's "
+                    "resources; a trailing * matches every resource starting with the rest (nvidia.com/mig-* counts "
+                    "each MIG slice as one GPU). Comma-separated in the environment, or a JSON array. Every reducer "
+                    "of a deployment (and each replay into one index) must use the same list.")
+
+    @field_validator("accelerator_resources", mode="before")
+    @classmethod
+    def _resource_list(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            text = value.strip()
+            return json.loads(text) if text.startswith("[") else [v.strip() for v in text.split(",") if v.strip()]
+        return value
+
+    @field_validator("accelerator_resources")
+    @classmethod
+    def _resource_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [v for v in value if not _EXTENDED_RESOURCE.fullmatch(v)]
+        if bad:
+            raise ValueError(f"not an extended resource name: {', '.join(map(repr, bad))} (a domain-prefixed name "
+                             "such as nvidia.com/gpu, or a prefix of one ending in *, such as nvidia.com/mig-*)")
+        return tuple(dict.fromkeys(value))
 
     def reducer_limits(self, max_retired: int | None = None) -> ReducerLimits:
         """The reducer's bounds, retirement included (``tracker reduce`` and the embedded pipeline retire finished
         runs by one policy; only ``max_retired`` differs: see ``EmbeddedSettings.max_retired``)."""
         return ReducerLimits(max_held=self.max_held, max_dead_letters=self.max_dead_letters,
                              max_retired=self.max_retired if max_retired is None else max_retired,
-                             retire_after_us=round(self.retire_after_s * 1_000_000))
+                             retire_after_us=round(self.retire_after_s * 1_000_000),
+                             accelerator_resources=self.accelerator_resources)
 
 
 class AlertSettings(_Section):

@@ -21,7 +21,7 @@ from tracker.core.facts import (
     _min,
     newer,
 )
-from tracker.core.gpu import pod_gpus
+from tracker.core.gpu import DEFAULT_ACCELERATORS, Accelerators, pod_gpus
 from tracker.core.model import LABEL_QUEUE, TAUGRID_ANNOTATION_PREFIX
 from tracker.core.timefmt import BadTimestamp, in_range, ts
 
@@ -321,8 +321,10 @@ def merge_workload(r: RunFacts, etype: str, obj: dict[str, Any]) -> None:
         r.root_deleted = deleted
 
 
-def merge_pod(r: RunFacts, obj: dict[str, Any], owner_uid: str | None) -> None:
-    """A pod of the run. Whether the watch said DELETED does not matter: a deleted pod's last state says all."""
+def merge_pod(r: RunFacts, obj: dict[str, Any], owner_uid: str | None,
+              accelerators: Accelerators = DEFAULT_ACCELERATORS) -> None:
+    """A pod of the run. Whether the watch said DELETED does not matter: a deleted pod's last state says all.
+    ``accelerators``: the extended resources counted as its GPUs."""
     meta = obj_at(obj, "metadata")
     spec = obj_at(obj, "spec")
     status = obj_at(obj, "status")
@@ -371,7 +373,7 @@ def merge_pod(r: RunFacts, obj: dict[str, Any], owner_uid: str | None) -> None:
             waiting = str_at(wait, "reason")
     delete_req = deletion_requested(meta)
     try:
-        gpus = pod_gpus(spec)
+        gpus = pod_gpus(spec, accelerators)
     except ValueError as exc:
         raise Malformed(str(exc)) from None
     finished = None

@@ -3,8 +3,9 @@
 The definitions are written once, in ``schemas/gpu-accounting.md``; this module is their only implementation. In
 short:
 
-- a pod's **GPUs** are the accelerators its containers request (``ACCELERATOR_RESOURCES``; a container that sets
-  only a limit requests its limit), summed over its containers;
+- a pod's **GPUs** are the accelerators its containers request (``Accelerators``: the extended resources named in
+  the setting ``reduce.accelerator_resources``, ``ACCELERATOR_RESOURCES`` by default; a container that sets only a
+  limit requests its limit), summed over its containers;
 - a pod **holds** them from its bind (PodScheduled=True) to its end: the last container's finish, else the deletion
   asked for, else the end of its attempt; a pod with none of these still holds them, and its GPU-time is left open
   (``gpu_hours`` None) for a reader to count up to its own notion of now (``held_hours``): the reducer reads no clock;
@@ -25,11 +26,11 @@ from typing import Any
 from tracker.core.facts import PodFacts, RunFacts
 from tracker.core.model import Attempt, PodPlacement, RunHistory, Status, utc
 
-#: Extended resources counted as GPUs: NVIDIA and AMD GPUs, NVIDIA MIG slices (``nvidia.com/mig-<profile>``, each
-#: counted as one), Intel and Habana accelerators.
+#: Extended resources counted as GPUs by default: NVIDIA and AMD GPUs, Intel and Habana accelerators, and NVIDIA MIG
+#: slices (``nvidia.com/mig-<profile>``, each counted as one). A name ending in ``*`` matches every resource that
+#: starts with the rest of it.
 ACCELERATOR_RESOURCES: tuple[str, ...] = ("nvidia.com/gpu", "amd.com/gpu", "gpu.intel.com/i915", "gpu.intel.com/xe",
-                                          "habana.ai/gaudi")
-ACCELERATOR_PREFIXES: tuple[str, ...] = ("nvidia.com/mig-",)
+                                          "habana.ai/gaudi", "nvidia.com/mig-*")
 
 # Why GPU-time was lost (the keys of ``lost_gpu_hours_by``).
 LOST_POD_FAILURE = "PodFailure"  # the pod failed and its attempt replaced it
@@ -62,14 +63,33 @@ def _count(value: Any) -> int:
     return n
 
 
-def is_accelerator(resource: str, extra: Iterable[str] = ()) -> bool:
-    return resource in ACCELERATOR_RESOURCES or resource.startswith(ACCELERATOR_PREFIXES) or resource in extra
+class Accelerators:
+    """Which extended resources count as GPUs: exact names, and prefixes (a name given with a trailing ``*``)."""
+
+    __slots__ = ("names", "prefixes")
+
+    def __init__(self, resources: Iterable[str] = ACCELERATOR_RESOURCES) -> None:
+        given = tuple(resources)
+        self.names = frozenset(r for r in given if not r.endswith("*"))
+        self.prefixes = tuple(sorted({r[:-1] for r in given if r.endswith("*")}))
+
+    def __contains__(self, resource: object) -> bool:
+        return isinstance(resource, str) and (resource in self.names or resource.startswith(self.prefixes))
+
+    def __repr__(self) -> str:
+        return f"Accelerators({sorted(self.names) + [p + '*' for p in self.prefixes]})"
 
 
-def pod_gpus(spec: Mapping[str, Any], extra: Iterable[str] = ()) -> int:
+DEFAULT_ACCELERATORS = Accelerators()
+
+
+def is_accelerator(resource: str, accelerators: Accelerators = DEFAULT_ACCELERATORS) -> bool:
+    return resource in accelerators
+
+
+def pod_gpus(spec: Mapping[str, Any], accelerators: Accelerators = DEFAULT_ACCELERATORS) -> int:
     """GPUs a pod requests: per container, each accelerator's request, else its limit; summed over containers.
     ValueError if a count is beyond ``MAX_GPUS``."""
-    extra = tuple(extra)
     total = 0
     containers = spec.get("containers")
     for c in containers if isinstance(containers, list) else ():
@@ -79,7 +99,7 @@ def pod_gpus(spec: Mapping[str, Any], extra: Iterable[str] = ()) -> int:
         req = _dict(res.get("requests"))
         lim = _dict(res.get("limits"))
         for name in {*req, *lim}:
-            if isinstance(name, str) and is_accelerator(name, extra):
+            if isinstance(name, str) and name in accelerators:
                 total += _count(req[name]) if name in req else _count(lim[name])
     return total
 

@@ -26,6 +26,7 @@ from tracker.core import validate as v
 from tracker.core.correlate import KINDS, ROOT_KINDS, Correlator, Link, link, lost_key, taken_run_id
 from tracker.core.derive import derive, may_reopen
 from tracker.core.facts import MetricFacts, RunFacts
+from tracker.core.gpu import ACCELERATOR_RESOURCES, Accelerators
 from tracker.core.model import (
     EXCERPT_MAX,
     FINAL_STATUSES,
@@ -53,6 +54,9 @@ class ReducerLimits:
     # Retire finished runs by itself: a run whose history is final for good once the event-time watermark is this
     # many µs past its last change. None: the caller retires (``retire``), as the Kafka reducer does.
     retire_after_us: int | None = None
+    # Extended resources counted as GPUs (``reduce.accelerator_resources``; a trailing ``*`` matches a prefix).
+    # Every reducer of a deployment must count the same ones: a pod's GPUs are facts kept with its run.
+    accelerator_resources: tuple[str, ...] = ACCELERATOR_RESOURCES
 
 
 @dataclass(slots=True)
@@ -84,6 +88,7 @@ class Flushed:
 class Reducer:
     def __init__(self, limits: ReducerLimits | None = None) -> None:
         self.limits = limits or ReducerLimits()
+        self.accelerators = Accelerators(self.limits.accelerator_resources)
         self.runs: dict[str, RunFacts] = {}
         self.corr = Correlator(self.limits.max_held)
         self.retired: dict[str, int] = {}  # run id -> retirement ordinal; insertion-ordered: oldest first
@@ -230,15 +235,14 @@ class Reducer:
         self._mark(run_id)
         self._release(ln.uid, run_id)
 
-    @staticmethod
-    def _merge(r: RunFacts, ln: Link, etype: str, obj: dict[str, Any]) -> None:
+    def _merge(self, r: RunFacts, ln: Link, etype: str, obj: dict[str, Any]) -> None:
         kind = ln.kind
         if kind in ROOT_KINDS and not ln.submitter:
             x.merge_root(r, kind, etype, obj)
         elif kind == "Workload":
             x.merge_workload(r, etype, obj)
         elif kind == "Pod":
-            x.merge_pod(r, obj, ln.owner)
+            x.merge_pod(r, obj, ln.owner, self.accelerators)
         elif kind == "RayCluster":
             x.merge_raycluster(r, obj)
         elif kind == "Event":

@@ -372,6 +372,19 @@ class IndexReader:
         for r in runs:
             r.labels = run_labels(r.data, stored.get(r.run_id, {}))
 
+    def attempt_ends(self, run_ids: Iterable[str]) -> dict[str, list[tuple[str, str | None]]]:
+        """Each run's attempts in order, as (trigger, end_reason): what ``tracker audit`` counts evictions from."""
+        wanted = set(run_ids)
+
+        def query(conn: sqlite3.Connection) -> dict[str, list[tuple[str, str | None]]]:
+            out: dict[str, list[tuple[str, str | None]]] = {}
+            for run_id, trigger, end_reason in conn.execute(
+                    'SELECT run_id, "trigger", end_reason FROM attempts ORDER BY run_id, attempt'):
+                if run_id in wanted:
+                    out.setdefault(run_id, []).append((trigger, end_reason))
+            return out
+        return self._read(query)
+
     # ------------------------------------------------------------------------------------ one run
     def resolve(self, ref: str) -> tuple[str, str | None]:
         """The run id ``ref`` names, and a note when the choice is worth saying: the exact id, else a unique prefix
