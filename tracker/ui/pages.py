@@ -135,7 +135,7 @@ def _run_row(run: Run, held: dict[str, Any], *, now: datetime, short: dict[str, 
     cells = (
         f'<td class="run">{_run_link(run.run_id, short.get(run.run_id, run.run_id), now_param)}{badge}</td>',
         f'<td>{esc(d.get("namespace") or "-")}</td>',
-        f'<td>{esc(d.get("kind") or "-")} {esc(d.get("name") or "-")}</td>',
+        f'<td class="workload">{esc(d.get("name") or "-")} <span class="kind">{esc(d.get("kind") or "")}</span></td>',
         f'<td>{_badge(status, display_status(d))}</td>',
         f'<td class="num">{esc(d["attempts"])}</td>', f'<td class="num">{esc(d["retries"])}</td>',
         f'<td class="num">{esc(d["evictions"])}</td>',
@@ -144,7 +144,7 @@ def _run_row(run: Run, held: dict[str, Any], *, now: datetime, short: dict[str, 
         f'<td class="num">{esc(kube_duration(age_seconds(run, now)))}</td>',
         f'<td class="num">{esc(d.get("gpus") or 0)}</td>',
         f'<td class="num">{esc(gpu_hours_text(float(held.get("gpu_hours") or 0.0)))}</td>',
-        f'<td class="mono">{esc(_created(d.get("created_at")))}</td>',
+        f'<td class="mono" title="{esc(d.get("created_at") or "")}">{esc(_created(d.get("created_at")))}</td>',
         f'<td class="reason"{title}>{reason_cell}</td>',
     )
     return f'<tr class="{"stuck" if stuck else "run"} {esc(status)}">{"".join(cells)}</tr>'
@@ -153,7 +153,7 @@ def _run_row(run: Run, held: dict[str, Any], *, now: datetime, short: dict[str, 
 def _created(text: str | None) -> str:
     if not text:
         return "-"
-    return text[:19].replace("T", " ") + "Z"
+    return text[5:16].replace("T", " ")
 
 
 # ------------------------------------------------------------------------------------------ one run

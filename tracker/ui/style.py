@@ -37,7 +37,9 @@ th { background: var(--band); font-size: 12px; text-transform: uppercase; letter
   white-space: nowrap; }
 td.num, th.num { text-align: right; white-space: nowrap; }
 td { white-space: nowrap; }
-td.reason { white-space: normal; min-width: 16rem; max-width: 42rem; overflow-wrap: anywhere; }
+td.reason { white-space: normal; min-width: 14rem; max-width: 42rem; overflow-wrap: anywhere; }
+td.workload { white-space: nowrap; }
+td.workload .kind { color: var(--dim); font-size: 12px; }
 table.kv td, table.attempts td.reason { white-space: normal; overflow-wrap: anywhere; }
 tr.stuck td { background: #fff8c5; }
 tr.stuck td.run { border-left: 4px solid var(--admission); }
