@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from html.parser import HTMLParser
@@ -20,9 +21,9 @@ from urllib.parse import quote, unquote
 
 import pytest
 
-from tests.ui_support import EVIL_RUN, EXTRA_HOST, NOW_TEXT, build_index, request, running
+from tests.ui_support import EVIL_RUN, EXTRA_HOST, NOW, NOW_TEXT, build_index, request, running
 from tracker.cli import main
-from tracker.ui.server import UiServer
+from tracker.ui.server import App, UiServer, allowed_hosts, serve_until
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -239,6 +240,35 @@ def test_the_host_header_must_name_an_allowed_host(server: UiServer, host: str |
     assert reply.status == status
     if status == 400:
         assert "unknown Host header" in reply.body and "vit-l-9hx4d" not in reply.body
+
+
+def test_health_answers_probes_whatever_their_host(server: UiServer) -> None:
+    probe = request(server, "/healthz", host="10.1.2.3:8321")
+    assert (probe.status, probe.body) == (200, "ok\n")
+    assert request(server, "/", host="10.1.2.3:8321").status == 400
+
+
+def test_a_request_in_flight_when_it_stops_is_answered(index: Path) -> None:
+    """Stopping stops accepting, then waits for the requests in flight (their threads are not daemons)."""
+    app = App(index=index, hosts=allowed_hosts("127.0.0.1", []), stuck_after="30m", clock=lambda: NOW)
+    srv = UiServer("127.0.0.1", 0, app)
+    stop = threading.Event()
+    thread = threading.Thread(target=serve_until, args=(srv, stop))
+    thread.start()
+    with socket.create_connection(("127.0.0.1", srv.server_address[1]), timeout=30) as conn:
+        conn.sendall(b"GET /runs/vit-l-9hx4d HTTP/1.0\r\n")  # the rest comes after the stop
+        time.sleep(0.5)
+        stop.set()
+        time.sleep(1.5)
+        assert thread.is_alive()  # waiting for the request it took
+        conn.sendall(b"Host: localhost\r\n\r\n")
+        reply = b""
+        while chunk := conn.recv(65536):
+            reply += chunk
+    thread.join(timeout=30)
+    assert not thread.is_alive() and reply.startswith(b"HTTP/1.0 200 ") and b"<h1>vit-l-9hx4d</h1>" in reply
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", srv.server_address[1]), timeout=5).close()
 
 
 def test_every_response_forbids_scripts_frames_and_other_origins(server: UiServer) -> None:

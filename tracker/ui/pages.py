@@ -191,7 +191,7 @@ def _identity(run: RunRecord) -> str:
     if run.reason:
         text += f' <strong>{esc(run.reason)}</strong>'
     text += f' in {esc(run.phase.value)}</p>'
-    if run.message:
+    if run.message and run.message != run.pending_message:
         text += f'<p class="dim">{esc(run.message)}</p>'
     if run.pending_reason:
         pending = f"{run.pending_reason}: {run.pending_message}" if run.pending_message else run.pending_reason

@@ -10,7 +10,8 @@
   and closes it; an index that went away or broke is a ``503`` page saying why.
 
 Routes: ``/`` (the runs; the query string takes the filters of ``tracker runs``), ``/runs/<run>`` (a run id, a
-unique start of one, or ``NAMESPACE/NAME``), ``/static/ui.css``, ``/healthz``.
+unique start of one, or ``NAMESPACE/NAME``), ``/static/ui.css``, ``/healthz`` (``ok``, whatever the Host: for
+probes).
 """
 
 from __future__ import annotations
@@ -103,16 +104,16 @@ class App:
         if method not in ALLOWED_METHODS:
             return self._error(HTTPStatus.METHOD_NOT_ALLOWED, f"{method} is not allowed: this view only reads "
                                "(GET and HEAD)", None)
+        parts = urlsplit(target)
+        path, query = parts.path, parse_qs(parts.query, keep_blank_values=False)
+        if path == "/healthz":  # for probes, which name the pod's address: it tells nothing
+            return Response(HTTPStatus.OK, b"ok\n", "text/plain; charset=utf-8")
         if host_name(host) not in self.hosts:
             return self._error(HTTPStatus.BAD_REQUEST, "unknown Host header: this server answers to "
                                + ", ".join(sorted(self.hosts)) + " (start it with --allowed-host NAME for others)",
                                None)
-        parts = urlsplit(target)
-        path, query = parts.path, parse_qs(parts.query, keep_blank_values=False)
         if path == "/static/ui.css":
             return Response(HTTPStatus.OK, CSS.encode(), "text/css; charset=utf-8")
-        if path == "/healthz":
-            return Response(HTTPStatus.OK, b"ok\n", "text/plain; charset=utf-8")
         now = self.now
         try:
             if path in ("/", "/runs", "/runs/"):
