@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.infra import build, fixtures, kafka, proc
+from tests.infra import build, fixtures, kafka, proc, system
 from tests.infra.config import REPO_ROOT, Component, with_dependencies
 from tests.infra.env import Environment
 
@@ -47,6 +47,7 @@ def _record_ensures(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[bui
         return {"processes": [], "kubeconfig": str(tmp_path / "kubeconfig")}
 
     monkeypatch.setattr(build.Artifact, "ensure", ensure)
+    monkeypatch.setattr(system.SystemPackage, "ensure", lambda self, *, log_dir: Path("/usr/bin") / self.program)
     monkeypatch.setattr(proc, "spawn", no_process)
     monkeypatch.setattr(kafka, "run", no_process)
     monkeypatch.setattr(Environment, "_start", start)
@@ -102,6 +103,52 @@ def test_up_ensures_exactly_what_the_fixtures_require(
     assert (missed, unasked) == ([], [])
     assert set(ensured) == set(build.required_artifacts(components))
     assert started == ([] if already_running else with_dependencies(components))
+
+
+def test_up_installs_the_system_packages_whatever_the_components(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Chromium (the web view's browser tests) is installed by every `up`, like the shared artifacts."""
+    _record_ensures(monkeypatch, tmp_path)
+    installed: list[str] = []
+    monkeypatch.setattr(system.SystemPackage, "ensure",
+                        lambda self, *, log_dir: installed.append(self.package) or Path("/usr/bin") / self.program)
+    Environment(tmp_path / "state").up(set())
+    assert installed == ["chromium"] == [p.package for p in system.PACKAGES]
+
+
+def test_a_missing_package_is_installed_with_apt_get_and_a_failure_says_so(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The real install path with a stand-in `apt-get` and `apt-cache` on PATH: update only when the package lists do
+    not know the package, then `install -y --no-install-recommends`, waiting for the dpkg lock."""
+    bin_dir, calls = tmp_path / "bin", tmp_path / "calls"
+    bin_dir.mkdir()
+    (bin_dir / "apt-cache").write_text("#!/bin/sh\necho \"$@\" >> " + str(calls) + "\necho 'Candidate: (none)'\n")
+    (bin_dir / "apt-get").write_text(
+        "#!/bin/sh\necho \"$@\" >> " + str(calls) + "\n"
+        "case \"$*\" in *install*) printf '#!/bin/sh\\n' > " + str(bin_dir / "fakebrowser")
+        + " && chmod +x " + str(bin_dir / "fakebrowser") + ";; esac\n")
+    for tool in ("apt-cache", "apt-get"):
+        (bin_dir / tool).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    package = system.SystemPackage("fakebrowser-pkg", "fakebrowser", "a stand-in browser")
+    assert package.ensure(log_dir=tmp_path / "logs") == bin_dir / "fakebrowser"
+    assert calls.read_text().splitlines() == [
+        "policy fakebrowser-pkg",
+        "-q -o DPkg::Lock::Timeout=600 update",
+        "-q -o DPkg::Lock::Timeout=600 install -y --no-install-recommends fakebrowser-pkg",
+    ]
+    assert package.ensure(log_dir=tmp_path / "logs") == bin_dir / "fakebrowser"  # found: nothing run again
+    assert len(calls.read_text().splitlines()) == 3
+    missing = system.SystemPackage("nothing-pkg", "nothing-at-all", "nothing")
+    (bin_dir / "apt-get").write_text("#!/bin/sh\necho 'E: Unable to locate package nothing-pkg' >&2\nexit 100\n")
+    with pytest.raises(proc.InfraError, match="Unable to locate package nothing-pkg"):
+        missing.ensure(log_dir=tmp_path / "logs")
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    with pytest.raises(proc.InfraError, match="install the Debian package as root"):
+        missing.ensure(log_dir=tmp_path / "logs")
 
 
 def _artifact_references(path: Path) -> set[str]:

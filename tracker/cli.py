@@ -302,7 +302,7 @@ def build_parser(service_commands: bool = True) -> argparse.ArgumentParser:
     """The ``tracker`` parser. Without ``service_commands`` the service commands are listed but not built (their
     modules import the Kafka, Kubernetes and Azure clients): ``main`` builds them only when one is the command."""
     p = _Parser(prog="tracker", description="TauGrid run lifecycle tracker: what happened to every training run",
-                epilog=f"The readers (runs, audit, show, compare) use --index, else ${INDEX_ENV}, else "
+                epilog=f"The readers (runs, audit, show, compare, ui) use --index, else ${INDEX_ENV}, else "
                        f"{DEFAULT_INDEX}.\n"
                        "Shell completion: source <(tracker completion bash)   # or zsh")
     p.add_argument("--version", action=_Version)
@@ -428,6 +428,10 @@ def build_parser(service_commands: bool = True) -> argparse.ArgumentParser:
                               "  source <(tracker completion zsh)      # in ~/.zshrc")
     c.add_argument("shell", choices=("bash", "zsh"), help="the shell to complete in")
     c.set_defaults(func=cmd_completion, needs_console=False)
+
+    from tracker.ui.command import add_ui_command
+
+    add_ui_command(sub)
 
     if service_commands:
         # the service commands (their modules import the Kafka, Kubernetes and Azure clients)

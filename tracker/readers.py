@@ -31,18 +31,13 @@ from tracker.cli_args import (
 if TYPE_CHECKING:
     from rich.console import Console
 
-def cmd_runs(args: argparse.Namespace, console: object) -> int:
-    from tracker.runs_view import FIELDS, render
-    from tracker.shell.index_query import (
-        RUN_FIELDS,
-        IndexQueryError,
-        IndexReader,
-        Requirement,
-        RunFilter,
-        parse_selector,
-    )
+    from tracker.shell.index_query import RunFilter
 
-    now = parse_now(args.now) or datetime.now(UTC)
+
+def run_filter(args: argparse.Namespace, now: datetime) -> RunFilter:
+    """The ``RunFilter`` of ``tracker runs``' filter options (also what the web view's query string gives)."""
+    from tracker.shell.index_query import IndexQueryError, Requirement, RunFilter, parse_selector
+
     selector: tuple[Requirement, ...] = ()
     try:
         for text in args.selector or ():
@@ -58,7 +53,7 @@ def cmd_runs(args: argparse.Namespace, console: object) -> int:
         stalled = _ago(now, parse_duration(args.stalled_admission))
     if args.stuck is not None:
         stuck = _ago(now, parse_duration(args.stuck))
-    query = RunFilter(
+    return RunFilter(
         namespaces=namespaces, selector=selector, queues=_split(args.queue), cluster_queues=_split(args.cluster_queue),
         statuses=_split(args.status), phases=_split(args.phase),
         since=None if args.since is None else parse_when(args.since, now, "--since"),
@@ -66,6 +61,15 @@ def cmd_runs(args: argparse.Namespace, console: object) -> int:
         stalled_admission_before=stalled, stuck_before=stuck,
         sort_by="age" if args.stuck is not None and args.sort_by is None else (args.sort_by or "created"),
         limit=args.limit)
+
+
+def cmd_runs(args: argparse.Namespace, console: object) -> int:
+    from tracker.runs_view import FIELDS, render
+    from tracker.shell.index_query import RUN_FIELDS, IndexReader
+
+    now = parse_now(args.now) or datetime.now(UTC)
+    query = run_filter(args, now)
+    namespaces = query.namespaces
     with IndexReader(index_path(args)) as reader:
         why = args.stuck is not None  # the table says why the runs are stuck: the message too
         fields = FIELDS.get(args.output, RUN_FIELDS) + (("message",) if why and args.output == "table" else ())

@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from tests.infra import build, cluster, kafka, kube
+from tests.infra import build, cluster, kafka, kube, system
 from tests.infra.config import Component, state_root, with_dependencies, with_dependents
 from tests.infra.proc import Process, file_lock, format_duration, log
 
@@ -75,8 +75,8 @@ class Environment:
 
         First ensures every artifact of `build.required_artifacts(components)`, including those of components that
         already run and those only tests read (a CRD, the Compose schema), so that set-up does every download and
-        build and no test fetches anything. All or nothing: if a component fails to start, whatever this call
-        started is stopped again.
+        build and no test fetches anything, and the system packages tests run (`system.PACKAGES`: chromium). All or
+        nothing: if a component fails to start, whatever this call started is stopped again.
         """
         with file_lock(self.state / "lock"):
             wanted = with_dependencies(components)
@@ -92,12 +92,12 @@ class Environment:
                 to_start.append(component)
             started: list[Component] = []
             # Kafka shares nothing with the Kubernetes side, so the two chains build and start concurrently; the
-            # shared artifacts (seconds to fetch) are fetched beside them.
+            # shared artifacts (seconds to fetch) and the system packages (chromium: a minute or two) beside them.
             kafka_chain: list[Component] = [c for c in wanted if c is Component.KAFKA]
             kube_chain: list[Component] = [c for c in wanted if c is not Component.KAFKA]
             chains = [chain for chain in (kafka_chain, kube_chain) if chain]
-            with ThreadPoolExecutor(max_workers=3) as pool:
-                futures = [pool.submit(_ensure, build.SHARED)]
+            with ThreadPoolExecutor(max_workers=4) as pool:
+                futures = [pool.submit(_ensure, build.SHARED), pool.submit(system.ensure_all, log_dir=self.state)]
                 futures += [pool.submit(self._start_in_order, chain, to_start, started) for chain in chains]
             errors = [error for error in (f.exception() for f in futures) if error is not None]
             if errors:

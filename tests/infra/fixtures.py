@@ -34,7 +34,7 @@ import pytest_asyncio
 from kubernetes_asyncio.client import ApiClient, VersionApi
 from kubernetes_asyncio.config import new_client_from_config
 
-from tests.infra import build, cluster, kafka
+from tests.infra import build, cluster, kafka, system
 from tests.infra.config import Component
 from tests.infra.env import Environment
 from tests.infra.kubectl import Kubectl
@@ -153,6 +153,16 @@ def compose_schema() -> Path:
     if not build.COMPOSE_SPEC.is_built():
         unavailable(f"{build.COMPOSE_SPEC.path.name} is not fetched; run `python -m tests.infra up` first")
     return build.COMPOSE_SPEC.path / "compose-spec.json"
+
+
+@pytest.fixture(scope="session")
+def chromium() -> Path:
+    """Debian's Chromium (`system.CHROMIUM`, installed by every `up`); missing, the test fails."""
+    found = system.CHROMIUM.which()
+    if found is None:
+        unavailable("chromium is not installed; run `python -m tests.infra up` first (it installs Debian's "
+                    "chromium package), or `apt-get install -y --no-install-recommends chromium` as root")
+    return found
 
 
 # --- Kubernetes ------------------------------------------------------------------------------------

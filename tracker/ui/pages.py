@@ -1,0 +1,314 @@
+"""The web view's HTML pages: the runs table (the filters of ``tracker runs``, stuck runs first), a run's page
+(timeline, GPU figures, attempts, provenance, metrics) and the error pages.
+
+Every value is escaped with ``markup.esc`` (``markup.path_part`` in a link's path); the pages load one stylesheet and
+no script.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+from urllib.parse import urlencode
+
+from tracker.core.gpu import goodput, held_hours
+from tracker.core.model import Attempt, MetricSummary, RunHistory, RunRecord
+from tracker.render import gpu_hours_text, human_duration
+from tracker.runs_view import age_seconds, display_status, kube_duration, runs_data
+from tracker.shell.index_query import PHASES, SORT_KEYS, STATUSES, IndexReader, Run, RunFilter
+from tracker.ui.markup import clock, esc, path_part
+from tracker.ui.timeline import timeline_svg
+
+#: The query string's filters, as ``tracker runs`` spells its options (``cluster-queue``; ``cluster_queue`` too).
+FILTERS = ("namespace", "selector", "queue", "cluster-queue", "status", "phase", "since", "until",
+           "stalled-admission", "stuck", "workspace", "project", "sort-by", "limit", "now")
+DEFAULT_LIMIT = 500  # runs on one page when the query string sets no limit
+REASON_CHARS = 200  # of a stuck run's reason and message in the table
+
+
+def layout(title: str, body: str, *, index_name: str, now: datetime) -> str:
+    return ('<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
+            '<meta name="viewport" content="width=device-width, initial-scale=1">'
+            f'<title>{esc(title)} · tracker</title><link rel="stylesheet" href="/static/ui.css"></head>'
+            f'<body><header class="top"><a href="/">tracker</a><span class="meta">read-only view of '
+            f'<code>{esc(index_name)}</code> · times in UTC · now {esc(clock(now))}</span></header>'
+            f'<main>{body}</main></body></html>\n')
+
+
+def error_body(status: int, title: str, message: str) -> str:
+    return (f'<h1>{status} {esc(title)}</h1><p class="error">{esc(message)}</p>'
+            '<p><a href="/">all runs</a></p>')
+
+
+# ------------------------------------------------------------------------------------------ runs
+
+
+def _badge(status: str, text: str | None = None) -> str:
+    return f'<span class="badge {esc(status)}">{esc(text or status)}</span>'
+
+
+def _run_link(run_id: str, text: str, now_param: str | None) -> str:
+    query = "?" + urlencode({"now": now_param}) if now_param else ""
+    return f'<a href="/runs/{esc(path_part(run_id))}{esc(query)}" title="{esc(run_id)}">{esc(text)}</a>'
+
+
+def _one_line(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _filter_form(values: Mapping[str, Sequence[str]]) -> str:
+    def value(name: str) -> str:
+        return ",".join(values.get(name, ()))
+
+    def text(name: str, label: str, placeholder: str, wide: bool = False) -> str:
+        css = ' class="wide"' if wide else ""
+        return (f'<label>{esc(label)}<input{css} type="text" name="{name}" value="{esc(value(name))}" '
+                f'placeholder="{esc(placeholder)}"></label>')
+
+    def select(name: str, label: str, options: Iterable[str]) -> str:
+        chosen = {v.lower() for v in value(name).split(",") if v}
+        opts = "".join(f'<option value="{esc(o)}"{" selected" if o.lower() in chosen else ""}>{esc(o)}</option>'
+                       for o in options)
+        return f'<label>{esc(label)}<select name="{name}"><option value="">any</option>{opts}</select></label>'
+
+    return ('<form class="filters" method="get" action="/">'
+            + text("namespace", "namespace", "team-a,team-b")
+            + text("selector", "label selector", "taugrid.io/project=llm", wide=True)
+            + text("queue", "LocalQueue", "team-a-lq") + text("cluster-queue", "ClusterQueue", "gpu-cq")
+            + select("status", "status", STATUSES) + select("phase", "phase", PHASES)
+            + text("since", "since", "2h or a time") + text("until", "until", "1h or a time")
+            + text("stuck", "stuck for", "30m") + text("stalled-admission", "waiting admission", "30m")
+            + text("workspace", "workspace", "") + text("project", "project", "")
+            + select("sort-by", "sort by", SORT_KEYS) + text("limit", "limit", str(DEFAULT_LIMIT))
+            + text("now", "now", "ISO-8601 time")
+            + '<button type="submit">Filter</button> <a href="/">clear</a></form>')
+
+
+def runs_page(reader: IndexReader, query: RunFilter, *, values: Mapping[str, Sequence[str]], now: datetime,
+              stuck_before: datetime, stuck_label: str) -> str:
+    """The runs ``query`` selects: those stuck before running since before ``stuck_before`` first (longest first),
+    then the others in the query's order."""
+    limit = query.limit or DEFAULT_LIMIT
+    stuck_query = query._replace(stuck_before=query.stuck_before or stuck_before, sort_by="age", limit=limit)
+    stuck = reader.runs(stuck_query)
+    stuck_ids = {r.run_id for r in stuck}
+    others = [r for r in reader.runs(query._replace(limit=limit + len(stuck) + 1)) if r.run_id not in stuck_ids]
+    runs = (stuck + others)[: limit + 1]
+    cut = len(runs) > limit
+    runs = runs[:limit]
+    short = reader.short_ids(r.run_id for r in runs)
+    now_param = ",".join(values.get("now", ())) or None
+    held = {d["run_id"]: d for d in runs_data(runs, now)}
+    rows = [_run_row(r, held[r.run_id], now=now, short=short, stuck=r.run_id in stuck_ids, now_param=now_param)
+            for r in runs]
+    summary = f"{len(runs)} run{'s' if len(runs) != 1 else ''}"
+    if stuck:
+        summary += f" · {len(stuck)} stuck before running for more than {stuck_label} (listed first)"
+    if cut:
+        summary += f" · showing the first {limit}: set a larger limit for more"
+    head = "".join(f'<th{" class=num" if num else ""}>{esc(h)}</th>' for h, num in (
+        ("run", False), ("namespace", False), ("workload", False), ("status", False), ("att", True),
+        ("retry", True), ("evict", True), ("queue", False), ("wait", True), ("age", True), ("GPUs", True),
+        ("GPU-h", True), ("created", False), ("reason", False)))
+    table = (f'<table class="runs"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+             if rows else '<p class="note">No runs found.</p>')
+    body = (f'<h1>Runs</h1>{_filter_form(values)}<p class="note summary">{esc(summary)}</p>{table}')
+    return body
+
+
+def _run_row(run: Run, held: dict[str, Any], *, now: datetime, short: dict[str, str], stuck: bool,
+             now_param: str | None) -> str:
+    d = run.data
+    status = str(d["status"])
+    reason = str(d.get("reason") or "")
+    message = str(d.get("message") or d.get("pending_message") or "")
+    if stuck:
+        reason_cell = esc(_one_line(f"{reason}: {message}" if reason and message else reason or message,
+                                    REASON_CHARS))
+    else:
+        reason_cell = esc(reason or "-")
+    title = f' title="{esc(_one_line(message, 1000))}"' if message else ""
+    badge = " " + _badge("stuck") if stuck else ""
+    cells = (
+        f'<td class="run">{_run_link(run.run_id, short.get(run.run_id, run.run_id), now_param)}{badge}</td>',
+        f'<td>{esc(d.get("namespace") or "-")}</td>',
+        f'<td class="workload">{esc(d.get("name") or "-")} <span class="kind">{esc(d.get("kind") or "")}</span></td>',
+        f'<td>{_badge(status, display_status(d))}</td>',
+        f'<td class="num">{esc(d["attempts"])}</td>', f'<td class="num">{esc(d["retries"])}</td>',
+        f'<td class="num">{esc(d["evictions"])}</td>',
+        f'<td>{esc(d.get("queue") or "-")}</td>',
+        f'<td class="num">{esc(kube_duration(d.get("admission_wait_s")))}</td>',
+        f'<td class="num">{esc(kube_duration(age_seconds(run, now)))}</td>',
+        f'<td class="num">{esc(d.get("gpus") or 0)}</td>',
+        f'<td class="num">{esc(gpu_hours_text(float(held.get("gpu_hours") or 0.0)))}</td>',
+        f'<td class="mono" title="{esc(d.get("created_at") or "")}">{esc(_created(d.get("created_at")))}</td>',
+        f'<td class="reason"{title}>{reason_cell}</td>',
+    )
+    return f'<tr class="{"stuck" if stuck else "run"} {esc(status)}">{"".join(cells)}</tr>'
+
+
+def _created(text: str | None) -> str:
+    if not text:
+        return "-"
+    return text[5:16].replace("T", " ")
+
+
+# ------------------------------------------------------------------------------------------ one run
+
+
+def run_page(history: RunHistory, *, now: datetime, note: str | None) -> str:
+    run = history.run
+    svg = timeline_svg(history, now)
+    parts = [
+        f'<p class="dim"><a href="/">runs</a> / {esc(run.namespace or "?")}</p>',
+        f'<h1>{esc(run.run_id)}</h1>',
+        _identity(run),
+    ]
+    if note:
+        parts.append(f'<p class="note">{esc(note)}</p>')
+    parts.append(_figures(run, now))
+    parts.append("<h2>Timeline</h2>")
+    parts.append(svg or '<p class="note">No phase transitions recorded yet.</p>')
+    if history.transitions:
+        parts.append(_transitions(history, now))
+    parts.append("<h2>Attempts</h2>")
+    parts.append(_attempts(history.attempts, now) if history.attempts else '<p class="note">No attempt yet.</p>')
+    parts.append("<h2>Provenance</h2>")
+    parts.append(_provenance(history))
+    if history.metrics:
+        parts.append("<h2>Metrics</h2>")
+        parts.append(_metrics(history.metrics))
+    return "".join(parts)
+
+
+def _identity(run: RunRecord) -> str:
+    status = run.status.value
+    text = (f'<p>{esc(run.kind or "?")} <code>{esc(run.namespace or "?")}/{esc(run.name or "?")}</code> '
+            f'{_badge(status)}')
+    if run.reason:
+        text += f' <strong>{esc(run.reason)}</strong>'
+    text += f' in {esc(run.phase.value)}</p>'
+    if run.message and run.message != run.pending_message:
+        text += f'<p class="dim">{esc(run.message)}</p>'
+    if run.pending_reason:
+        pending = f"{run.pending_reason}: {run.pending_message}" if run.pending_message else run.pending_reason
+        text += f'<p class="error">pending: {esc(pending)}</p>'
+    return text
+
+
+def _figure(label: str, value: str, bad: bool = False) -> str:
+    return f'<div><dt>{esc(label)}</dt><dd{" class=bad" if bad else ""}>{esc(value)}</dd></div>'
+
+
+def _figures(run: RunRecord, now: datetime) -> str:
+    held = held_hours(run.gpu_hours, run.gpus_open, run.open_since, now)
+    share = goodput(held, run.lost_gpu_hours)
+    figures = [
+        _figure("attempts", str(run.attempts)), _figure("pod retries", str(run.retries)),
+        _figure("evictions", str(run.evictions), bad=run.evictions > 0),
+        _figure("admission wait", human_duration(run.admission_wait_s)),
+        _figure("GPUs", str(run.gpus)), _figure("GPU-hours held", gpu_hours_text(held)),
+        _figure("GPU-hours lost", gpu_hours_text(run.lost_gpu_hours), bad=run.lost_gpu_hours > 0),
+        _figure("goodput", "-" if share is None else f"{share:.1%}"),
+        _figure("created", clock(run.created_at)), _figure("started", clock(run.started_at)),
+        _figure("finished", clock(run.finished_at)),
+    ]
+    if run.gpus_open:
+        figures.append(_figure("GPUs still held", f"{run.gpus_open} since {clock(run.open_since)}"))
+    lost_by = ""
+    if run.lost_gpu_hours_by:
+        lost_by = ('<p class="note">GPU-hours lost by reason: ' + esc(", ".join(
+            f"{k} {gpu_hours_text(v)}" for k, v in sorted(run.lost_gpu_hours_by.items()))) + "</p>")
+    return f'<dl class="figures">{"".join(figures)}</dl>{lost_by}'
+
+
+def _transitions(history: RunHistory, now: datetime) -> str:
+    trs = history.transitions
+    live = history.run.status.value in ("pending", "running")
+    rows = []
+    for i, t in enumerate(trs):
+        nxt = trs[i + 1].at if i + 1 < len(trs) else (now if live else None)
+        lasted = "-" if nxt is None else human_duration((nxt - t.at).total_seconds()) + (
+            "+" if i + 1 == len(trs) else "")
+        rows.append(f'<tr><td class="mono">{esc(clock(t.at))}</td><td class="num">{t.attempt}</td>'
+                    f'<td>{esc(t.phase.value)}</td><td class="num">{esc(lasted)}</td>'
+                    f'<td class="reason">{esc(t.reason)}{": " + esc(t.message) if t.message else ""}</td>'
+                    f'<td class="mono">{esc(t.source)}</td></tr>')
+    return ('<table class="transitions"><thead><tr><th>entered</th><th class="num">attempt</th><th>phase</th>'
+            '<th class="num">for</th><th>reason</th><th>source</th></tr></thead>'
+            f'<tbody>{"".join(rows)}</tbody></table>')
+
+
+def _attempts(attempts: Sequence[Attempt], now: datetime) -> str:
+    rows = []
+    for a in attempts:
+        held = held_hours(a.gpu_hours, a.gpus_open, a.open_since, now)
+        lost = gpu_hours_text(a.lost_gpu_hours)
+        if a.lost_gpu_hours_by:
+            lost += " (" + ", ".join(f"{k} {gpu_hours_text(v)}" for k, v in sorted(a.lost_gpu_hours_by.items())) + ")"
+        ended = a.end_reason or "-"
+        if a.end_message:
+            ended += f": {a.end_message}"
+        if a.underlying_cause:
+            ended += f" (cause: {a.underlying_cause})"
+        failures = "".join(
+            f'<li><code>{esc(f.pod)}</code> <strong>{esc(f.reason)}</strong>'
+            f'{" exit " + esc(f.exit_code) if f.exit_code is not None else ""}'
+            f'{" at " + esc(clock(f.at)) if f.at is not None else ""}{": " + esc(f.message) if f.message else ""}'
+            '</li>' for f in a.failures)
+        rows.append(
+            f'<tr><td class="num">{a.attempt}</td><td>{esc(a.trigger)}</td><td>{esc(a.cluster_queue or "-")}</td>'
+            f'<td class="mono">{esc(clock(a.queued_at))}</td><td class="mono">{esc(clock(a.admitted_at))}</td>'
+            f'<td class="mono">{esc(clock(a.started_at))}</td><td class="mono">{esc(clock(a.ended_at))}</td>'
+            f'<td class="num">{esc(human_duration(a.admission_wait_s))}</td><td class="num">{a.retries}</td>'
+            f'<td class="num">{a.gpus}</td><td class="num">{esc(gpu_hours_text(held))}</td>'
+            f'<td class="num">{esc(lost)}</td><td class="reason">{esc(ended)}'
+            f'{"<ul>" + failures + "</ul>" if failures else ""}</td></tr>')
+    head = "".join(f'<th{" class=num" if num else ""}>{esc(h)}</th>' for h, num in (
+        ("#", True), ("trigger", False), ("ClusterQueue", False), ("queued", False), ("admitted", False),
+        ("started", False), ("ended", False), ("wait", True), ("retries", True), ("GPUs", True), ("GPU-h", True),
+        ("lost GPU-h", True), ("ended by", False)))
+    return f'<table class="attempts"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+
+
+def _provenance(history: RunHistory) -> str:
+    run = history.run
+    resumes = sorted({link.resume_of for link in history.resume_links} | ({run.resume_of} if run.resume_of else set()))
+    config = run.config_digest or "-"
+    if run.config_ref:
+        config += f" ({run.config_ref})"
+    rows = (
+        ("project / workspace / target", f"{run.project or '-'} / {run.workspace or '-'} / {run.target or '-'}"),
+        ("workload", f"{run.kind or '-'} {run.namespace or '?'}/{run.name or '?'}"
+                     + (f" (uid {run.uid})" if run.uid else "")),
+        ("queue", f"{run.queue or '-'} → ClusterQueue {run.cluster_queue or '-'}"),
+        ("git commit", run.git_commit or "-"), ("config", config),
+        ("inputs", ", ".join(run.input_refs) or "-"), ("output", run.output_uri or "-"),
+        ("last checkpoint", run.last_checkpoint or "-"), ("resume of", ", ".join(resumes) or "-"),
+    )
+    body = "".join(f'<tr><th>{esc(k)}</th><td class="mono">{esc(v)}</td></tr>' for k, v in rows)
+    return f'<table class="kv"><tbody>{body}</tbody></table>'
+
+
+def _num(value: float) -> str:
+    return f"{value:.4g}"
+
+
+def _metrics(metrics: Sequence[MetricSummary]) -> str:
+    rows = []
+    for m in metrics:
+        delta = m.latest_value - m.first_value
+        change = f"{delta:+.4g}"
+        if m.first_value != 0 and math.isfinite(delta):
+            change += f" ({delta / abs(m.first_value):+.1%})"
+        rows.append(f'<tr><td class="mono">{esc(m.metric)}</td><td class="num">{esc(_num(m.first_value))} '
+                    f'@{m.first_step} → {esc(_num(m.latest_value))} @{m.latest_step}</td>'
+                    f'<td class="num">{esc(change)}</td><td class="num">{esc(_num(m.min_value))}</td>'
+                    f'<td class="num">{esc(_num(m.max_value))}</td><td class="num">{m.points}</td></tr>')
+    return ('<table class="metrics"><thead><tr><th>metric</th><th class="num">first → latest</th>'
+            '<th class="num">change</th><th class="num">min</th><th class="num">max</th><th class="num">points</th>'
+            f'</tr></thead><tbody>{"".join(rows)}</tbody></table>')
+

@@ -1,0 +1,231 @@
+"""A run's timeline as SVG: one bar per (attempt, phase) on a shared time axis, as ``tracker show`` draws it in the
+terminal (``tracker.render.timeline``), with the reasons on hover (an SVG ``<title>`` per row) and in the table
+below it on the page.
+
+The axis runs from the first transition to the last one, or to ``now`` while the run is live. Each bar spans from its
+phase's entry to the next entry (in the order of the history, across attempts); Admission is hatched (waiting for
+quota), a Completion followed by more transitions is the time a Kueue deactivation stopped the run until it was
+reactivated (dashed), the final Completion is a point (a diamond), and a live run's current phase runs to ``now``
+with an arrow. Positions are attributes, colours classes of the stylesheet: no inline style.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
+
+from tracker.core.model import FINAL_STATUSES, Attempt, Phase, RunHistory, Transition
+from tracker.render import human_duration
+from tracker.ui.markup import clock, esc, utc
+
+WIDTH = 1000
+LABEL_W = 112  # the phase names
+DURATION_W = 78  # the durations, right of the bars
+LEFT = 8
+BAR_X = LEFT + LABEL_W
+BAR_W = WIDTH - BAR_X - DURATION_W - 8
+ROW_H = 22
+HEADER_H = 24
+NOTE_H = 18
+AXIS_H = 46
+# Steps of the axis' grid, the first giving at most MAX_TICKS intervals is used.
+TICK_STEPS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400,
+                172800, 604800)
+MAX_TICKS = 8
+
+
+def _reason(reason: str | None, message: str = "") -> str:
+    if reason and message:
+        return f"{reason}: {message}"
+    return reason or message
+
+
+def _ticks(start: datetime, end: datetime) -> list[datetime]:
+    span = (end - start).total_seconds()
+    step = next((s for s in TICK_STEPS_S if span / s <= MAX_TICKS), TICK_STEPS_S[-1])
+    epoch = int(start.timestamp())
+    first = epoch - epoch % step + (step if epoch % step else 0)
+    out: list[datetime] = []
+    t = first
+    while t <= end.timestamp() and len(out) <= MAX_TICKS + 1:
+        out.append(start + timedelta(seconds=t - start.timestamp()))
+        t += step
+    return out
+
+
+class _Svg:
+    """Rows of the drawing, top to bottom."""
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+        self.y = 0
+
+    def add(self, text: str) -> None:
+        self.parts.append(text)
+
+
+def timeline_svg(history: RunHistory, now: datetime | None) -> str:
+    """The SVG of ``history``'s timeline (empty string when it has no transitions)."""
+    run = history.run
+    trs = history.transitions
+    if not trs:
+        return ""
+    live = run.status not in FINAL_STATUSES
+    start = utc(min(t.at for t in trs))
+    end = utc(max(t.at for t in trs))
+    if live and now is not None and utc(now) > end:
+        end = utc(now)
+    span = max((end - start).total_seconds(), 1e-6)
+
+    def x(dt: datetime) -> float:
+        return BAR_X + min(1.0, max(0.0, (utc(dt) - start).total_seconds() / span)) * BAR_W
+
+    svg = _Svg()
+    same_day = start.date() == end.date()
+    fmt = "%H:%M:%S" if span < 600 else "%H:%M" if same_day else "%m-%d %H:%M"
+    svg.add(f'<text class="dim" x="{LEFT}" y="14">{esc(clock(start))} → {esc(clock(end))} '
+            f'({esc(human_duration((end - start).total_seconds()))}{", live" if live else ""})</text>')
+    ticks = _ticks(start, end)
+    svg.y = AXIS_H
+    grid_at = [x(t) for t in ticks]
+    axis = [f'<line class="axis" x1="{BAR_X}" y1="{AXIS_H - 4}" x2="{BAR_X + BAR_W}" y2="{AXIS_H - 4}"/>']
+    for tick, gx in zip(ticks, grid_at, strict=True):
+        axis.append(f'<line class="axis" x1="{gx:.1f}" y1="{AXIS_H - 8}" x2="{gx:.1f}" y2="{AXIS_H - 4}"/>')
+        axis.append(f'<text class="axis" x="{gx:.1f}" y="{AXIS_H - 11}" text-anchor="middle">'
+                    f'{esc(tick.strftime(fmt))}</text>')
+    svg.add("".join(axis))
+
+    attempts = {a.attempt: a for a in history.attempts}
+    groups: dict[int, list[int]] = {}
+    for i, t in enumerate(trs):
+        groups.setdefault(t.attempt, []).append(i)
+    body_top = svg.y
+    for n in sorted(set(groups) | set(attempts)):
+        a = attempts.get(n)
+        if a is not None:
+            _attempt_header(svg, a)
+        for i in groups.get(n, []):
+            t = trs[i]
+            nxt = trs[i + 1].at if i + 1 < len(trs) else None
+            ongoing = nxt is None and live
+            seg_end = nxt if nxt is not None else (end if ongoing else None)
+            _bar_row(svg, t, seg_end=seg_end, ongoing=ongoing, x=x)
+        if a is not None:
+            _attempt_notes(svg, a, [trs[i] for i in groups.get(n, [])])
+    grid = "".join(f'<line class="grid" x1="{gx:.1f}" y1="{body_top}" x2="{gx:.1f}" y2="{svg.y}"/>'
+                   for gx in grid_at)
+    svg.y += 8
+    _legend(svg, stopped=any(t.phase is Phase.COMPLETION for t in trs[:-1]), live=live)
+    height = svg.y + 6
+    defs = ('<defs><pattern id="wait" width="6" height="6" patternUnits="userSpaceOnUse" '
+            'patternTransform="rotate(45)"><rect class="stripe-bg" width="6" height="6"/>'
+            '<rect class="stripe" width="3" height="6"/></pattern></defs>')
+    label = f"timeline of run {run.run_id}"
+    return (f'<svg class="timeline" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {height}" '
+            f'width="{WIDTH}" height="{height}" role="img" aria-label="{esc(label)}">{defs}'
+            f'<title>{esc(label)}</title>{grid}{"".join(svg.parts)}</svg>')
+
+
+def _attempt_header(svg: _Svg, a: Attempt) -> None:
+    words = [f"attempt {a.attempt}", f"trigger {a.trigger}"]
+    if a.cluster_queue:
+        words.append(f"ClusterQueue {a.cluster_queue}")
+    if a.ray_cluster:
+        words.append(f"RayCluster {a.ray_cluster}")
+    if a.admission_wait_s is not None:
+        words.append(f"waited {human_duration(a.admission_wait_s)} for admission")
+    text = " · ".join(words)
+    y = svg.y
+    svg.add(f'<g class="attempt"><title>{esc(text)}</title>'
+            f'<rect class="band" x="0" y="{y + 2}" width="{WIDTH}" height="{HEADER_H - 4}"/>'
+            f'<text class="attempt" x="{LEFT}" y="{y + HEADER_H - 8}">{esc(text)}</text></g>')
+    svg.y += HEADER_H
+
+
+def _bar_row(svg: _Svg, t: Transition, *, seg_end: datetime | None, ongoing: bool,
+             x: Callable[[datetime], float]) -> None:
+    phase = t.phase.value.lower()
+    y = svg.y
+    mid = y + ROW_H / 2
+    x0 = x(t.at)
+    reason = _reason(t.reason, t.message) + (" (ongoing)" if ongoing else "")
+    stopped = t.phase is Phase.COMPLETION and seg_end is not None and not ongoing
+    if stopped:
+        reason = "stopped until reactivated: " + reason
+    if seg_end is None:  # the end of the run: a point in time
+        mark = (f'<path class="phase-{phase}" d="M{x0:.1f} {mid - 6:.1f} L{x0 + 6:.1f} {mid:.1f} '
+                f'L{x0:.1f} {mid + 6:.1f} L{x0 - 6:.1f} {mid:.1f} Z"/>')
+        duration = clock(t.at, "%H:%M:%S")
+        when = f"at {clock(t.at)}"
+    else:
+        x1 = max(x(seg_end), x0 + 2)
+        if t.phase is Phase.ADMISSION:  # waiting for quota: hatched
+            mark = (f'<rect class="wait" x="{x0:.1f}" y="{y + 4}" width="{x1 - x0:.1f}" height="{ROW_H - 8}" '
+                    'fill="url(#wait)"/>')
+        elif stopped:
+            mark = f'<rect class="stopped" x="{x0:.1f}" y="{y + 5}" width="{x1 - x0:.1f}" height="{ROW_H - 10}"/>'
+        else:
+            mark = (f'<rect class="phase-{phase}" x="{x0:.1f}" y="{y + 4}" width="{x1 - x0:.1f}" '
+                    f'height="{ROW_H - 8}" rx="2"/>')
+        if ongoing:
+            mark += (f'<path class="ongoing" d="M{x1:.1f} {y + 3} L{x1 + 7:.1f} {mid:.1f} L{x1:.1f} {y + ROW_H - 3} '
+                     'Z"/>')
+        duration = human_duration((seg_end - t.at).total_seconds()) + ("+" if ongoing else "")
+        when = f"{clock(t.at)} → {clock(seg_end)}"
+    tip = f"{t.phase.value} · attempt {t.attempt}\n{when} ({duration})\n{reason}\nsource: {t.source}"
+    svg.add(f'<g class="row"><title>{esc(tip)}</title>'
+            f'<rect class="hover" x="0" y="{y}" width="{WIDTH}" height="{ROW_H}"/>'
+            f'<text class="label phase-{phase}" x="{LEFT + 8}" y="{mid + 4:.1f}">{esc(t.phase.value)}</text>{mark}'
+            f'<text class="duration" x="{WIDTH - 8}" y="{mid + 4:.1f}" text-anchor="end">{esc(duration)}</text></g>')
+    svg.y += ROW_H
+
+
+def _note(svg: _Svg, text: str, css: str = "dim") -> None:
+    svg.add(f'<g class="note"><title>{esc(text)}</title><text class="{css}" x="{LEFT + 16}" '
+            f'y="{svg.y + NOTE_H - 5}">{esc(_cut(text, 150))}</text></g>')
+    svg.y += NOTE_H
+
+
+def _cut(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _attempt_notes(svg: _Svg, a: Attempt, transitions: Sequence[Transition]) -> None:
+    ended_by_completion = any(t.phase is Phase.COMPLETION and t.reason == a.end_reason for t in transitions)
+    if a.end_reason and not ended_by_completion:
+        text = f"↳ ended {_reason(a.end_reason, a.end_message)}"
+        if a.underlying_cause:
+            text += f" (cause: {a.underlying_cause})"
+        if a.ended_at is not None:
+            text += f" at {clock(a.ended_at)}"
+        _note(svg, text, "bad")
+    elif a.underlying_cause:
+        _note(svg, f"↳ cause: {a.underlying_cause}", "bad")
+    if a.retries:
+        _note(svg, f"↳ {a.retries} pod retr{'ies' if a.retries != 1 else 'y'} within this attempt")
+
+
+def _legend(svg: _Svg, *, stopped: bool, live: bool) -> None:
+    y = svg.y
+    items: list[str] = []
+    cursor = float(LEFT)
+    for phase in Phase:
+        name = phase.value.lower()
+        fill = 'fill="url(#wait)" class="wait"' if phase is Phase.ADMISSION else f'class="phase-{name}"'
+        items.append(f'<rect {fill} x="{cursor:.0f}" y="{y + 3}" width="14" height="10"/>'
+                     f'<text class="dim" x="{cursor + 18:.0f}" y="{y + 12}">{esc(phase.value)}</text>')
+        cursor += 26 + 7 * len(phase.value)
+    items.append(f'<path class="phase-completion" d="M{cursor + 6:.0f} {y + 2} L{cursor + 12:.0f} {y + 8} '
+                 f'L{cursor + 6:.0f} {y + 14} L{cursor:.0f} {y + 8} Z"/>'
+                 f'<text class="dim" x="{cursor + 16:.0f}" y="{y + 12}">end of run</text>')
+    cursor += 90
+    if stopped:
+        items.append(f'<rect class="stopped" x="{cursor:.0f}" y="{y + 3}" width="14" height="10"/>'
+                     f'<text class="dim" x="{cursor + 18:.0f}" y="{y + 12}">deactivated</text>')
+        cursor += 100
+    if live:
+        items.append(f'<path class="ongoing" d="M{cursor:.0f} {y + 2} L{cursor + 7:.0f} {y + 8} L{cursor:.0f} '
+                     f'{y + 14} Z"/><text class="dim" x="{cursor + 12:.0f}" y="{y + 12}">ongoing</text>')
+    svg.add(f'<g class="legend">{"".join(items)}</g>')
+    svg.y += 18
