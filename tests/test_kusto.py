@@ -228,3 +228,56 @@ def test_gpu_audit_function_groups_and_loses_as_tracker_audit() -> None:
         assert f"Lost{reason} = sum(todouble(LostGpuHoursBy.{reason}))" in body, reason
     usage = next(c.text for c in schema_commands() if ") TaugridGpuUsage(" in c.text)
     assert "on Cluster, Namespace, Pod" in usage and "DCGMFIDEVGPUUTIL" in usage
+
+
+_PARAM = re.compile(r"(\w+):(\w+)(?:\s*=\s*(\w+\([^)]*\)|[^,]+))?")
+_SAMPLE = {"string": '"run-7f3c2a"', "datetime": "ago(3d)", "timespan": "2h", "real": "10.0"}
+
+
+def _signatures() -> dict[str, list[tuple[str, str, str | None]]]:
+    """name -> [(parameter, type, default or None)] of every stored function, from its command."""
+    signatures = {}
+    for c in schema_commands():
+        m = re.match(r'\.create-or-alter function with \((?:[^()"]|"[^"]*")*\) (\w+)\(', c.text)
+        if m:
+            depth, end = 1, m.end()
+            while depth:  # to the parenthesis closing the parameter list (defaults hold some: datetime(null))
+                depth += {"(": 1, ")": -1}.get(c.text[end], 0)
+                end += 1
+            signatures[m.group(1)] = [(p, t, d.strip() if d else None)
+                                      for p, t, d in _PARAM.findall(c.text[m.end():end - 1])]
+    return signatures
+
+
+def test_functions_take_defaults_and_are_called_with_and_without_arguments(node: str, tmp_path: Path) -> None:
+    """Every stored function, called through the language service as a dashboard or a person would: with every
+    argument, with none where all have defaults, and with each defaulted one by name; leaving out a required
+    argument is an error (so the check is not vacuous)."""
+    signatures = _signatures()
+    defaults = {name: {p: d for p, _, d in params} for name, params in signatures.items()}
+    assert defaults["TaugridRuns"] == {"workspaceName": '""', "projectName": '""', "runStatus": '""',
+                                       "since": "datetime(null)"}
+    assert defaults["TaugridStuckRuns"] == defaults["TaugridStalledAdmission"] == {"threshold": "30m"}
+    assert defaults["TaugridRetryAudit"] == defaults["TaugridPhaseDurations"] == {"since": "datetime(null)"}
+    assert defaults["TaugridRunHistory"] == defaults["TaugridGpuUtilization"] == {"runId": None}
+    assert defaults["TaugridGpuAudit"] == {"since": "datetime(null)", "until": "datetime(null)",
+                                           "groupBy": '"namespace"'}
+    assert defaults["TaugridIdleGpus"]["maxUtilPct"] == "5.0"
+    calls = []
+    for name, params in signatures.items():
+        calls.append(f"{name}({', '.join(_SAMPLE[t] for _, t, _ in params)}) | take 10")
+        if all(d is not None for _, _, d in params):
+            calls.append(f"{name}() | count")
+            calls += [f"{name}({p}={_SAMPLE[t]}) | take 1" for p, t, _ in params]
+    assert "TaugridRuns() | count" in calls and "TaugridStuckRuns(threshold=2h) | take 1" in calls
+    wrong = ["TaugridRunHistory() | take 1", 'TaugridRuns(status="failed") | take 1']
+    queries = tmp_path / "calls.json"
+    queries.write_text(json.dumps([{"file": "calls.kql", "line": i + 1, "text": q}
+                                   for i, q in enumerate([*calls, *wrong])]))
+    # against the schema's functions only (no adx-mon resources nor README: the full check covers those)
+    rc, out = check(node, "--queries", str(queries), "--deploy", str(tmp_path / "none"),
+                    "--readme", str(tmp_path / "none"))
+    assert out["queries"] == len(calls) + len(wrong)
+    found = [(d["file"], d["line"]) for d in out["diagnostics"]]
+    assert found == [("calls.kql", len(calls) + 1), ("calls.kql", len(calls) + 2)], out["diagnostics"]
+    assert rc == 1

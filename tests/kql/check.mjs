@@ -3,7 +3,10 @@
 // in schemas/kusto/README.md against the declared schema (schemas/kusto/schema.json), with Microsoft's
 // Kusto.Language (npm @kusto/language-service-next; no cluster needed). Run by tests/test_kusto.py.
 //
-//   node tests/kql/check.mjs [--schema FILE] [--kql DIR] [--deploy DIR] [--readme FILE] [--json]
+//   node tests/kql/check.mjs [--schema FILE] [--kql DIR] [--deploy DIR] [--readme FILE] [--queries FILE] [--json]
+//
+// --queries FILE: a JSON list of {"file", "line", "label", "text"}: queries taken from elsewhere (the dashboards,
+// tests/test_dashboards.py), each analysed whole after the schema's functions, reported at file:line.
 //
 // Prints one line per diagnostic (file:line:col: Severity Code Message) and exits 1 if there is any, 0 otherwise.
 // With --json it prints {"diagnostics": [...], "commands": {file: [command text, ...]}} instead.
@@ -33,12 +36,13 @@ function parseArgs(argv) {
     kql: join(repo, "schemas", "kusto"),
     deploy: join(repo, "deploy", "adx-mon"),
     readme: join(repo, "schemas", "kusto", "README.md"),
+    queries: null,
     json: false,
   };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
     if (a === "--json") opts.json = true;
-    else if (["--schema", "--kql", "--deploy", "--readme"].includes(a) && i + 1 < argv.length) opts[a.slice(2)] = resolve(argv[++i]);
+    else if (["--schema", "--kql", "--deploy", "--readme", "--queries"].includes(a) && i + 1 < argv.length) opts[a.slice(2)] = resolve(argv[++i]);
     else throw new Error(`unknown argument ${a}`);
   }
   return opts;
@@ -63,6 +67,7 @@ class Checker {
     this.commands = {};
     this.resources = 0;
     this.examples = 0;
+    this.queries = 0;
   }
 
   rebuild() {
@@ -169,6 +174,17 @@ class Checker {
     }
   }
 
+  // Queries from elsewhere, each analysed whole; a diagnostic is reported at the query's line plus its own.
+  queryList(path) {
+    for (const q of JSON.parse(readFileSync(path, "utf8"))) {
+      this.queries++;
+      this.analyse(q.file, q.text, (offset) => {
+        const at = lineColumn(q.text, offset);
+        return { line: (q.line ?? 1) + at.line - 1, column: at.column };
+      }, q.label ? `${q.label}: ` : "");
+    }
+  }
+
   resource(file, text, doc) {
     this.resources++;
     const obj = doc.toJS();
@@ -255,12 +271,14 @@ const checker = new Checker(JSON.parse(readFileSync(opts.schema, "utf8")));
 checker.kqlFiles(opts.kql);
 checker.deployFiles(opts.deploy);
 checker.readmeExamples(opts.readme);
+if (opts.queries) checker.queryList(opts.queries);
 if (opts.json) {
-  process.stdout.write(JSON.stringify({ diagnostics: checker.diagnostics, commands: checker.commands }, null, 2) + "\n");
+  const out = { diagnostics: checker.diagnostics, commands: checker.commands, examples: checker.examples, queries: checker.queries };
+  process.stdout.write(JSON.stringify(out, null, 2) + "\n");
 } else {
   for (const d of checker.diagnostics) console.log(`${d.file}:${d.line}:${d.column}: ${d.severity} ${d.code} ${d.message}`);
   const files = Object.keys(checker.commands).length;
   const commands = Object.values(checker.commands).reduce((n, c) => n + c.length, 0);
-  console.log(`${checker.diagnostics.length} diagnostic(s): ${files} .kql files (${commands} commands), ${checker.resources} adx-mon resources, ${checker.examples} README examples`);
+  console.log(`${checker.diagnostics.length} diagnostic(s): ${files} .kql files (${commands} commands), ${checker.resources} adx-mon resources, ${checker.examples} README examples, ${checker.queries} other queries`);
 }
 process.exit(checker.diagnostics.length ? 1 : 0);
