@@ -155,6 +155,14 @@ def compose_schema() -> Path:
     return build.COMPOSE_SPEC.path / "compose-spec.json"
 
 
+@pytest.fixture(scope="session")
+def promtool() -> Path:
+    """Prometheus' promtool (`build.PROMTOOL`, fetched by every `up`): a missing one fails the test."""
+    if not build.PROMTOOL.is_built():
+        unavailable(f"{build.PROMTOOL.path.name} is not fetched; run `python -m tests.infra up` first")
+    return build.PROMTOOL.path / "bin" / "promtool"
+
+
 # --- Kubernetes ------------------------------------------------------------------------------------
 
 
