@@ -26,7 +26,7 @@ RUN --mount=type=cache,target=/root/.cache/uv \
 # package): the JSON schemas, the Kusto schema of `tracker kusto apply`, the watcher's RBAC of `tracker doctor`
 COPY tracker ./tracker
 COPY schemas ./schemas
-COPY deploy/rbac ./deploy/rbac
+COPY deploy/k8s/rbac ./deploy/k8s/rbac
 RUN --mount=type=cache,target=/root/.cache/uv \
     uv sync --frozen --no-dev \
  && python -m compileall -q tracker

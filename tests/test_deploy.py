@@ -1,7 +1,7 @@
 """The deployment: Kubernetes manifests (deploy/k8s), docker-compose.yml, the Dockerfile's contract.
 
-Manifests are rendered by kustomize as an SRE renders them (`kubectl kustomize --load-restrictor=
-LoadRestrictionsNone`, the kubectl of the test environment's build). Without an apiserver: every pod is hardened
+Manifests are rendered by kustomize as an SRE renders them (a plain `kubectl kustomize DIR`, no flags, with the
+kubectl of the test environment's build). Without an apiserver: every pod is hardened
 and probed, every container's arguments parse with the real `tracker` command line, the RBAC is exactly what the
 watcher watches, and the topic definitions match the code. Against the real kube-apiserver (marked ``kube``):
 every object passes a server-side dry run, and the watcher's ServiceAccount, created for real with its bindings,
@@ -39,7 +39,7 @@ from tracker.shell.watch import EVENTS_APIS, KubeApi, discover, resources
 
 K8S = REPO_ROOT / "deploy" / "k8s"
 OVERLAYS = ("scaled-out", "all-in-one")
-RBAC = REPO_ROOT / "deploy" / "rbac" / "clusterrole.yaml"
+RBAC = REPO_ROOT / "deploy" / "k8s" / "rbac" / "clusterrole.yaml"
 WRITABLE = {"/var/lib/tracker", "/tmp"}  # the Dockerfile's VOLUMEs
 IMAGE_USER = 10001  # the Dockerfile's USER
 METRICS_PORT = 9090
@@ -82,7 +82,7 @@ def render(kubectl: Path, target: Path, tmp: Path, *, namespace: str | None = No
         # written as JSON (which is YAML): every string quoted, so a suffix like "-819e76" is not read as a number
         # by kustomize's YAML 1.2 parser (PyYAML leaves it unquoted: a YAML 1.1 float needs a dot)
         (root / "kustomization.yaml").write_text(json.dumps(overlay, indent=2))
-    out = subprocess.run([str(kubectl), "kustomize", "--load-restrictor=LoadRestrictionsNone", str(root)],
+    out = subprocess.run([str(kubectl), "kustomize", str(root)],
                          capture_output=True, text=True, timeout=120, check=False)
     assert out.returncode == 0, out.stderr
     return [d for d in yaml.safe_load_all(out.stdout) if d]
@@ -238,7 +238,7 @@ def test_all_in_one_is_one_pod_with_the_index_on_a_volume(overlays: dict[str, li
     [deployment] = of_kind(docs, "Deployment")
     spec = deployment["spec"]["template"]["spec"]
     assert deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"] == {"type": "Recreate"}
-    assert [c["args"][0] for c in spec["containers"]] == ["serve", "watch"]
+    assert [c["args"][0] for c in spec["containers"]] == ["watch", "serve"]  # serve last: see test_scraping
     assert [c["args"] for c in spec["initContainers"]] == [["topics", "create"]]
     [claim] = of_kind(docs, "PersistentVolumeClaim")
     state = next(v["name"] for v in spec["volumes"]
@@ -286,10 +286,133 @@ def test_metrics_service_selects_every_pod(overlays: dict[str, list[Obj]], overl
         template = d["spec"]["template"]
         assert matches({"matchLabels": service["spec"]["selector"]}, template["metadata"]["labels"])
         assert template["metadata"]["annotations"]["prometheus.io/port"] == str(METRICS_PORT)
+    service_ports = {p["targetPort"] for p in service["spec"]["ports"]}
+    for _, spec in pod_specs(docs):  # every metrics port of every container is in the Service
+        assert {p["name"] for c in spec["containers"] for p in c["ports"]} <= service_ports
+
+
+def adxmon_targets(pod: Obj) -> list[str]:
+    """The URLs (path and port) adx-mon's collector scrapes on a pod, as collector/scraper.go `makeTargets` picks
+    them (Azure/adx-mon 905bfa4): opted in by adx-mon/scrape; adx-mon/targets (path:port pairs) if set, else the
+    one adx-mon/port (with adx-mon/path, default /metrics), else every container port. A port matches a container
+    port's number or name, or the port of its readiness or liveness probe. It then keeps one target per pod (its
+    map is keyed by the pod's UID): the last of these, which is what this returns last."""
+    annotations = pod["metadata"].get("annotations", {})
+    if annotations.get("adx-mon/scrape", "false").lower() != "true":
+        return []
+    path = annotations.get("adx-mon/path") or "/metrics"
+    wanted = dict(reversed(pair.split(":")) for pair in annotations.get("adx-mon/targets", "").split(",") if pair)
+    port = annotations.get("adx-mon/port", "")
+    found: list[str] = []
+    for c in pod["spec"]["containers"]:
+        probes = [str(c[p]["httpGet"]["port"]) for p in ("readinessProbe", "livenessProbe") if p in c]
+        for cp in c.get("ports", []):
+            names = {str(cp["containerPort"]), cp.get("name", ""), *probes}
+            if wanted:
+                found += [f"{wanted.pop(n)}:{cp['containerPort']}/{c['name']}" for n in sorted(names) if n in wanted]
+            elif port:
+                if port in names:
+                    return [f"{path}:{cp['containerPort']}/{c['name']}"]
+            else:
+                found.append(f"{path}:{cp['containerPort']}/{c['name']}")
+    return found
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_scraping_by_annotations(overlays: dict[str, list[Obj]], overlay: str) -> None:
+    """Every pod is scraped by Prometheus' annotation convention and by adx-mon's collector, on its metrics port.
+    Both conventions take one port per pod: the all-in-one pod's two (serve's and watch's) are both named for
+    adx-mon (adx-mon/targets), which today keeps the last container's, serve's (the reducer's and index sink's
+    families, most of the alert rules'); the ServiceMonitor component scrapes both ports."""
+    for d in of_kind(overlays[overlay], "Deployment"):
+        template = d["spec"]["template"]
+        annotations = template["metadata"]["annotations"]
+        assert {k: annotations[k] for k in ("prometheus.io/scrape", "prometheus.io/port", "prometheus.io/path")} == {
+            "prometheus.io/scrape": "true", "prometheus.io/port": str(METRICS_PORT), "prometheus.io/path": "/metrics"}
+        ports = [(c["name"], p["containerPort"]) for c in template["spec"]["containers"] for p in c["ports"]]
+        targets = adxmon_targets(template)
+        assert sorted(targets) == sorted(f"/metrics:{port}/{name}" for name, port in ports), d["metadata"]["name"]
+        assert targets[-1] == f"/metrics:{METRICS_PORT}/{'serve' if overlay == 'all-in-one' else ports[0][0]}"
+
+
+def test_adxmon_target_selection_follows_the_collector() -> None:
+    """adxmon_targets as adx-mon picks: one port by number or probe name, a list of targets, or every port."""
+    container = {"name": "c", "ports": [{"name": "metrics", "containerPort": 9090}, {"containerPort": 8080}],
+                 "readinessProbe": {"httpGet": {"port": "metrics"}}}
+    def pod(**annotations: str) -> Obj:
+        return {"metadata": {"annotations": annotations}, "spec": {"containers": [container]}}
+    assert adxmon_targets(pod(**{"adx-mon/port": "9090"})) == []  # not opted in
+    assert adxmon_targets(pod(**{"adx-mon/scrape": "true", "adx-mon/port": "metrics", "adx-mon/path": "/m"})) == [
+        "/m:9090/c"]
+    assert adxmon_targets(pod(**{"adx-mon/scrape": "true"})) == ["/metrics:9090/c", "/metrics:8080/c"]
+    assert adxmon_targets(pod(**{"adx-mon/scrape": "true", "adx-mon/targets": "/a:8080,/b:9090"})) == [
+        "/b:9090/c", "/a:8080/c"]
+
+
+def test_servicemonitor_component_scrapes_every_service_port(kustomize: Path, tmp_path: Path) -> None:
+    for overlay in OVERLAYS:
+        docs = render(kustomize, K8S / "overlays" / overlay, tmp_path,
+                      components=[K8S / "components" / "servicemonitor"])
+        [monitor] = of_kind(docs, "ServiceMonitor")
+        service = named(docs, "Service", "tracker-metrics")
+        assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+        assert monitor["metadata"]["namespace"] == service["metadata"]["namespace"]
+        assert matches(monitor["spec"]["selector"], service["metadata"]["labels"])
+        endpoints = {e["port"]: e for e in monitor["spec"]["endpoints"]}
+        assert {p["name"] for p in service["spec"]["ports"]} <= set(endpoints), overlay
+        assert all(e["path"] == "/metrics" for e in endpoints.values())
+
+
+def kustomizations() -> list[Path]:
+    """Every directory with a kustomization (overlays, base, RBAC, topics, components)."""
+    return sorted(p.parent for p in K8S.rglob("kustomization.yaml"))
+
+
+def test_every_kustomization_renders_without_flags(kustomize: Path, tmp_path: Path) -> None:
+    """`kubectl kustomize DIR` with no flag (no --load-restrictor) renders every overlay, and every component on
+    each overlay: nothing reads a file outside its kustomization's directory."""
+    dirs = kustomizations()
+    components = [d for d in dirs if yaml.safe_load((d / "kustomization.yaml").read_text())["kind"] == "Component"]
+    assert {d.name for d in components} >= {"workload-identity", "servicemonitor", "prometheus-rules"}
+    assert {d.name for d in dirs} >= {*OVERLAYS, "base", "rbac", "strimzi-topics"}
+    for d in dirs:
+        if d in components:
+            for overlay in OVERLAYS:
+                assert render(kustomize, K8S / "overlays" / overlay, tmp_path, components=[d])
+            continue
+        out = subprocess.run([str(kustomize), "kustomize", str(d)], capture_output=True, text=True, timeout=120,
+                             check=False)
+        assert out.returncode == 0 and not out.stderr.strip(), (d, out.stderr)
+    for path in [*K8S.rglob("*.yaml"), REPO_ROOT / "deploy" / "README.md"]:  # no instruction needs the flag
+        assert "load-restrictor" not in path.read_text(), path
+
+
+def project_version() -> str:
+    match = re.search(r'^version = "([^"]+)"$', (REPO_ROOT / "pyproject.toml").read_text(), re.M)
+    assert match
+    return match.group(1)
+
+
+PLACEHOLDER_IMAGE = "registry.example.invalid/taugrid/tracker"  # deploy/README.md: the one to replace
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_images_are_fully_qualified_and_pinned(overlays: dict[str, list[Obj]], overlay: str) -> None:
+    """A registry host (with a dot), a repository and the project's version as tag (or a digest); never :latest
+    nor a bare name a runtime would resolve against its default registry."""
+    for name, spec in pod_specs(overlays[overlay]):
+        for c in [*spec.get("initContainers", []), *spec["containers"]]:
+            image = c["image"]
+            m = re.fullmatch(r"(?P<host>[a-z0-9.-]+\.[a-z]+(?::\d+)?)/(?P<repo>[a-z0-9._/-]+)"
+                             r"(?::(?P<tag>[\w.-]+))?(?:@sha256:[0-9a-f]{64})?", image)
+            assert m and (m["tag"] or "@sha256:" in image), (name, image)
+            assert m["tag"] != "latest", (name, image)
+            assert image == f"{PLACEHOLDER_IMAGE}:{project_version()}", (name, image)
+    assert PLACEHOLDER_IMAGE in (REPO_ROOT / "deploy" / "README.md").read_text()
 
 
 def test_the_rbac_is_exactly_what_the_watcher_watches(overlays: dict[str, list[Obj]]) -> None:
-    """deploy/rbac/clusterrole.yaml is used as it is (not a copy), and its ClusterRole grants get/list/watch on
+    """deploy/k8s/rbac/clusterrole.yaml is used as it is (not a copy), and its ClusterRole grants get/list/watch on
     every resource of the watcher's streams (both Event APIs, which --events-api chooses from) and nothing else."""
     original = {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(RBAC.read_text()) if d}
     for overlay in OVERLAYS:

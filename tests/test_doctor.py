@@ -40,7 +40,7 @@ from tracker.shell.adx import TABLES
 from tracker.shell.watch import resources
 
 Checks = dict[tuple[str, str], dict[str, Any]]
-RBAC = REPO_ROOT / "deploy" / "rbac" / "clusterrole.yaml"
+RBAC = REPO_ROOT / "deploy" / "k8s" / "rbac" / "clusterrole.yaml"
 ROLES = ("changes", "transitions", "run_state", "dead_letters", "alerts")
 
 
@@ -93,7 +93,7 @@ def token_kubeconfig(kubectl: Kubectl, namespace: str, name: str, path: Path) ->
 
 @pytest.fixture(scope="module")
 def rbac_install(kubectl: Kubectl, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
-    """The base's RBAC (deploy/rbac/clusterrole.yaml) installed for real in a fresh namespace, names suffixed."""
+    """The base's RBAC (deploy/k8s/rbac/clusterrole.yaml) installed for real in a fresh namespace, names suffixed."""
     namespace, suffix = f"doctor-{uuid.uuid4().hex[:6]}", f"-{uuid.uuid4().hex[:6]}"
     kubectl.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}])
     docs = render(kustomize_binary(), K8S / "base", tmp_path_factory.mktemp("rbac"), namespace=namespace,

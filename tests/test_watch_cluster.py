@@ -2,7 +2,7 @@
 
 Jobs are submitted as a user would (suspended, with a queue label; there is no Kueue webhook out of cluster). One
 succeeds; a low-priority Job is preempted by a high-priority one, requeued, and re-admitted once the high one is
-done. The watcher runs as the ServiceAccount of deploy/rbac/clusterrole.yaml; its capture is folded by the Reducer
+done. The watcher runs as the ServiceAccount of deploy/k8s/rbac/clusterrole.yaml; its capture is folded by the Reducer
 and compared with an independent plain watch of the same namespace (every object, unslimmed) folded the same way,
 and the phases, attempts and admission waits are checked against the Workloads Kueue wrote.
 """

@@ -7,7 +7,7 @@ apiserver that can be restarted. A 410 needs both: etcd compaction alone does no
 apiserver's watch cache still holds the history (checked by ``test_compaction_alone_does_not_expire_a_cached_watch``),
 so the 410 fault compacts etcd and restarts the apiserver, whose new watch cache starts after the compacted revision.
 
-The watcher always runs as the ServiceAccount of deploy/rbac/clusterrole.yaml (a token from the TokenRequest API),
+The watcher always runs as the ServiceAccount of deploy/k8s/rbac/clusterrole.yaml (a token from the TokenRequest API),
 so every test also proves the role is enough. Each test drives three runs through realistic lifecycles with the
 status subresource (a quick success; a preemption with requeue and re-admission; a RayJob), injects one fault, and
 checks the watcher's capture against the objects the API returned for every write: same run histories when
@@ -54,7 +54,7 @@ from tracker.shell.watch import ApiError, Change, JsonlCapture, KubeApi, Watcher
 pytestmark = pytest.mark.kube
 
 Obj = dict[str, Any]
-RBAC = REPO_ROOT / "deploy" / "rbac" / "clusterrole.yaml"
+RBAC = REPO_ROOT / "deploy" / "k8s" / "rbac" / "clusterrole.yaml"
 SYSTEM_NS = "tracker-system"
 SA = "tracker-watcher"
 BATCH, CORE, EVENTS = "/apis/batch/v1", "/api/v1", "/apis/events.k8s.io/v1"
@@ -140,7 +140,7 @@ class Identity:
 
 
 def rbac_documents(namespace: str) -> list[Obj]:
-    """deploy/rbac/clusterrole.yaml with its namespace replaced."""
+    """deploy/k8s/rbac/clusterrole.yaml with its namespace replaced."""
     docs = [d for d in yaml.safe_load_all(RBAC.read_text()) if d]
     for doc in docs:
         if "namespace" in doc["metadata"]:
@@ -151,7 +151,7 @@ def rbac_documents(namespace: str) -> list[Obj]:
 
 
 def watcher_identity(kubectl: Kubectl, admin_kubeconfig: Path, path: Path) -> Identity:
-    """The watcher's ServiceAccount of deploy/rbac/clusterrole.yaml in SYSTEM_NS, and a kubeconfig at ``path``
+    """The watcher's ServiceAccount of deploy/k8s/rbac/clusterrole.yaml in SYSTEM_NS, and a kubeconfig at ``path``
     for its token, on the cluster of ``admin_kubeconfig``."""
     kubectl.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM_NS}}])
     kubectl.apply(rbac_documents(SYSTEM_NS))

@@ -7,7 +7,7 @@ retries, ...), and
 the controllers would: objects created with POST, specs and metadata changed with PUT, statuses with PUT on the
 ``status`` subresource, pods bound with the ``binding`` subresource, graceful deletes with a grace period and
 finalizers removed afterwards, Events created and updated with their counts and series. The watcher (running as
-the ServiceAccount of deploy/rbac/clusterrole.yaml) captures it all, and:
+the ServiceAccount of deploy/k8s/rbac/clusterrole.yaml) captures it all, and:
 
 - every state the API returned is in the capture, none twice, and the capture folds to exactly the same
   histories as the written objects, times included (the watcher loses and duplicates nothing);

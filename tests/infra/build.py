@@ -28,6 +28,7 @@ from tests.infra.config import (
     KUBERNETES_VERSION,
     KUEUE_VERSION,
     KWOK_VERSION,
+    PROMTOOL_VERSION,
     Component,
     cache_root,
     with_dependencies,
@@ -306,6 +307,46 @@ def _fetch_compose_spec(out: Path, build_log: Path) -> None:
     _copy_files([source / "schema" / "compose-spec.json", source / "LICENSE", source / "NOTICE"], out)
 
 
+def _fetch_promtool(out: Path, build_log: Path) -> None:
+    """promtool from Debian's `prometheus` package (`apt-get download` and `dpkg-deb -x`: no root, nothing
+    installed) when the machine's apt offers PROMTOOL_VERSION, else built from the Go module proxy."""
+    deb = out / "deb"
+    deb.mkdir()
+    try:
+        _run_logged(["apt-get", "download", "prometheus"], build_log=build_log, cwd=deb)
+        [package] = deb.glob("prometheus_*.deb")
+        _run_logged(["dpkg-deb", "-x", package, deb / "root"], build_log=build_log, cwd=deb)
+        version = _run_logged([deb / "root" / "usr" / "bin" / "promtool", "--version"], build_log=build_log, cwd=deb)
+        if not re.match(rf"promtool, version {re.escape(PROMTOOL_VERSION)}\b", version):
+            raise InfraError(f"apt offers {version.splitlines()[0]!r}, not {PROMTOOL_VERSION}")
+        (out / "bin").mkdir()
+        shutil.copy2(deb / "root" / "usr" / "bin" / "promtool", out / "bin" / "promtool")
+        (out / "SOURCE").write_text(f"Debian package {package.name}\n")
+    except (InfraError, ValueError) as exc:  # no apt, no such package, another version: build it
+        with build_log.open("a") as err:
+            err.write(f"Debian's promtool not used ({exc}); building it from the Go module proxy\n")
+        _build_promtool(out, build_log)
+    finally:
+        shutil.rmtree(deb, ignore_errors=True)
+
+
+def _build_promtool(out: Path, build_log: Path) -> None:
+    """github.com/prometheus/prometheus carries replace directives, so `go install` refuses it: a wrapper module."""
+    _, minor, patch = PROMTOOL_VERSION.split(".")
+    src = out / "src"
+    src.mkdir()
+    (src / "go.mod").write_text(f"module local/promtool-testenv\n\ngo 1.23.0\n\n"
+                                f"require github.com/prometheus/prometheus v0.{minor}.{patch}\n")
+    _run_logged(
+        ["go", "build", "-trimpath", "-ldflags", f"-s -w -X github.com/prometheus/common/version.Version="
+         f"{PROMTOOL_VERSION}", "-o", out / "bin" / "promtool", "github.com/prometheus/prometheus/cmd/promtool"],
+        build_log=build_log,
+        cwd=src,
+        env={**_GO_BUILD_ENV, "GOFLAGS": "-mod=mod"},
+    )
+    (out / "SOURCE").write_text(f"github.com/prometheus/prometheus v0.{minor}.{patch} (Go module proxy)\n")
+
+
 def _build_kafka(out: Path, build_log: Path) -> None:
     """kafka_2.13 alone resolves the broker classpath; reload4j is the SLF4J binding 3.9 expects."""
     (out / "pom.xml").write_text(_KAFKA_POM.format(version=KAFKA_VERSION))
@@ -380,8 +421,16 @@ COMPOSE_SPEC = Artifact(
     _fetch_compose_spec,
 )
 
+PROMTOOL = Artifact(
+    "promtool",
+    PROMTOOL_VERSION,
+    f"promtool {PROMTOOL_VERSION} (Debian's prometheus package, else Go)",
+    "seconds from Debian, minutes from Go",
+    _fetch_promtool,
+)
+
 #: What tests need whichever components run (no service behind them): every `up` ensures these.
-SHARED: tuple[Artifact, ...] = (COMPOSE_SPEC,)
+SHARED: tuple[Artifact, ...] = (COMPOSE_SPEC, PROMTOOL)
 
 
 def artifacts_for(component: Component) -> tuple[Artifact, ...]:

@@ -165,6 +165,14 @@ def chromium() -> Path:
     return found
 
 
+@pytest.fixture(scope="session")
+def promtool() -> Path:
+    """Prometheus' promtool (`build.PROMTOOL`, fetched by every `up`): a missing one fails the test."""
+    if not build.PROMTOOL.is_built():
+        unavailable(f"{build.PROMTOOL.path.name} is not fetched; run `python -m tests.infra up` first")
+    return build.PROMTOOL.path / "bin" / "promtool"
+
+
 # --- Kubernetes ------------------------------------------------------------------------------------
 
 

@@ -4,7 +4,7 @@ Four areas, checked concurrently; every network call is bounded by ``--timeout``
 
 - **kube**: the kubeconfig (or the pod's ServiceAccount) loads and the apiserver answers; who the apiserver says
   we are (SelfSubjectReview); a SelfSubjectAccessReview for every verb of every rule of the watcher's RBAC
-  (``deploy/rbac/clusterrole.yaml``, read at run time, so the checks cannot drift from the role): the
+  (``deploy/k8s/rbac/clusterrole.yaml``, read at run time, so the checks cannot drift from the role): the
   ClusterRole's rules cluster-wide (or in each ``--namespace``), the leader-election Role's rules in the lease
   namespace; and discovery of every resource the watcher watches, at a version the watcher reads (the same
   ``Resource`` definitions and ``discover`` the watcher uses);
@@ -55,10 +55,10 @@ Status = Literal["ok", "warn", "fail", "skip"]
 AREAS = ("kube", "kafka", "adx")
 
 REPO = Path(__file__).resolve().parents[2]
-RBAC_FILE = REPO / "deploy" / "rbac" / "clusterrole.yaml"
+RBAC_FILE = REPO / "deploy" / "k8s" / "rbac" / "clusterrole.yaml"
 KUSTO_SCHEMA = REPO / "schemas" / "kusto" / "schema.json"
 POD_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-APPLY_RBAC = "kubectl apply --server-side -f deploy/rbac/clusterrole.yaml (or the deploy/k8s overlay)"
+APPLY_RBAC = "kubectl apply --server-side -f deploy/k8s/rbac/clusterrole.yaml (or the deploy/k8s overlay)"
 
 # Kusto's column types as `.show database ... schema` reports them (.NET names) and as declared in KQL
 _KUSTO_TYPES = {"System.String": "string", "System.Int64": "long", "System.Int32": "int", "System.Double": "real",
@@ -229,7 +229,7 @@ async def kube_checks(opts: DoctorOptions) -> list[Check]:
                             lease=opts.lease)
     except (OSError, ValueError, KeyError, yaml.YAMLError) as exc:
         return [Check("kube", "rbac file", "fail", f"cannot read the watcher's RBAC from {opts.rbac_file}: {exc}",
-                      "pass --rbac-file PATH (deploy/rbac/clusterrole.yaml of this tracker version)")]
+                      "pass --rbac-file PATH (deploy/k8s/rbac/clusterrole.yaml of this tracker version)")]
     try:
         client = await asyncio.wait_for(kube_client(opts.kubeconfig, opts.context, connections=16), opts.timeout_s)
     except (ConfigException, OSError, ValueError, TypeError, KeyError, TimeoutError, yaml.YAMLError) as exc:
