@@ -72,7 +72,7 @@ SERVICE_COMMANDS: dict[str, str] = {
     "sink": "run a history sink fed from the transitions topic",
     "serve": "intake, reducer and sinks in one process (Kafka or embedded bus)",
     "topics": "manage the tracker's Kafka topics",
-    "kusto": "Azure Data Explorer schema (settings: TRACKER_ADX_* variables)",
+    "kusto": "Azure Data Explorer schema (settings: TRACKER_ADX__*)",
     "doctor": "preflight checks: kubeconfig, RBAC, Kueue/KubeRay APIs, Kafka topics, ADX auth and schema",
 }
 

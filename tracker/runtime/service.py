@@ -29,7 +29,7 @@ from aiokafka.errors import KafkaError
 from tracker import errors
 from tracker.core.model import DeadLetter
 from tracker.runtime.embedded_metrics import EmbeddedMetrics
-from tracker.runtime.ops import Health, Metrics, OpsServer, Shutdown, configure_logging
+from tracker.runtime.ops import Health, Metrics, OpsServer, Shutdown, configure_logging, log_deprecated_env
 from tracker.runtime.pipeline import JsonlDeadLetters, PipelineLimits, PipelineReport, run_pipeline
 from tracker.runtime.reduce import ReduceService
 from tracker.runtime.sinks import SinkRunner, adx_sink_runner, index_sink_runner
@@ -164,6 +164,7 @@ async def run_process(settings: Settings, name: str, body: Body, *, fatal: Error
     it comes wrapped in exception groups (the ``TaskGroup`` of a body). Anything else (a bug) propagates with its
     traceback (with the fatal errors beside it, if any, logged first)."""
     configure_logging(settings.ops.log_level, settings.ops.log_format)
+    log_deprecated_env(settings)
     _PRODUCER_LOG.addFilter(_NO_PAYLOADS)
     metrics, health = Metrics("serve-embedded" if name == "serve" and not settings.kafka.enabled else name), Health()
     server = OpsServer(settings.ops, metrics=metrics, health=health)

@@ -309,11 +309,11 @@ ADX_SINK_GROUP = "tracker-sink-adx"
 
 def adx_sink_runner(settings: Settings, *, metrics: Metrics, health: Health, group: str | None = None
                     ) -> SinkRunner:
-    """The Azure Data Explorer sink of ``tracker sink adx`` (settings: ``TRACKER_ADX_*``); Kafka commits its
+    """The Azure Data Explorer sink of ``tracker sink adx`` (settings: ``adx``); Kafka commits its
     offsets after each write, and the Dedup views absorb the repeats of an at-least-once delivery."""
-    from tracker.shell.adx import AdxSettings, AdxSink
+    from tracker.shell.adx import AdxSink
 
-    adx = AdxSettings()
+    adx = settings.adx
     collector = AdxCollector()
     metrics.registry.register(collector)
 
