@@ -15,8 +15,8 @@ from rich.console import Console
 from tracker.cli import DEMO_CAPTURES, main, replay
 from tracker.core import stuck
 from tracker.core.model import Phase, RunHistory, RunRecord, Status, Transition
+from tracker.core.publish import RunShell
 from tracker.core.timefmt import ts
-from tracker.runtime.reduce import _RunShell
 from tracker.settings import AlertSettings
 from tracker.shell.index import ExperimentIndex
 from tracker.shell.index_query import STUCK_PHASES
@@ -136,7 +136,7 @@ def test_alerts_match_their_published_schema_and_the_stalled_admission_fields(
 
 
 def test_run_state_remembers_alerts_per_phase_and_reads_older_state() -> None:
-    shell = _RunShell(alerted=[1])  # as an older reducer persisted it: attempts alerted in Admission
+    shell = RunShell(alerted=[1])  # as an older reducer persisted it: attempts alerted in Admission
     shell.remember_alert(2, Phase.SCHEDULING)
     shell.remember_alert(2, Phase.ADMISSION)
     assert shell.alerted == [1, 2] and shell.alerted_stuck == [(2, Phase.SCHEDULING)]
