@@ -609,7 +609,8 @@ def test_settings_from_environment_and_auth_modes(monkeypatch: pytest.MonkeyPatc
     token = tmp_path / "token"
     token.write_text("federated-token")
     monkeypatch.setenv("AZURE_FEDERATED_TOKEN_FILE", str(token))
-    wi = connection(AdxSettings(auth="workload-identity"), "https://c.kusto.windows.net")
+    wi = connection(AdxSettings(auth="workload-identity", client_id="app-id", tenant_id="tenant-id"),
+                    "https://c.kusto.windows.net")
     assert wi.azure_credential is not None and wi.aad_federated_security
 
     none = connection(AdxSettings(auth="none"), "http://127.0.0.1:8080")

@@ -336,13 +336,13 @@ def layout(monkeypatch: pytest.MonkeyPatch, kafka_bootstrap: str) -> Iterator[Ka
 
 async def _delete_topics(ks: KafkaSettings, names: list[str]) -> None:
     admin = AIOKafkaAdminClient(**kafka.client_options(ks))
-    await kafka.start(admin, ks, "admin client")
+    await kafka.start(admin, ks, what="admin client")
     try:
         existing = [n for n in await admin.list_topics() if n in names]
         if existing:
             await admin.delete_topics(existing)
     finally:
-        await kafka.stop(admin, ks, "admin client")
+        await kafka.stop(admin, ks, what="admin client")
 
 
 def create(ks: KafkaSettings, **overrides: dict[str, Any]) -> None:
@@ -355,7 +355,7 @@ def create(ks: KafkaSettings, **overrides: dict[str, Any]) -> None:
 
 async def _await_metadata(ks: KafkaSettings, partitions: dict[str, int]) -> None:
     admin = AIOKafkaAdminClient(**kafka.client_options(ks))
-    await kafka.start(admin, ks, "admin client")
+    await kafka.start(admin, ks, what="admin client")
     try:
         async with asyncio.timeout(30):
             while True:
@@ -366,7 +366,7 @@ async def _await_metadata(ks: KafkaSettings, partitions: dict[str, int]) -> None
                         return
                 await asyncio.sleep(0.2)
     finally:
-        await kafka.stop(admin, ks, "admin client")
+        await kafka.stop(admin, ks, what="admin client")
 
 
 @pytest.fixture

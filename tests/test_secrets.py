@@ -185,7 +185,9 @@ ops:
 """)
     env = {**clean_env, "TRACKER_KAFKA__SASL_PASSWORD": secret("env TRACKER_KAFKA__SASL_PASSWORD"),
            "TRACKER_ADX__CLIENT_SECRET": secret("env TRACKER_ADX__CLIENT_SECRET"), "TRACKER_ADX__AUTH": "app-secret",
-           "TRACKER_ADX__CLIENT_ID": "app", "TRACKER_ADX__CLUSTER_URI": "http://127.0.0.1:9"}
+           "TRACKER_ADX__CLIENT_ID": "app", "TRACKER_ADX__TENANT_ID": "tenant",
+           "TRACKER_ADX__CLUSTER_URI": "http://127.0.0.1:9"}
+    bad_adx = {"TRACKER_ADX__TENANT_ID": ""}  # app-secret without a tenant: every process refuses the settings
     out: dict[str, bytes] = {}
 
     def run(name: str, *args: str, expect: int = 0, extra: dict[str, str] | None = None) -> None:
@@ -207,11 +209,12 @@ ops:
         ("serve with a wrong type", ("serve", "--config", str(wrong_type)), 2, {}),
         ("serve with a bad environment", ("serve", "--config", str(config)), 2,
          {"TRACKER_KAFKA__SECURITY_PROTOCOL": "BOGUS", "TRACKER_KAFKA__SASL_MECHANISM": "PLAIN"}),
-        # ADX settings errors (app-secret without a tenant): kusto apply, the sink's start, doctor
-        ("kusto apply with bad ADX settings", ("kusto", "apply"), 2, {}),
+        # ADX settings errors (app-secret without a tenant): kusto apply, sink adx, any process, doctor
+        ("kusto apply with bad ADX settings", ("kusto", "apply"), 2, bad_adx),
         ("sink adx with bad ADX settings", ("sink", "adx", "--config", str(config)), 2,
-         {"TRACKER_KAFKA__BOOTSTRAP_SERVERS": "127.0.0.1:9"}),
-        ("doctor", ("doctor", "--config", str(config), "--skip", "kube", "--skip", "kafka", "--json"), 1, {}),
+         {"TRACKER_KAFKA__BOOTSTRAP_SERVERS": "127.0.0.1:9", **bad_adx}),
+        ("serve with bad ADX settings", ("serve", "--config", str(config)), 2, bad_adx),
+        ("doctor", ("doctor", "--config", str(config), "--skip", "kube", "--skip", "kafka", "--json"), 1, bad_adx),
     ]
     with ThreadPoolExecutor(4) as pool:  # each command is a process of its own: run them side by side
         for future in [pool.submit(run, name, *args, expect=expect, extra=extra)

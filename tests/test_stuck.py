@@ -29,7 +29,7 @@ MIN = 60.0
 @pytest.fixture(scope="module")
 def histories(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, RunHistory]]:
     path = tmp_path_factory.mktemp("idx") / "index.sqlite"
-    replay([DEMO_CAPTURES], path, Console(quiet=True), quiet=True)
+    replay([DEMO_CAPTURES], path, console=Console(quiet=True), quiet=True)
     with ExperimentIndex(path, readonly=True) as ix:
         return path, {r.run_id: h for r in ix.runs() if (h := ix.history(r.run_id)) is not None}
 

@@ -80,7 +80,7 @@ SERVICE_COMMANDS: dict[str, str] = {
 # ------------------------------------------------------------------------------------------ commands
 
 
-def replay(captures: list[Path], index_path: Path, console: Console, quiet: bool = False,
+def replay(captures: list[Path], index_path: Path, *, console: Console, quiet: bool = False,
            retire_after_s: float | None = None) -> PipelineReport:
     import asyncio
 
@@ -184,7 +184,7 @@ def _signal_name(signum: int) -> str:
 
 def cmd_replay(args: argparse.Namespace, console: Console) -> int:
     retire = None if args.retire_after is None else parse_duration(args.retire_after)
-    report = replay(args.captures, args.index, console, retire_after_s=retire)
+    report = replay(args.captures, args.index, console=console, retire_after_s=retire)
     return 128 + report.stopped_by if report.stopped and report.stopped_by else 0
 
 

@@ -97,7 +97,7 @@ def _settings(args: argparse.Namespace, **sections: dict[str, Any]) -> Settings:
 
 
 def _run(settings: Settings, name: str, body: service.Body, fatal: service.Errors = service.FATAL) -> int:
-    return asyncio.run(service.run_process(settings, name, body, fatal=fatal))
+    return asyncio.run(service.run_process(settings, name, body=body, fatal=fatal))
 
 
 def _needs_kafka(settings: Settings, command: str) -> None:

@@ -286,7 +286,7 @@ async def kafka_checks(settings: Settings, timeout_s: float) -> list[Check]:
         return [Check("kafka", "brokers", "fail", f"cannot set up the Kafka client: {exc}",
                       "check the TRACKER_KAFKA__SSL_* settings")]
     try:
-        await kafka.start(admin, ks, "admin client")
+        await kafka.start(admin, ks, what="admin client")
     except (KafkaError, TimeoutError, OSError) as exc:
         return [Check("kafka", "brokers", "fail", f"{ks.bootstrap_servers} unreachable: {_reason(exc)}",
                       "check kafka.bootstrap_servers, the security settings (TRACKER_KAFKA__SECURITY_PROTOCOL, "
@@ -298,23 +298,23 @@ async def kafka_checks(settings: Settings, timeout_s: float) -> list[Check]:
                       "check the brokers' health and this identity's ACLs (Describe, DescribeConfigs on the "
                       "topics)")]
     finally:
-        await kafka.stop(admin, ks, "admin client")
+        await kafka.stop(admin, ks, what="admin client")
 
 
 async def _topic_checks(admin: AIOKafkaAdminClient, ks: KafkaSettings) -> list[Check]:
     t = ks.call_timeout_s
-    cluster = await kafka.bounded(admin.describe_cluster(), t, "describing the cluster")
+    cluster = await kafka.bounded(admin.describe_cluster(), t, what="describing the cluster")
     checks = [Check("kafka", "brokers", "ok", f"{len(cluster['brokers'])} broker(s) via {ks.bootstrap_servers}")]
     specs = kafka.topic_specs(ks.topics)
-    existing = set(await kafka.bounded(admin.list_topics(), t, "listing topics"))
+    existing = set(await kafka.bounded(admin.list_topics(), t, what="listing topics"))
     present = [s for s in specs if s.name in existing]
     partitions: dict[str, list[dict[str, Any]]] = {}
     configs: dict[str, dict[str, str]] = {}
     if present:  # described only once known to exist: a metadata request may auto-create a topic
-        for topic in await kafka.bounded(admin.describe_topics([s.name for s in present]), t, "describing topics"):
+        for topic in await kafka.bounded(admin.describe_topics([s.name for s in present]), t, what="describing topics"):
             partitions[topic["topic"]] = topic["partitions"]
         resources_ = [ConfigResource(ConfigResourceType.TOPIC, s.name, dict.fromkeys(s.configs)) for s in present]
-        for response in await kafka.bounded(admin.describe_configs(resources_), t, "describing topic configs"):
+        for response in await kafka.bounded(admin.describe_configs(resources_), t, what="describing topic configs"):
             for res in response.to_object()["resources"]:
                 configs[res["resource_name"]] = {e["config_names"]: e["config_value"] for e in res["config_entries"]}
     for spec in specs:

@@ -142,8 +142,8 @@ class ReduceService:
             async with self._lock:
                 for tp in list(self._parts):
                     await self._drop(tp)
-            await kafka.stop(consumer, self.ks, "changes consumer")
-            await kafka.stop(restorer, self.ks, "run-state reader")
+            await kafka.stop(consumer, self.ks, what="changes consumer")
+            await kafka.stop(restorer, self.ks, what="run-state reader")
         log.info("reducer_stopped")
 
     async def _connect(self) -> tuple[AIOKafkaConsumer, AIOKafkaConsumer]:
@@ -151,14 +151,14 @@ class ReduceService:
         await kafka.verify_topics(self.ks, ("changes", "transitions", "run_state", "dead_letters", "alerts"))
         rs = self.s.reduce
         restorer = self._restorer = kafka.make_consumer(self.ks, group_id=None, max_poll_records=10_000)
-        await kafka.start(restorer, self.ks, "run-state reader")
+        await kafka.start(restorer, self.ks, what="run-state reader")
         consumer = self._consumer = kafka.make_consumer(self.ks, group_id=rs.group_id,
                                                         group_instance_id=rs.group_instance_id,
                                                         max_poll_records=rs.max_batch_records)
         try:
-            await kafka.start(consumer, self.ks, "changes consumer")
+            await kafka.start(consumer, self.ks, what="changes consumer")
         except BaseException:
-            await kafka.stop(restorer, self.ks, "run-state reader")
+            await kafka.stop(restorer, self.ks, what="run-state reader")
             raise
         return consumer, restorer
 
@@ -229,7 +229,8 @@ class ReduceService:
         """Make ``tp`` processable: keep its state if nobody committed past it since, else restore it."""
         existing = self._parts.get(tp)
         if existing is not None:
-            committed = await kafka.bounded(consumer.committed(tp), self.ks.call_timeout_s, f"committed offset {tp}")
+            committed = await kafka.bounded(consumer.committed(tp), self.ks.call_timeout_s,
+                                            what=f"committed offset {tp}")
             if committed == existing.position:
                 consumer.seek(tp, committed)  # records fetched but skipped while it was revoked come again
                 return
@@ -237,16 +238,17 @@ class ReduceService:
         started = time.monotonic()
         txn_id = f"{self.s.reduce.transactional_id_prefix}.{tp.topic}.{tp.partition}"
         producer = kafka.make_producer(self.ks, transactional_id=txn_id)
-        await kafka.start(producer, self.ks, f"producer {txn_id}")  # fences the previous owner, aborts its txn
+        await kafka.start(producer, self.ks, what=f"producer {txn_id}")  # fences the previous owner, aborts its txn
         try:
-            committed = await kafka.bounded(consumer.committed(tp), self.ks.call_timeout_s, f"committed offset {tp}")
+            committed = await kafka.bounded(consumer.committed(tp), self.ks.call_timeout_s,
+                                            what=f"committed offset {tp}")
             if committed is None:
                 begin = await kafka.bounded(consumer.beginning_offsets([tp]), self.ks.call_timeout_s,
-                                            f"beginning of {tp}")
+                                            what=f"beginning of {tp}")
                 committed = begin[tp]
             part = await self._restore(tp, producer)
         except BaseException:
-            await kafka.stop(producer, self.ks, f"producer {txn_id}")
+            await kafka.stop(producer, self.ks, what=f"producer {txn_id}")
             raise
         part.position = committed
         consumer.seek(tp, committed)
@@ -273,7 +275,7 @@ class ReduceService:
     async def _drop(self, tp: TopicPartition) -> None:
         part = self._parts.pop(tp, None)
         if part is not None:
-            await kafka.stop(part.producer, self.ks, f"producer of {tp}")
+            await kafka.stop(part.producer, self.ks, what=f"producer of {tp}")
 
     def _fail(self, tp: TopicPartition, stage: str, exc: BaseException) -> None:
         count = self._failures.get(tp, (0, 0.0))[0] + 1
@@ -468,7 +470,7 @@ class ReduceService:
         for tp, part in self._parts.items():
             high = consumer.last_stable_offset(tp)
             if high is not None and tp not in self._pending:
-                position = await kafka.bounded(consumer.position(tp), self.ks.call_timeout_s, f"position of {tp}")
+                position = await kafka.bounded(consumer.position(tp), self.ks.call_timeout_s, what=f"position of {tp}")
                 m.consumer_lag.labels(group, tp.topic, str(tp.partition)).set(max(0, high - position))
             statuses.update(s.status.value for s in part.policy.runs.values())
             clock = wall_us if self.s.alerts.clock == "wall" else part.policy.watermark_us
