@@ -399,7 +399,7 @@ def test_settings_are_validated_with_clear_errors(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv("TRACKER_REDUCE__MAX_BATCH_RECORDS", "7")  # the environment wins over the file
     settings = load_settings(config)
     assert (settings.kafka.bootstrap_servers, settings.reduce.max_batch_records) == ("127.0.0.1:9092", 7)
-    assert "secret" not in json.dumps(redacted(settings))
+    assert "sb://secret" not in json.dumps(redacted(settings))  # (adx.client_secret is a field name)
     assert kafka.client_options(settings.kafka)["sasl_plain_password"] == "Endpoint=sb://secret"
 
 
@@ -463,7 +463,8 @@ async def test_embedded_serve_equals_replay(tmp_path: Path, monkeypatch: pytest.
     from tracker.runtime.ops import Shutdown
 
     await body(Metrics(), health, Shutdown(10))
-    await asyncio.to_thread(replay, captures, tmp_path / "replay.sqlite", Console(file=io.StringIO()), True)
+    await asyncio.to_thread(replay, captures, tmp_path / "replay.sqlite", console=Console(file=io.StringIO()),
+                            quiet=True)
     assert index_rows(tmp_path / "serve.sqlite") == index_rows(tmp_path / "replay.sqlite")
     assert index_rows(tmp_path / "serve.sqlite")["runs"]
 
@@ -485,7 +486,8 @@ async def test_a_restarted_embedded_serve_continues_from_its_index(tmp_path: Pat
     for part in (pods, [f for f in files if f not in pods]):  # the pods first, the rest after a restart
         opts = service.ServeOptions(captures=tuple(part), index_path=index)
         await service.serve_body(settings, opts)(Metrics(), Health(), Shutdown(10))
-    await asyncio.to_thread(replay, captures, tmp_path / "replay.sqlite", Console(file=io.StringIO()), True)
+    await asyncio.to_thread(replay, captures, tmp_path / "replay.sqlite", console=Console(file=io.StringIO()),
+                            quiet=True)
     assert index_rows(index) == index_rows(tmp_path / "replay.sqlite")
     assert index_rows(index)["runs"]
 
@@ -529,7 +531,8 @@ async def test_reduce_and_index_sink_processes_equal_replay(kafka_bootstrap: str
     assert reducer.terminate() == 0 and sink.terminate() == 0  # graceful shutdown on SIGTERM
     assert any(e["event"] == "reducer_stopped" for e in reducer.events())
 
-    await asyncio.to_thread(replay, captures, tmp_path / "replay.sqlite", Console(file=io.StringIO()), True)
+    await asyncio.to_thread(replay, captures, tmp_path / "replay.sqlite", console=Console(file=io.StringIO()),
+                            quiet=True)
     rows = index_rows(index)
     assert rows["runs"], "no runs reached the index"
     assert rows == index_rows(tmp_path / "replay.sqlite")
@@ -684,7 +687,8 @@ async def test_serve_runs_intake_reducer_and_sink_in_one_process(kafka_bootstrap
                    str(index), "--create-topics", "--exit-when-done")
     assert serve.proc is not None
     assert await asyncio.to_thread(serve.proc.wait, 50) == 0, serve.tail()
-    await asyncio.to_thread(replay, captures, tmp_path / "replay.sqlite", Console(file=io.StringIO()), True)
+    await asyncio.to_thread(replay, captures, tmp_path / "replay.sqlite", console=Console(file=io.StringIO()),
+                            quiet=True)
     assert index_rows(index) == index_rows(tmp_path / "replay.sqlite")
     assert index_rows(index)["runs"]
     events = [e["event"] for e in serve.events()]

@@ -12,6 +12,8 @@ one partition are folded, and then ONE transaction carries everything they cause
 - ``dead-letters`` and ``alerts``;
 - the offsets, through ``send_offsets_to_transaction``.
 
+What a transaction carries is decided by ``tracker.core.publish`` (pure, tested without Kafka: the content hash,
+the watermark, stuck alerts, retirement); this module turns its decisions into records and runs the transactions.
 A crash at any point leaves either all of it or none of it; the next owner restores the partition's runs from
 ``run-state`` (read to its end) and resumes at the committed offset, so each history is published exactly once.
 The outputs go to the input's partition number (one partition count): a run's state is beside its changes.
