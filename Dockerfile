@@ -43,7 +43,7 @@ ENV PATH=/app/.venv/bin:$PATH \
     HOME=/tmp \
     TRACKER_OPS__METRICS_HOST=0.0.0.0 \
     TRACKER_OPS__METRICS_PORT=9090 \
-    TRACKER_ADX_SPOOL_DIR=/var/lib/tracker/adx-spool
+    TRACKER_ADX__SPOOL_DIR=/var/lib/tracker/adx-spool
 WORKDIR /var/lib/tracker
 VOLUME ["/var/lib/tracker", "/tmp"]
 USER 10001:10001

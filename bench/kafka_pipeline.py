@@ -254,7 +254,7 @@ def consumed_total(port: int) -> int:
 async def raw_consume(settings: Settings, expected: int) -> float:
     """Records/s of a bare read_committed consumer reading the changes topic."""
     consumer = kafka.make_consumer(settings.kafka, group_id=None, max_poll_records=10_000)
-    await kafka.start(consumer, settings.kafka, "raw consumer")
+    await kafka.start(consumer, settings.kafka, what="raw consumer")
     try:
         tps = [TopicPartition(settings.kafka.topics.changes, p) for p in range(PARTITIONS)]
         consumer.assign(tps)
@@ -266,7 +266,7 @@ async def raw_consume(settings: Settings, expected: int) -> float:
                 seen += len(records)
         return seen / (time.perf_counter() - started)
     finally:
-        await kafka.stop(consumer, settings.kafka, "raw consumer")
+        await kafka.stop(consumer, settings.kafka, what="raw consumer")
 
 
 async def committed_total(admin: AIOKafkaAdminClient, group: str) -> int:
@@ -388,8 +388,8 @@ class TimedIndex(ExperimentIndex):
         self.latencies = latencies
 
     def write(self, histories: Sequence[RunHistory], offsets: Mapping[OffsetKey, int] | None = None,
-              state: StateRows | None = None) -> int:
-        changed = super().write(histories, offsets, state)
+              *, state: StateRows | None = None) -> int:
+        changed = super().write(histories, offsets, state=state)
         now = time.perf_counter()
         for h in histories:
             latest = next((m.latest_step for m in h.metrics if m.metric == "loss"), None)
@@ -487,7 +487,7 @@ async def main(argv: list[str] | None = None) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="tracker-bench-"))
 
     producer = kafka.make_producer(settings.kafka)
-    await kafka.start(producer, settings.kafka, "bench producer")
+    await kafka.start(producer, settings.kafka, what="bench producer")
     admin = AIOKafkaAdminClient(**kafka.client_options(settings.kafka))
     await admin.start()
     log = (tmp / "reduce.log").open("wb")
@@ -531,7 +531,7 @@ async def main(argv: list[str] | None = None) -> int:
             await asyncio.wait_for(reducer.wait(), 60)
         log.close()
         await admin.close()
-        await kafka.stop(producer, settings.kafka, "bench producer")
+        await kafka.stop(producer, settings.kafka, what="bench producer")
     scale_items = keyed(synthetic_stream(args.scale_runs, args.seed + 1), "scale") if args.scale_out else []
     scaled = {n: await scale_out(bootstrap, scale_items, n, tmp) for n in args.scale_out}
     per_run = memory_per_active_run(1_000, args.seed)

@@ -50,7 +50,7 @@ class Counting:
     bytes: int = 0
     marks: list[tuple[int, float]] = field(default_factory=list)
 
-    async def publish(self, key: str, record: Change, source: str) -> None:
+    async def publish(self, key: str, record: Change, *, source: str) -> None:
         self.bytes += len(json.dumps(record, separators=(",", ":")).encode()) + len(key)
         self.published += 1
         if self.published % 100 == 0:

@@ -22,7 +22,6 @@ from xml.etree import ElementTree
 
 import pytest
 from azure.kusto.data import KustoClient, KustoConnectionStringBuilder
-from pydantic import ValidationError
 from structlog.testing import capture_logs
 
 from tests.adx_standin import KustoStandIn, _Refused
@@ -43,7 +42,8 @@ from tracker.core.reducer import Reducer
 from tracker.runtime.kusto_cmd import add_kusto_commands
 from tracker.runtime.pipeline import PipelineLimits, run_pipeline
 from tracker.runtime.sinks import AdxCollector
-from tracker.shell.adx import STATE_COLUMNS, TABLES, AdxSettings, AdxSink, connection, history_rows
+from tracker.settings import AdxSettings, SettingsError, load_settings
+from tracker.shell.adx import STATE_COLUMNS, TABLES, AdxSink, connection, history_rows
 from tracker.shell.capture import BadRecord, capture_files, interleave
 from tracker.shell.kusto_apply import PROBE, ApplyError, apply_schema, schema_commands
 
@@ -585,13 +585,13 @@ def test_rows_read_back_through_the_sdk_query_path(standin: KustoStandIn,
 
 
 def test_settings_from_environment_and_auth_modes(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("TRACKER_ADX_CLUSTER_URI", "https://taugrid.westeurope.kusto.windows.net")
-    monkeypatch.setenv("TRACKER_ADX_AUTH", "app-secret")
-    monkeypatch.setenv("TRACKER_ADX_CLIENT_ID", "app-id")
-    monkeypatch.setenv("TRACKER_ADX_TENANT_ID", "tenant-id")
-    monkeypatch.setenv("TRACKER_ADX_CLIENT_SECRET", "s3cr3t-value")
-    monkeypatch.setenv("TRACKER_ADX_BATCH_MAX_ROWS", "500")
-    s = AdxSettings()
+    monkeypatch.setenv("TRACKER_ADX__CLUSTER_URI", "https://taugrid.westeurope.kusto.windows.net")
+    monkeypatch.setenv("TRACKER_ADX__AUTH", "app-secret")
+    monkeypatch.setenv("TRACKER_ADX__CLIENT_ID", "app-id")
+    monkeypatch.setenv("TRACKER_ADX__TENANT_ID", "tenant-id")
+    monkeypatch.setenv("TRACKER_ADX__CLIENT_SECRET", "s3cr3t-value")
+    monkeypatch.setenv("TRACKER_ADX__BATCH_MAX_ROWS", "500")
+    s = load_settings().adx
     assert (s.cluster_uri, s.batch_max_rows, s.database) == ("https://taugrid.westeurope.kusto.windows.net", 500,
                                                              "Metrics")
     assert "s3cr3t-value" not in repr(s) and "s3cr3t-value" not in str(s.model_dump())
@@ -599,9 +599,9 @@ def test_settings_from_environment_and_auth_modes(monkeypatch: pytest.MonkeyPatc
     assert (kcsb.application_client_id, kcsb.application_key, kcsb.authority_id) == (
         "app-id", "s3cr3t-value", "tenant-id")
 
-    monkeypatch.delenv("TRACKER_ADX_CLIENT_SECRET")
-    with pytest.raises(ValidationError, match="client_secret"):
-        AdxSettings()
+    monkeypatch.delenv("TRACKER_ADX__CLIENT_SECRET")
+    with pytest.raises(SettingsError, match="client_secret"):
+        load_settings()
 
     msi = connection(AdxSettings(auth="managed-identity", client_id="uami"), "https://c.kusto.windows.net")
     assert msi.msi_authentication and msi.msi_parameters == {"client_id": "uami"}
@@ -609,12 +609,13 @@ def test_settings_from_environment_and_auth_modes(monkeypatch: pytest.MonkeyPatc
     token = tmp_path / "token"
     token.write_text("federated-token")
     monkeypatch.setenv("AZURE_FEDERATED_TOKEN_FILE", str(token))
-    wi = connection(AdxSettings(auth="workload-identity"), "https://c.kusto.windows.net")
+    wi = connection(AdxSettings(auth="workload-identity", client_id="app-id", tenant_id="tenant-id"),
+                    "https://c.kusto.windows.net")
     assert wi.azure_credential is not None and wi.aad_federated_security
 
     none = connection(AdxSettings(auth="none"), "http://127.0.0.1:8080")
     assert not none.aad_federated_security
-    with pytest.raises(ValueError, match="TRACKER_ADX_CLUSTER_URI"):
+    with pytest.raises(ValueError, match="TRACKER_ADX__CLUSTER_URI"):
         connection(AdxSettings(auth="none"), "")
 
 
@@ -623,7 +624,7 @@ def test_settings_from_environment_and_auth_modes(monkeypatch: pytest.MonkeyPatc
 
 def test_kusto_apply_dry_run_prints_every_command(standin: KustoStandIn, monkeypatch: pytest.MonkeyPatch,
                                                   capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setenv("TRACKER_ADX_DATABASE", DB)
+    monkeypatch.setenv("TRACKER_ADX__DATABASE", DB)
     parser = argparse.ArgumentParser()
     add_kusto_commands(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["kusto", "apply", "--dry-run"])
@@ -652,7 +653,7 @@ def test_kusto_apply_sends_the_commands_in_order(standin: KustoStandIn) -> None:
 def test_kusto_apply_stops_at_the_first_failure(standin: KustoStandIn, monkeypatch: pytest.MonkeyPatch,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     for k, v in {"CLUSTER_URI": standin.url, "AUTH": "none", "DATABASE": DB}.items():
-        monkeypatch.setenv(f"TRACKER_ADX_{k}", v)
+        monkeypatch.setenv(f"TRACKER_ADX__{k}", v)
     answer = standin._mgmt
 
     def refuse_the_second_command(req: Any) -> Any:
@@ -679,7 +680,7 @@ def test_kusto_apply_gives_up_after_the_connect_phase_when_the_cluster_does_not_
     out = io.StringIO()
     started = time.monotonic()
     with pytest.raises(ApplyError, match=r"did not answer within 1s \(the connect phase; "
-                                         r"TRACKER_ADX_CONNECT_TIMEOUT_S\): nothing was applied"):
+                                         r"TRACKER_ADX__CONNECT_TIMEOUT_S\): nothing was applied"):
         apply_schema(settings, dry_run=False, out=out)
     assert time.monotonic() - started < 5
     assert [r.json()["csl"] for r in standin.of("mgmt")] == [PROBE]
@@ -707,7 +708,7 @@ def test_kusto_apply_shows_which_command_of_how_many_while_it_waits(standin: Kus
     assert first[0][1] == f"[1/{total}] {commands[0].file} #1: {commands[0].text.splitlines()[0][:100]}"
     assert first[0][0] < 1.0, "shown when it is sent, not when it is done"
     waiting = [line for _t, line in first if "still running after" in line]
-    assert 2 <= len(waiting) <= 3 and "TRACKER_ADX_MGMT_TIMEOUT_S" in waiting[0]
+    assert 2 <= len(waiting) <= 3 and "TRACKER_ADX__MGMT_TIMEOUT_S" in waiting[0]
     assert [line for _t, line in lines if line.startswith(f"[{total}/{total}] ")]
 
 
@@ -715,8 +716,8 @@ def test_kusto_apply_progress_reaches_a_pipe_as_it_happens(standin: KustoStandIn
     """Not only on a terminal: each line is flushed, so `kubectl logs` of a Job shows where apply waits."""
     standin.stall("mgmt", 0)
     standin.stall("mgmt", 30)  # the first command hangs
-    env = {**os.environ, "TRACKER_ADX_CLUSTER_URI": standin.url, "TRACKER_ADX_AUTH": "none",
-           "TRACKER_ADX_DATABASE": DB}
+    env = {**os.environ, "TRACKER_ADX__CLUSTER_URI": standin.url, "TRACKER_ADX__AUTH": "none",
+           "TRACKER_ADX__DATABASE": DB}
     proc = subprocess.Popen([sys.executable, "-m", "tracker.cli", "kusto", "apply"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=Path(__file__).parents[1])
     try:

@@ -29,7 +29,7 @@ TEAM_B = ("llama-sft-4xq9t", "mixtral-sft-8pz3c", "rl-ppo-8mc2k", "vit-l-9hx4d",
 @pytest.fixture(scope="module")
 def index(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("idx") / "index.sqlite"
-    replay([DEMO_CAPTURES], path, Console(quiet=True), quiet=True)
+    replay([DEMO_CAPTURES], path, console=Console(quiet=True), quiet=True)
     return path
 
 

@@ -31,7 +31,7 @@ UUID_RUN = "e55428ce-5266-4f6d-8b5d-2ae542ca77c4"  # Job team-a/eval-hotfix-0820
 @pytest.fixture(scope="module")
 def index(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("idx") / "index.sqlite"
-    replay([DEMO_CAPTURES], path, Console(quiet=True), quiet=True)
+    replay([DEMO_CAPTURES], path, console=Console(quiet=True), quiet=True)
     return path
 
 
@@ -241,7 +241,7 @@ def test_show_by_prefix_and_by_namespace_name(index: Path, capsys: pytest.Captur
 
 def test_show_notes_when_a_name_had_several_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "index.sqlite"
-    replay([DEMO_CAPTURES], path, Console(quiet=True), quiet=True)
+    replay([DEMO_CAPTURES], path, console=Console(quiet=True), quiet=True)
     with ExperimentIndex(path) as ix:
         history = ix.history("vit-l-9hx4d")
         assert history is not None and history.run.created_at is not None

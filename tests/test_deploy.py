@@ -33,7 +33,6 @@ from tests.infra.kubectl import Kubectl
 from tests.infra.proc import InfraError
 from tracker.cli import build_parser
 from tracker.settings import TopicSettings, load_settings
-from tracker.shell.adx import AdxSettings
 from tracker.shell.kafka import topic_specs, topics_document
 from tracker.shell.watch import EVENTS_APIS, KubeApi, discover, resources
 
@@ -205,7 +204,7 @@ def test_the_configured_settings_load(overlays: dict[str, list[Obj]], overlay: s
             with monkeypatch.context() as env:
                 for key, value in d["data"].items():
                     env.setenv(key, value)
-                adx = AdxSettings()
+                adx = load_settings().adx
             assert adx.spool_dir.parent == Path("/var/lib/tracker") and adx.auth == "workload-identity"
 
 
@@ -489,8 +488,8 @@ def test_compose_stack(tmp_path: Path) -> None:
             assert svc["depends_on"]["topics" if name != "topics" else "kafka"]["condition"] in (
                 "service_completed_successfully", "service_healthy")
         if name in ("kusto-apply", "sink-adx"):
-            assert svc["profiles"] == ["adx"] and env["TRACKER_ADX_AUTH"] == "none"
-            assert env["TRACKER_ADX_CLUSTER_URI"] == "http://kusto:8080"
+            assert svc["profiles"] == ["adx"] and env["TRACKER_ADX__AUTH"] == "none"
+            assert env["TRACKER_ADX__CLUSTER_URI"] == "http://kusto:8080"
     assert services["watch"]["volumes"][0].endswith(":/kube/config:ro")
     assert services["topics"]["command"] == ["topics", "create"] and services["topics"]["restart"] == "no"
 
@@ -514,7 +513,7 @@ def test_compose_config(compose_schema: Path, env: dict[str, str]) -> None:
                               "target": "/kube/config", "read_only": True}
         if profiles:
             assert services["kusto"]["image"] == env.get("KUSTO_EMULATOR_IMAGE", "kustainer-linux")
-            assert services["sink-adx"]["environment"]["TRACKER_ADX_AUTH"] == "none"  # both anchors merged
+            assert services["sink-adx"]["environment"]["TRACKER_ADX__AUTH"] == "none"  # both anchors merged
 
 
 def test_dockerfile_contract() -> None:

@@ -336,13 +336,13 @@ def layout(monkeypatch: pytest.MonkeyPatch, kafka_bootstrap: str) -> Iterator[Ka
 
 async def _delete_topics(ks: KafkaSettings, names: list[str]) -> None:
     admin = AIOKafkaAdminClient(**kafka.client_options(ks))
-    await kafka.start(admin, ks, "admin client")
+    await kafka.start(admin, ks, what="admin client")
     try:
         existing = [n for n in await admin.list_topics() if n in names]
         if existing:
             await admin.delete_topics(existing)
     finally:
-        await kafka.stop(admin, ks, "admin client")
+        await kafka.stop(admin, ks, what="admin client")
 
 
 def create(ks: KafkaSettings, **overrides: dict[str, Any]) -> None:
@@ -355,7 +355,7 @@ def create(ks: KafkaSettings, **overrides: dict[str, Any]) -> None:
 
 async def _await_metadata(ks: KafkaSettings, partitions: dict[str, int]) -> None:
     admin = AIOKafkaAdminClient(**kafka.client_options(ks))
-    await kafka.start(admin, ks, "admin client")
+    await kafka.start(admin, ks, what="admin client")
     try:
         async with asyncio.timeout(30):
             while True:
@@ -366,7 +366,7 @@ async def _await_metadata(ks: KafkaSettings, partitions: dict[str, int]) -> None
                         return
                 await asyncio.sleep(0.2)
     finally:
-        await kafka.stop(admin, ks, "admin client")
+        await kafka.stop(admin, ks, what="admin client")
 
 
 @pytest.fixture
@@ -481,9 +481,9 @@ def kusto(monkeypatch: pytest.MonkeyPatch) -> Iterator[SchemaStandIn]:
     declared = json.loads((REPO_ROOT / "schemas" / "kusto" / "schema.json").read_text())["tables"]
     standin = SchemaStandIn(schema={t: dict(spec["columns"]) for t, spec in declared.items()})
     standin.up()
-    monkeypatch.setenv("TRACKER_ADX_CLUSTER_URI", standin.url)
-    monkeypatch.setenv("TRACKER_ADX_AUTH", "none")
-    monkeypatch.setenv("TRACKER_ADX_DATABASE", "Metrics")
+    monkeypatch.setenv("TRACKER_ADX__CLUSTER_URI", standin.url)
+    monkeypatch.setenv("TRACKER_ADX__AUTH", "none")
+    monkeypatch.setenv("TRACKER_ADX__DATABASE", "Metrics")
     yield standin
     standin.down()
 
@@ -528,11 +528,11 @@ def test_adx_unreachable(capsys: pytest.CaptureFixture[str], kusto: SchemaStandI
 
 
 def test_adx_not_configured(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("TRACKER_ADX_CLUSTER_URI", raising=False)
+    monkeypatch.delenv("TRACKER_ADX__CLUSTER_URI", raising=False)
     rc, checks = run_doctor(capsys, *ADX_ONLY)
     assert rc == 0 and checks[("adx", "settings")]["status"] == "skip"
-    monkeypatch.setenv("TRACKER_ADX_CLUSTER_URI", "https://example.invalid")
-    monkeypatch.setenv("TRACKER_ADX_AUTH", "app-secret")
+    monkeypatch.setenv("TRACKER_ADX__CLUSTER_URI", "https://example.invalid")
+    monkeypatch.setenv("TRACKER_ADX__AUTH", "app-secret")
     rc, checks = run_doctor(capsys, *ADX_ONLY)
     assert rc == 1 and "needs client_id, tenant_id and client_secret" in checks[("adx", "settings")]["detail"]
 

@@ -24,7 +24,7 @@ RUN = "gpt-moe-6wz8r"  # a run of the bundled capture
 @pytest.fixture(scope="module")
 def demo_index(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("demo") / "index.sqlite"
-    replay([DEMO_CAPTURES], path, Console(quiet=True), quiet=True)
+    replay([DEMO_CAPTURES], path, console=Console(quiet=True), quiet=True)
     return path
 
 

@@ -200,7 +200,7 @@ def launch(services: list[Service], tmp: Path, name: str, *argv: str) -> Service
 async def read_topic(settings: Settings, topic: str, partitions: int) -> list[ConsumerRecord]:
     """Every record of ``topic``, read_committed, partition by partition in offset order."""
     consumer = kafka.make_consumer(settings.kafka, group_id=None)
-    await kafka.start(consumer, settings.kafka, "test reader")
+    await kafka.start(consumer, settings.kafka, what="test reader")
     try:
         tps = [TopicPartition(topic, p) for p in range(partitions)]
         consumer.assign(tps)
@@ -213,7 +213,7 @@ async def read_topic(settings: Settings, topic: str, partitions: int) -> list[Co
                     out.extend(recs)
         return sorted(out, key=lambda r: (r.partition, r.offset))
     finally:
-        await kafka.stop(consumer, settings.kafka, "test reader")
+        await kafka.stop(consumer, settings.kafka, what="test reader")
 
 
 async def settle(settings: Settings, index: Path, procs: Sequence[Service] = (),
@@ -399,7 +399,7 @@ def test_settings_are_validated_with_clear_errors(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv("TRACKER_REDUCE__MAX_BATCH_RECORDS", "7")  # the environment wins over the file
     settings = load_settings(config)
     assert (settings.kafka.bootstrap_servers, settings.reduce.max_batch_records) == ("127.0.0.1:9092", 7)
-    assert "secret" not in json.dumps(redacted(settings))
+    assert "sb://secret" not in json.dumps(redacted(settings))  # (adx.client_secret is a field name)
     assert kafka.client_options(settings.kafka)["sasl_plain_password"] == "Endpoint=sb://secret"
 
 
@@ -463,7 +463,8 @@ async def test_embedded_serve_equals_replay(tmp_path: Path, monkeypatch: pytest.
     from tracker.runtime.ops import Shutdown
 
     await body(Metrics(), health, Shutdown(10))
-    await asyncio.to_thread(replay, captures, tmp_path / "replay.sqlite", Console(file=io.StringIO()), True)
+    await asyncio.to_thread(replay, captures, tmp_path / "replay.sqlite", console=Console(file=io.StringIO()),
+                            quiet=True)
     assert index_rows(tmp_path / "serve.sqlite") == index_rows(tmp_path / "replay.sqlite")
     assert index_rows(tmp_path / "serve.sqlite")["runs"]
 
@@ -485,7 +486,8 @@ async def test_a_restarted_embedded_serve_continues_from_its_index(tmp_path: Pat
     for part in (pods, [f for f in files if f not in pods]):  # the pods first, the rest after a restart
         opts = service.ServeOptions(captures=tuple(part), index_path=index)
         await service.serve_body(settings, opts)(Metrics(), Health(), Shutdown(10))
-    await asyncio.to_thread(replay, captures, tmp_path / "replay.sqlite", Console(file=io.StringIO()), True)
+    await asyncio.to_thread(replay, captures, tmp_path / "replay.sqlite", console=Console(file=io.StringIO()),
+                            quiet=True)
     assert index_rows(index) == index_rows(tmp_path / "replay.sqlite")
     assert index_rows(index)["runs"]
 
@@ -529,7 +531,8 @@ async def test_reduce_and_index_sink_processes_equal_replay(kafka_bootstrap: str
     assert reducer.terminate() == 0 and sink.terminate() == 0  # graceful shutdown on SIGTERM
     assert any(e["event"] == "reducer_stopped" for e in reducer.events())
 
-    await asyncio.to_thread(replay, captures, tmp_path / "replay.sqlite", Console(file=io.StringIO()), True)
+    await asyncio.to_thread(replay, captures, tmp_path / "replay.sqlite", console=Console(file=io.StringIO()),
+                            quiet=True)
     rows = index_rows(index)
     assert rows["runs"], "no runs reached the index"
     assert rows == index_rows(tmp_path / "replay.sqlite")
@@ -684,7 +687,8 @@ async def test_serve_runs_intake_reducer_and_sink_in_one_process(kafka_bootstrap
                    str(index), "--create-topics", "--exit-when-done")
     assert serve.proc is not None
     assert await asyncio.to_thread(serve.proc.wait, 50) == 0, serve.tail()
-    await asyncio.to_thread(replay, captures, tmp_path / "replay.sqlite", Console(file=io.StringIO()), True)
+    await asyncio.to_thread(replay, captures, tmp_path / "replay.sqlite", console=Console(file=io.StringIO()),
+                            quiet=True)
     assert index_rows(index) == index_rows(tmp_path / "replay.sqlite")
     assert index_rows(index)["runs"]
     events = [e["event"] for e in serve.events()]
@@ -730,7 +734,7 @@ async def test_finished_runs_are_retired_after_their_grace_also_across_a_restart
     monkeypatch.setenv("TRACKER_REDUCE__RETIRE_AFTER_S", "0")
     settings = load_settings()
     producer = kafka.make_producer(settings.kafka)
-    await kafka.start(producer, settings.kafka, "test producer")
+    await kafka.start(producer, settings.kafka, what="test producer")
     try:
         for p in range(PARTITIONS):
             tick = builders.resolution_event(event_id=f"tick-{p}", run_id=f"tick-{p}", when=0, status="started")
@@ -738,7 +742,7 @@ async def test_finished_runs_are_retired_after_their_grace_also_across_a_restart
                                 partition=p)
         await producer.flush()
     finally:
-        await kafka.stop(producer, settings.kafka, "test producer")
+        await kafka.stop(producer, settings.kafka, what="test producer")
     await drain_reducer(settings)
     state = await latest_run_state(settings)
     assert {run_id for run_id, doc in state.items() if doc.get("retired")} == done
@@ -801,13 +805,13 @@ async def test_sink_without_offset_storage_commits_to_kafka_and_skips_refused_hi
     histories = fault_free(synthetic_stream(12, seed=21))
     refused = sorted(histories)[3]
     producer = kafka.make_producer(settings.kafka)
-    await kafka.start(producer, settings.kafka, "test producer")
+    await kafka.start(producer, settings.kafka, what="test producer")
     try:
         for run_id, h in histories.items():
             await producer.send(settings.kafka.topics.transitions, h.model_dump_json().encode(), key=run_id.encode())
         await producer.flush()
     finally:
-        await kafka.stop(producer, settings.kafka, "test producer")
+        await kafka.stop(producer, settings.kafka, what="test producer")
 
     sink, metrics, group = RefusingSink(refused), Metrics(), f"{settings.sink.index_group}-refusing"
     runner = SinkRunner("refusing", open_sink=lambda: contextlib.nullcontext(sink), group=group, settings=settings,
@@ -845,11 +849,11 @@ async def test_drain_targets_cover_the_transaction_committed_just_before(
     await create_topics(settings)
     tp = TopicPartition(settings.kafka.topics.transitions, 1)
     producer = kafka.make_producer(settings.kafka, transactional_id=f"{settings.reduce.transactional_id_prefix}.t")
-    await kafka.start(producer, settings.kafka, "test producer")
+    await kafka.start(producer, settings.kafka, what="test producer")
     lso_short = 0
     try:
         reader = kafka.make_consumer(settings.kafka, group_id=None)
-        await kafka.start(reader, settings.kafka, "lso reader")
+        await kafka.start(reader, settings.kafka, what="lso reader")
         try:
             for _ in range(40):
                 async with producer.transaction():
@@ -857,9 +861,9 @@ async def test_drain_targets_cover_the_transaction_committed_just_before(
                 lso_short += (await reader.end_offsets([tp]))[tp] <= sent.offset  # the race, for the record only
                 assert (await kafka.drain_targets(settings.kafka, [tp]))[tp] > sent.offset
         finally:
-            await kafka.stop(reader, settings.kafka, "lso reader")
+            await kafka.stop(reader, settings.kafka, what="lso reader")
     finally:
-        await kafka.stop(producer, settings.kafka, "test producer")
+        await kafka.stop(producer, settings.kafka, what="test producer")
     print(f"read_committed end offset short of the just-committed transaction in {lso_short} of 40 rounds")
 
 

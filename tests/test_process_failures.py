@@ -52,7 +52,7 @@ async def test_a_fatal_error_inside_nested_task_groups_is_the_one_stopped_line(
                     tg.create_task(asyncio.sleep(30))
             outer.create_task(inner())
 
-    assert await asyncio.wait_for(service.run_process(Settings(), "reduce", body), 10) == 1
+    assert await asyncio.wait_for(service.run_process(Settings(), "reduce", body=body), 10) == 1
     err = capsys.readouterr().err
     stopped = [line for line in log_lines(err) if line["event"] == "stopped_by_an_error"]
     assert len(stopped) == 1, err
@@ -81,7 +81,7 @@ async def test_embedded_serve_on_a_file_that_is_not_an_index_is_the_one_stopped_
             ix.write(red.flush().histories)
     opts = service.ServeOptions(captures=(DEMO_CAPTURES / "jobs.json",), index_path=index, exit_when_done=True)
     body = service.serve_body(Settings(), opts)
-    assert await asyncio.wait_for(service.run_process(Settings(), "serve", body), 60) == 1
+    assert await asyncio.wait_for(service.run_process(Settings(), "serve", body=body), 60) == 1
     err = capsys.readouterr().err
     stopped = [line for line in log_lines(err) if line["event"] == "stopped_by_an_error"]
     assert len(stopped) == 1 and "Traceback" not in err, err
@@ -97,7 +97,7 @@ async def test_a_bug_inside_a_task_group_is_not_taken_for_a_fatal_error() -> Non
             raise KeyError("a bug")
 
     with pytest.raises(ExceptionGroup) as info:
-        await asyncio.wait_for(service.run_process(Settings(), "reduce", body), 10)
+        await asyncio.wait_for(service.run_process(Settings(), "reduce", body=body), 10)
     assert info.group_contains(KeyError)
 
 

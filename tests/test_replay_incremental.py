@@ -55,7 +55,7 @@ def write_piece(directory: Path, records: Sequence[Event]) -> list[Path]:
 
 
 def replay_quietly(paths: Sequence[Path], index: Path) -> int:
-    return replay(list(paths), index, Console(quiet=True), quiet=True).rows_changed
+    return replay(list(paths), index, console=Console(quiet=True), quiet=True).rows_changed
 
 
 def arrival_order(records: Sequence[Event], rng: random.Random) -> list[Event]:

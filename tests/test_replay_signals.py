@@ -31,7 +31,7 @@ def capture(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def whole(capture: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[tuple[object, ...]]]:
     path = tmp_path_factory.mktemp("whole") / "index.sqlite"
-    replay([capture], path, Console(quiet=True), quiet=True)
+    replay([capture], path, console=Console(quiet=True), quiet=True)
     return contents(path)
 
 
@@ -83,7 +83,7 @@ def test_replay_from_another_thread_runs_without_signal_handlers(tmp_path: Path)
 
     reports = []
     worker = threading.Thread(target=lambda: reports.append(replay([DEMO_CAPTURES], tmp_path / "i.sqlite",
-                                                                     Console(quiet=True), quiet=True)))
+                                                                     console=Console(quiet=True), quiet=True)))
     worker.start()
     worker.join(120)
     assert len(reports) == 1 and reports[0].runs_written > 0 and not reports[0].stopped

@@ -24,7 +24,8 @@ import pytest
 from tests.adx_standin import KustoStandIn
 from tests.test_kafka_pipeline import configure, create_topics, read_topic
 from tracker.cli import DEMO_CAPTURES
-from tracker.shell.adx import AdxSettings, AdxSink
+from tracker.settings import AdxSettings
+from tracker.shell.adx import AdxSink
 from tracker.shell.capture import Record, capture_files, read_capture
 from tracker.shell.index import ExperimentIndex
 
@@ -183,8 +184,10 @@ ops:
   log_format: json
 """)
     env = {**clean_env, "TRACKER_KAFKA__SASL_PASSWORD": secret("env TRACKER_KAFKA__SASL_PASSWORD"),
-           "TRACKER_ADX_CLIENT_SECRET": secret("env TRACKER_ADX_CLIENT_SECRET"), "TRACKER_ADX_AUTH": "app-secret",
-           "TRACKER_ADX_CLIENT_ID": "app", "TRACKER_ADX_CLUSTER_URI": "http://127.0.0.1:9"}
+           "TRACKER_ADX__CLIENT_SECRET": secret("env TRACKER_ADX__CLIENT_SECRET"), "TRACKER_ADX__AUTH": "app-secret",
+           "TRACKER_ADX__CLIENT_ID": "app", "TRACKER_ADX__TENANT_ID": "tenant",
+           "TRACKER_ADX__CLUSTER_URI": "http://127.0.0.1:9"}
+    bad_adx = {"TRACKER_ADX__TENANT_ID": ""}  # app-secret without a tenant: every process refuses the settings
     out: dict[str, bytes] = {}
 
     def run(name: str, *args: str, expect: int = 0, extra: dict[str, str] | None = None) -> None:
@@ -206,11 +209,12 @@ ops:
         ("serve with a wrong type", ("serve", "--config", str(wrong_type)), 2, {}),
         ("serve with a bad environment", ("serve", "--config", str(config)), 2,
          {"TRACKER_KAFKA__SECURITY_PROTOCOL": "BOGUS", "TRACKER_KAFKA__SASL_MECHANISM": "PLAIN"}),
-        # ADX settings errors (app-secret without a tenant): kusto apply, the sink's start, doctor
-        ("kusto apply with bad ADX settings", ("kusto", "apply"), 2, {}),
+        # ADX settings errors (app-secret without a tenant): kusto apply, sink adx, any process, doctor
+        ("kusto apply with bad ADX settings", ("kusto", "apply"), 2, bad_adx),
         ("sink adx with bad ADX settings", ("sink", "adx", "--config", str(config)), 2,
-         {"TRACKER_KAFKA__BOOTSTRAP_SERVERS": "127.0.0.1:9"}),
-        ("doctor", ("doctor", "--config", str(config), "--skip", "kube", "--skip", "kafka", "--json"), 1, {}),
+         {"TRACKER_KAFKA__BOOTSTRAP_SERVERS": "127.0.0.1:9", **bad_adx}),
+        ("serve with bad ADX settings", ("serve", "--config", str(config)), 2, bad_adx),
+        ("doctor", ("doctor", "--config", str(config), "--skip", "kube", "--skip", "kafka", "--json"), 1, bad_adx),
     ]
     with ThreadPoolExecutor(4) as pool:  # each command is a process of its own: run them side by side
         for future in [pool.submit(run, name, *args, expect=expect, extra=extra)
@@ -221,7 +225,7 @@ ops:
         for future in [pool.submit(run, "runs", "runs", "--index", str(index), "--json"),
                        pool.submit(run, "show", "show", runs[0]["run_id"], "--index", str(index))]:
             future.result()
-    assert "TRACKER_ADX_" in out["kusto apply with bad ADX settings stderr"].decode()
+    assert "invalid settings: adx: " in out["kusto apply with bad ADX settings stderr"].decode()
 
     # dead letters: every kind, every broken line; what identifies each record is kept; owner-only
     for name in ("out", "served"):
@@ -311,28 +315,28 @@ def test_an_adx_settings_error_names_the_field_and_never_the_client_secret(
     import argparse
 
     from tracker.runtime.kusto_cmd import add_kusto_commands
-    from tracker.shell.adx import AdxSettingsError, load_adx_settings
+    from tracker.settings import SettingsError, load_settings
 
     secret = f"FAKESECRET{uuid.uuid4().hex[:12]}"
-    monkeypatch.setenv("TRACKER_ADX_AUTH", "app-secret")
-    monkeypatch.setenv("TRACKER_ADX_CLIENT_ID", "app")
-    monkeypatch.setenv("TRACKER_ADX_CLIENT_SECRET", secret)
-    monkeypatch.setenv("TRACKER_ADX_BATCH_MAX_ROWS", "-1")
-    with pytest.raises(AdxSettingsError) as err:
-        load_adx_settings()
-    assert str(err.value) == ("invalid ADX settings (environment variables TRACKER_ADX_<NAME>): batch_max_rows: "
-                              "Input should be greater than or equal to 1")
-    monkeypatch.delenv("TRACKER_ADX_BATCH_MAX_ROWS")
-    with pytest.raises(AdxSettingsError) as err:
-        load_adx_settings()
-    assert str(err.value) == ("invalid ADX settings (environment variables TRACKER_ADX_<NAME>): (root): Value "
-                              "error, auth app-secret needs client_id, tenant_id and client_secret")
+    monkeypatch.setenv("TRACKER_ADX__AUTH", "app-secret")
+    monkeypatch.setenv("TRACKER_ADX__CLIENT_ID", "app")
+    monkeypatch.setenv("TRACKER_ADX__CLIENT_SECRET", secret)
+    monkeypatch.setenv("TRACKER_ADX__BATCH_MAX_ROWS", "-1")
+    with pytest.raises(SettingsError) as err:
+        load_settings()
+    assert str(err.value) == ("invalid settings: adx.batch_max_rows: Input should be greater than or equal to 1 "
+                              "(environment variables are TRACKER_<SECTION>__<NAME>)")
+    monkeypatch.delenv("TRACKER_ADX__BATCH_MAX_ROWS")
+    with pytest.raises(SettingsError) as err:
+        load_settings()
+    assert str(err.value) == ("invalid settings: adx: Value error, auth app-secret needs client_id, tenant_id and "
+                              "client_secret (environment variables are TRACKER_<SECTION>__<NAME>)")
     parser = argparse.ArgumentParser()
     add_kusto_commands(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["kusto", "apply"])
     assert args.func(args, None) == 2
     captured = capsys.readouterr()
-    assert captured.err.startswith("error: kusto apply: invalid ADX settings") and captured.err.count("\n") == 1
+    assert captured.err.startswith("error: kusto apply: invalid settings: adx") and captured.err.count("\n") == 1
     assert secret not in captured.err + captured.out and secret[-8:] not in captured.err + captured.out
 
 

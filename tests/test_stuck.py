@@ -15,8 +15,8 @@ from rich.console import Console
 from tracker.cli import DEMO_CAPTURES, main, replay
 from tracker.core import stuck
 from tracker.core.model import Phase, RunHistory, RunRecord, Status, Transition
+from tracker.core.publish import RunShell
 from tracker.core.timefmt import ts
-from tracker.runtime.reduce import _RunShell
 from tracker.settings import AlertSettings
 from tracker.shell.index import ExperimentIndex
 from tracker.shell.index_query import STUCK_PHASES
@@ -29,7 +29,7 @@ MIN = 60.0
 @pytest.fixture(scope="module")
 def histories(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, RunHistory]]:
     path = tmp_path_factory.mktemp("idx") / "index.sqlite"
-    replay([DEMO_CAPTURES], path, Console(quiet=True), quiet=True)
+    replay([DEMO_CAPTURES], path, console=Console(quiet=True), quiet=True)
     with ExperimentIndex(path, readonly=True) as ix:
         return path, {r.run_id: h for r in ix.runs() if (h := ix.history(r.run_id)) is not None}
 
@@ -136,7 +136,7 @@ def test_alerts_match_their_published_schema_and_the_stalled_admission_fields(
 
 
 def test_run_state_remembers_alerts_per_phase_and_reads_older_state() -> None:
-    shell = _RunShell(alerted=[1])  # as an older reducer persisted it: attempts alerted in Admission
+    shell = RunShell(alerted=[1])  # as an older reducer persisted it: attempts alerted in Admission
     shell.remember_alert(2, Phase.SCHEDULING)
     shell.remember_alert(2, Phase.ADMISSION)
     assert shell.alerted == [1, 2] and shell.alerted_stuck == [(2, Phase.SCHEDULING)]

@@ -441,7 +441,7 @@ async def test_tracker_watch_terms_resume_from_the_watch_state_topic(
     assert set((await kafka.create_topics(ks, kafka.topic_specs(ks.topics))).values()) == {"created"}
     c = Cluster(admin, namespace)
     consumer = kafka.make_consumer(ks, group_id=None)
-    await kafka.start(consumer, ks, "test reader")
+    await kafka.start(consumer, ks, what="test reader")
     tp = TopicPartition(ks.topics.changes, 0)
     consumer.assign([tp])
     records: list[Obj] = []
@@ -479,7 +479,7 @@ async def test_tracker_watch_terms_resume_from_the_watch_state_topic(
             stop_second.requested.set()
             await asyncio.wait_for(second, 60)
     finally:
-        await kafka.stop(consumer, ks, "test reader")
+        await kafka.stop(consumer, ks, what="test reader")
     gap = c.written[gap_start:]
     assert [w["type"] for w in gap] == ["MODIFIED"] * 3 + ["ADDED", "MODIFIED", "DELETED"]
     assert histories(fold(records)) == histories(fold(c.written))

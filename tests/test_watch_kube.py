@@ -891,9 +891,9 @@ async def test_two_replicas_never_publish_at_the_same_time(
         def __init__(self, name: str, sink: JsonlCapture) -> None:
             self.name, self.sink = name, sink
 
-        async def publish(self, key: str, record: Change, source: str) -> None:
+        async def publish(self, key: str, record: Change, *, source: str) -> None:
             published[self.name].append((time.monotonic(), {**record, "key": key}))
-            await self.sink.publish(key, record, source)
+            await self.sink.publish(key, record, source=source)
 
         async def flush(self) -> None:
             await self.sink.flush()
@@ -908,7 +908,7 @@ async def test_two_replicas_never_publish_at_the_same_time(
                           leadership=lease).run(stop)
 
         try:
-            await lead(elector, stop, term)
+            await lead(elector, stop, body=term)
         finally:
             sink.close()
 
@@ -985,7 +985,7 @@ async def test_watch_publishes_keyed_changes_to_kafka(
     await _until(lambda: b"tracker_watch_published" in metrics.exposition() and health.not_ready() == [])
     await quick_success(c, no_fault)
     consumer = kafka.make_consumer(settings.kafka, group_id=None)
-    await kafka.start(consumer, settings.kafka, "test reader")
+    await kafka.start(consumer, settings.kafka, what="test reader")
     try:
         tps = [TopicPartition(settings.kafka.topics.changes, p) for p in range(3)]
         consumer.assign(tps)
@@ -997,7 +997,7 @@ async def test_watch_publishes_keyed_changes_to_kafka(
             for batch in (await consumer.getmany(timeout_ms=200)).values():
                 records.extend(batch)
     finally:
-        await kafka.stop(consumer, settings.kafka, "test reader")
+        await kafka.stop(consumer, settings.kafka, what="test reader")
     exposition = metrics.exposition().decode()
     assert f"tracker_watch_published_total {float(len(records))}" in exposition
     shutdown.requested.set()

@@ -228,26 +228,26 @@ def test_run_keys_hold_until_the_owner_and_release_in_order() -> None:
     pods = [e for e in events if e["object"]["kind"] == "Pod"]
     keys = RunKeyer(max_held=100, max_runs=10)
     for e in pods:
-        assert keys.key(e["type"], e["object"], "src") == []
+        assert keys.key(e["type"], e["object"], source="src") == []
     assert keys.held == 4
-    released = keys.key("ADDED", events[0]["object"], "src")
+    released = keys.key("ADDED", events[0]["object"], source="src")
     assert [(r[0], r[2]["metadata"]["uid"]) for r in released] == (
         [("run-train", b.uid("job", "train"))] + [("run-train", e["object"]["metadata"]["uid"]) for e in pods])
     pod_event = next(e for e in events if e["object"]["kind"] == "Event")
-    assert keys.key("ADDED", pod_event["object"], "src")[0][0] == "run-train"  # bound through its pod
+    assert keys.key("ADDED", pod_event["object"], source="src")[0][0] == "run-train"  # bound through its pod
     node_event = copy.deepcopy(pod_event["object"])
     node_event["involvedObject"]["kind"] = "Node"
-    assert keys.key("ADDED", node_event, "src") == [] and keys.ignored == 1
+    assert keys.key("ADDED", node_event, source="src") == [] and keys.ignored == 1
 
 
 def test_run_keys_forget_the_least_recent_run_and_drop_the_oldest_held() -> None:
     keys = RunKeyer(max_held=2, max_runs=1)
     a, c = job_run("a"), job_run("c")
-    keys.key("ADDED", a[0]["object"], "s")
-    keys.key("ADDED", c[0]["object"], "s")  # run-a forgotten
-    assert keys.key("ADDED", a[3]["object"], "s") == []  # a's pod waits again
-    keys.key("ADDED", a[5]["object"], "s")
-    keys.key("ADDED", a[6]["object"], "s")
+    keys.key("ADDED", a[0]["object"], source="s")
+    keys.key("ADDED", c[0]["object"], source="s")  # run-a forgotten
+    assert keys.key("ADDED", a[3]["object"], source="s") == []  # a's pod waits again
+    keys.key("ADDED", a[5]["object"], source="s")
+    keys.key("ADDED", a[6]["object"], source="s")
     assert keys.dropped == 1 and keys.just_dropped[0][1][1]["metadata"]["uid"] == a[3]["object"]["metadata"]["uid"]
 
 
@@ -259,7 +259,7 @@ def test_run_keys_restore_binds_dependents_of_checkpointed_roots() -> None:
                               regarding=b.object_reference("v1", "Pod", NS, "h", b.uid("head", "rj")), reason="Pulled",
                               message="m", warning=False, component="kubelet", instance="", first=b.at("10:00:05"),
                               last=b.at("10:00:05"), count=1, series=False)
-    assert [k[0] for k in keys.key("ADDED", head_event, "s")] == [b.uid("rayjob", "rj")]
+    assert [k[0] for k in keys.key("ADDED", head_event, source="s")] == [b.uid("rayjob", "rj")]
 
 
 def test_backoff_is_jittered_doubling_and_capped() -> None:
@@ -525,7 +525,7 @@ class Recorder:
         self.letters: list[DeadLetter] = []
         self.flushes = 0
 
-    async def publish(self, key: str, record: Change, source: str) -> None:
+    async def publish(self, key: str, record: Change, *, source: str) -> None:
         self.records.append((key, record, source))
         self.times.append(time.monotonic())
 
@@ -940,7 +940,7 @@ async def test_lead_runs_the_body_only_while_leading(fake: FakeApiServer) -> Non
 
     async with api_for(fake, request_timeout_s=1.5) as api:
         elector = LeaseElector(api, lease("a"))
-        task = asyncio.create_task(lead(elector, stop, body))
+        task = asyncio.create_task(lead(elector, stop, body=body))
         await until(lambda: terms == ["start"])
         stop.set()
         await asyncio.wait_for(task, 5)

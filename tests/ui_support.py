@@ -31,10 +31,10 @@ EXTRA_HOST = "tracker.example.internal"
 def build_index(directory: Path) -> Path:
     """The bundled captures, then one intake event whose every text is HTML."""
     path = directory / "ui.sqlite"
-    replay([DEMO_CAPTURES], path, Console(quiet=True), quiet=True)
+    replay([DEMO_CAPTURES], path, console=Console(quiet=True), quiet=True)
     evil = directory / "evil.jsonl"
     evil.write_text(json.dumps(EVIL_EVENT) + "\n")
-    replay([evil], path, Console(quiet=True), quiet=True)
+    replay([evil], path, console=Console(quiet=True), quiet=True)
     return path
 
 

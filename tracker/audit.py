@@ -169,5 +169,5 @@ def _table(groups: Sequence[dict[str, Any]], total: dict[str, Any], by: str, fie
         Column("LOST-H", lambda r: _hours(r.data["lost_gpu_hours"]), right=True),
         Column("GOODPUT", lambda r: _share(r.data["goodput"]), right=True),
     ]
-    return render_table(rows, cols, width)
+    return render_table(rows, cols, width=width)
 

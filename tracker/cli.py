@@ -73,7 +73,7 @@ SERVICE_COMMANDS: dict[str, str] = {
     "sink": "run a history sink fed from the transitions topic",
     "serve": "intake, reducer and sinks in one process (Kafka or embedded bus)",
     "topics": "manage the tracker's Kafka topics",
-    "kusto": "Azure Data Explorer schema (settings: TRACKER_ADX_* variables)",
+    "kusto": "Azure Data Explorer schema (settings: TRACKER_ADX__*)",
     "doctor": "preflight checks: kubeconfig, RBAC, Kueue/KubeRay APIs, Kafka topics, ADX auth and schema",
 }
 
@@ -81,7 +81,7 @@ SERVICE_COMMANDS: dict[str, str] = {
 # ------------------------------------------------------------------------------------------ commands
 
 
-def replay(captures: list[Path], index_path: Path, console: Console, quiet: bool = False,
+def replay(captures: list[Path], index_path: Path, *, console: Console, quiet: bool = False,
            retire_after_s: float | None = None) -> PipelineReport:
     import asyncio
 
@@ -197,7 +197,7 @@ def _signal_name(signum: int) -> str:
 
 def cmd_replay(args: argparse.Namespace, console: Console) -> int:
     retire = None if args.retire_after is None else parse_duration(args.retire_after)
-    report = replay(args.captures, args.index, console, retire_after_s=retire)
+    report = replay(args.captures, args.index, console=console, retire_after_s=retire)
     return 128 + report.stopped_by if report.stopped and report.stopped_by else 0
 
 

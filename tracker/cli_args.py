@@ -60,7 +60,7 @@ def parse_now(text: str | None) -> datetime | None:
     return None if text is None else parse_time(text)
 
 
-def parse_when(text: str, now: datetime, flag: str) -> datetime:
+def parse_when(text: str, now: datetime, *, flag: str) -> datetime:
     """A duration back from ``now`` ('2h': two hours ago) or a time."""
     stripped = text.strip()
     if stripped and (_DURATION.match(stripped) or re.fullmatch(r"\d+(\.\d+)?", stripped)):

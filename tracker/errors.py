@@ -13,8 +13,7 @@ rely on (``ValueError``, ``RuntimeError``, ``TimeoutError``)::
     │   └── shell.deadline.DeadlineExceeded    (TimeoutError) an SDK call outlived its deadline
     ├── Fatal                                  the process stops: one "stopped_by_an_error" line, exit code 1
     │   ├── ConfigError                        (ValueError) a setting, option or file given that cannot work
-    │   │   ├── settings.SettingsError         the settings tree does not validate
-    │   │   └── shell.adx.AdxSettingsError     the ``TRACKER_ADX_*`` settings do not validate
+    │   │   └── settings.SettingsError         the settings tree does not validate
     │   ├── GaveUp                             (RuntimeError) retries of a transient fault ran out
     │   │   ├── runtime.reduce.ReduceFatal
     │   │   ├── runtime.sinks.SinkFatal

@@ -56,8 +56,8 @@ def run_filter(args: argparse.Namespace, now: datetime) -> RunFilter:
     return RunFilter(
         namespaces=namespaces, selector=selector, queues=_split(args.queue), cluster_queues=_split(args.cluster_queue),
         statuses=_split(args.status), phases=_split(args.phase),
-        since=None if args.since is None else parse_when(args.since, now, "--since"),
-        until=None if args.until is None else parse_when(args.until, now, "--until"),
+        since=None if args.since is None else parse_when(args.since, now, flag="--since"),
+        until=None if args.until is None else parse_when(args.until, now, flag="--until"),
         stalled_admission_before=stalled, stuck_before=stuck,
         sort_by="age" if args.stuck is not None and args.sort_by is None else (args.sort_by or "created"),
         limit=args.limit)
@@ -91,8 +91,8 @@ def cmd_audit(args: argparse.Namespace, console: object) -> int:
     from tracker.shell.index_query import IndexReader, RunFilter
 
     now = parse_now(args.now) or datetime.now(UTC)
-    since = None if args.since is None else parse_when(args.since, now, "--since")
-    until = None if args.until is None else parse_when(args.until, now, "--until")
+    since = None if args.since is None else parse_when(args.since, now, flag="--since")
+    until = None if args.until is None else parse_when(args.until, now, flag="--until")
     if since is not None and until is not None and until <= since:
         raise UsageError(f"--until ({until.isoformat()}) must be after --since ({since.isoformat()})")
     by = args.by or "namespace"
@@ -217,7 +217,7 @@ def cmd_demo(args: argparse.Namespace, console: Console) -> int:
     console.rule("[bold]TauGrid tracker demo")
     console.print(f"Replaying the bundled captures of one cluster ({DEMO_CAPTURES}),\n"
                   "through the same bounded pipeline the service uses, into a fresh experiment index.\n")
-    replay([DEMO_CAPTURES], index_path, console)
+    replay([DEMO_CAPTURES], index_path, console=console)
     with ExperimentIndex(index_path) as index:
         records = index.runs()
         console.print(runs_table(records))

@@ -149,7 +149,7 @@ def runs_table(records: Sequence[RunRecord]) -> Table:
 # ------------------------------------------------------------------------------------------ timeline
 
 
-def timeline(history: RunHistory, width: int, now: datetime | None = None) -> RenderableType:
+def timeline(history: RunHistory, width: int, *, now: datetime | None = None) -> RenderableType:
     """The run at a glance: one bar per (attempt, phase) on a shared time axis, then provenance and metrics.
 
     The axis runs from the first transition to the last one, or to ``now`` while the run is live (not

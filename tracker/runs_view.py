@@ -101,7 +101,7 @@ def _reason_why(run: Run) -> str:
     return f"{reason}: {message}" if reason and message else str(reason or message or "-")
 
 
-def columns(kind: str, now: datetime, short: dict[str, str], one_namespace: bool,
+def columns(kind: str, now: datetime, *, short: dict[str, str], one_namespace: bool,
             why: bool = False) -> list[Column]:
     """The default (``table``) or ``wide`` columns. ``why``: the table's REASON has the message too (``--stuck``:
     the scheduler's or Kueue's words, cut to fit)."""
@@ -155,7 +155,7 @@ def _cut(text: str, width: int) -> str:
     return text if len(text) <= width else text[: max(0, width - 1)] + ELLIPSIS
 
 
-def render_table(runs: Sequence[Run], cols: Sequence[Column], width: int | None) -> str:
+def render_table(runs: Sequence[Run], cols: Sequence[Column], *, width: int | None) -> str:
     """Aligned columns separated by two spaces, no trailing blanks. With a ``width``, the elastic columns are cut
     (those marked ``shrink_first`` first, then from the right, each to its minimum) until every line fits; without
     one nothing is cut."""
@@ -223,4 +223,5 @@ def render(runs: Sequence[Run], output: str, *, now: datetime, width: int | None
         return str(yaml.safe_dump(runs_data(runs, now), sort_keys=False, allow_unicode=True))
     if output == "name":
         return "".join(f"{r.run_id}\n" for r in runs)
-    return render_table(runs, columns(output, now, short, one_namespace, why), width if output == "table" else None)
+    cols = columns(output, now, short=short, one_namespace=one_namespace, why=why)
+    return render_table(runs, cols, width=width if output == "table" else None)

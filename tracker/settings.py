@@ -1,7 +1,8 @@
 """The settings of every process, one tree: environment (``TRACKER_`` prefix, ``__`` between levels), an optional
 YAML/JSON file, flags. One section per concern: ``kafka`` (with ``topics``), ``reduce``, ``alerts``, ``sink``,
-``source``, ``embedded``, ``watch``, ``lease``, ``ops``. The reducer's limits (``ReduceSettings.reducer_limits``) are
-built from here; the embedded pipeline's by ``tracker.runtime.service`` from ``embedded``.
+``source``, ``embedded``, ``watch``, ``lease``, ``adx``, ``ops``. The reducer's limits
+(``ReduceSettings.reducer_limits``) are built from here; the embedded pipeline's by ``tracker.runtime.service`` from
+``embedded``.
 
 This module is the layer just above ``tracker.core``: shell, runtime and cli import it; it imports only core.
 
@@ -15,6 +16,11 @@ Precedence, highest first: command-line flags, environment variables, the settin
     TRACKER_KAFKA__SASL_PASSWORD='Endpoint=sb://...'         # a SecretStr: never logged or printed
     TRACKER_ALERTS__STALLED_ADMISSION_S=1800
     TRACKER_WATCH__PAGE_SIZE=250                             # or `tracker watch --page-size 250`
+    TRACKER_ADX__CLUSTER_URI=https://<cluster>.<region>.kusto.windows.net
+    TRACKER_ADX__CLIENT_SECRET=...                           # app-secret authentication: a SecretStr too
+
+The ADX section's older names, ``TRACKER_ADX_<NAME>`` (one underscore), still work: one is used when its new name
+is not set, and ``Settings.deprecated_env`` lists it (the processes log ``settings_deprecated_env`` for each).
 
 Everything is validated when the process starts; ``load_settings`` raises ``SettingsError`` listing every bad
 value by its dotted name. Every queue, timeout and retry the service uses is a setting here, with a default.
@@ -31,7 +37,16 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic.dataclasses import dataclass
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
@@ -353,6 +368,53 @@ class LeaseSettings(_Section):
     retry_period_s: float = RETRY_PERIOD_S
 
 
+AuthMode = Literal["workload-identity", "managed-identity", "app-secret", "none"]
+
+
+class AdxSettings(_Section):
+    """The Azure Data Explorer sink (``tracker sink adx``), ``tracker kusto apply`` and the doctor's adx checks
+    (``tracker.shell.adx``). No ``cluster_uri``: no ADX."""
+
+    cluster_uri: str = Field("", description="Engine endpoint, e.g. https://<cluster>.<region>.kusto.windows.net.")
+    ingest_uri: str = Field("", description="Data-management endpoint for queued ingestion (default: derived "
+                                            "from cluster_uri by the SDK, the ingest- host).")
+    database: str = Field("Metrics", description="Database holding the TauGrid tables and adx-mon's metrics.")
+    auth: AuthMode = Field("workload-identity", description="workload-identity (AKS), managed-identity, "
+                                                            "app-secret, or none (Kusto emulator / stand-in).")
+    client_id: str = Field("", description="Client id: of the managed identity (user-assigned), of the app, or "
+                                           "of the workload identity (default AZURE_CLIENT_ID).")
+    tenant_id: str = Field("", description="Tenant of the app (app-secret) or workload identity.")
+    client_secret: SecretStr | None = Field(None, description="App secret (app-secret auth). Never logged.")
+    source_cluster: str = Field("", description="Name of the Kubernetes cluster watched, written to Cluster.")
+    batch_max_rows: int = Field(2_000, ge=1, description="Rows per batch at most.")
+    batch_max_bytes: int = Field(1 << 20, ge=1_024, le=4 << 20,
+                                 description="Bytes of row JSON per batch at most (streaming takes 4 MiB).")
+    batch_max_delay_s: float = Field(2.0, gt=0, description="Longest a queued row waits for its batch to fill.")
+    queue_max_rows: int = Field(50_000, ge=1, description="Rows queued in memory before write() blocks.")
+    retry_attempts: int = Field(4, ge=1, description="Attempts at a batch before it goes to the spool.")
+    retry_initial_s: float = Field(0.5, gt=0, description="First backoff; doubles after each failure.")
+    retry_max_s: float = Field(60.0, gt=0, description="Backoff cap, also between spool drain attempts.")
+    ingest_timeout_s: float = Field(120.0, gt=0, description="Deadline of one ingestion call.")
+    mgmt_timeout_s: float = Field(600.0, gt=0, description="Server timeout of one management command.")
+    connect_timeout_s: float = Field(
+        30.0, gt=0, le=600, description="Connect phase of `tracker kusto apply`: how long the cluster has to answer "
+                                        "its first request (`.show version`, authentication included) before the "
+                                        "apply gives up.")
+    spool_dir: Path = Field(Path("out/adx-spool"), description="Where rows wait during an outage.")
+    spool_max_bytes: int = Field(512 << 20, ge=1, description="Spool size at which write() starts to block.")
+    memo_max_runs: int = Field(100_000, ge=1, description="Runs whose sent rows are remembered (LRU).")
+
+    @model_validator(mode="after")
+    def _auth_complete(self) -> AdxSettings:
+        if self.auth == "app-secret" and not (self.client_id and self.tenant_id and self.client_secret):
+            raise ValueError("auth app-secret needs client_id, tenant_id and client_secret")
+        return self
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.cluster_uri)
+
+
 class OpsSettings(_Section):
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     log_format: Literal["json", "console"] = "json"
@@ -378,7 +440,15 @@ class Settings(BaseSettings):
     embedded: EmbeddedSettings = EmbeddedSettings()
     watch: WatchSettings = WatchSettings()
     lease: LeaseSettings = LeaseSettings()
+    adx: AdxSettings = AdxSettings()
     ops: OpsSettings = OpsSettings()
+
+    _deprecated_env: tuple[tuple[str, str], ...] = PrivateAttr(default=())
+
+    @property
+    def deprecated_env(self) -> tuple[tuple[str, str], ...]:
+        """(old name, new name) of each deprecated environment variable these settings were read from."""
+        return self._deprecated_env
 
     @classmethod
     def settings_customise_sources(
@@ -389,7 +459,7 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return init_settings, env_settings, _FileSource(settings_cls)
+        return init_settings, env_settings, _DeprecatedEnvSource(settings_cls), _FileSource(settings_cls)
 
 
 SECRET_FIELDS = secret_fields(Settings)
@@ -406,13 +476,45 @@ class _FileSource(PydanticBaseSettingsSource):
         return dict(_FILE_DATA.get() or {})
 
 
+# sections whose variables had names of their own before the tree: TRACKER_ADX_<NAME> is now TRACKER_ADX__<NAME>
+_DEPRECATED_PREFIXES = {"adx": "TRACKER_ADX_"}
+
+
+def deprecated_env(environ: Mapping[str, str]) -> list[tuple[str, str, str]]:
+    """(section, field, old variable name) of every deprecated variable set in ``environ`` whose new name
+    (``TRACKER_<SECTION>__<FIELD>``) is not: the ones to read, and to warn about. Names match in any case."""
+    names = {k.upper(): k for k in environ}
+    found = []
+    for section, prefix in _DEPRECATED_PREFIXES.items():
+        model = Settings.model_fields[section].annotation
+        assert isinstance(model, type) and issubclass(model, BaseModel)
+        for field in model.model_fields:
+            old, new = f"{prefix}{field.upper()}", f"TRACKER_{section.upper()}__{field.upper()}"
+            if old in names and new not in names:
+                found.append((section, field, names[old]))
+    return found
+
+
+class _DeprecatedEnvSource(PydanticBaseSettingsSource):
+    """The deprecated variables (``deprecated_env``), below the environment and above the settings file."""
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return self().get(field_name), field_name, True
+
+    def __call__(self) -> dict[str, Any]:
+        data: dict[str, dict[str, str]] = {}
+        for section, field, old in deprecated_env(os.environ):
+            data.setdefault(section, {})[field] = os.environ[old]
+        return data
+
+
 def load_settings(config_file: Path | None = None, overrides: Mapping[str, Any] | None = None) -> Settings:
     """Settings from flags (``overrides``, nested dicts), the environment and the settings file."""
     path = config_file or (Path(os.environ[CONFIG_FILE_ENV]) if os.environ.get(CONFIG_FILE_ENV) else None)
     data = _read_file(path) if path is not None else None
     token = _FILE_DATA.set(data)
     try:
-        return Settings(**dict(overrides or {}))
+        settings = Settings(**dict(overrides or {}))
     except ValidationError as exc:
         where = f" (settings file {path})" if path is not None else ""
         # a message names the field, never a secret's value (whatever pydantic said about it)
@@ -424,6 +526,9 @@ def load_settings(config_file: Path | None = None, overrides: Mapping[str, Any] 
                             + " (environment variables are TRACKER_<SECTION>__<NAME>)") from None
     finally:
         _FILE_DATA.reset(token)
+    settings._deprecated_env = tuple((old, f"TRACKER_{section.upper()}__{field.upper()}")
+                                     for section, field, old in deprecated_env(os.environ))
+    return settings
 
 
 def _read_file(path: Path) -> Mapping[str, Any]:

@@ -43,7 +43,7 @@ def add_service_commands(subparsers: Any) -> None:
     si.add_argument("--index", type=Path, help="SQLite experiment index (default: sink.index_path)")
     _membership(si, "sink.index_group")
     si.set_defaults(func=cmd_sink_index)
-    sa = sinks.add_parser("adx", help="write histories to Azure Data Explorer (settings: TRACKER_ADX_* variables)")
+    sa = sinks.add_parser("adx", help="write histories to Azure Data Explorer (settings: TRACKER_ADX__*)")
     _common(sa)
     _membership(sa, "tracker-sink-adx")
     sa.set_defaults(func=cmd_sink_adx)
@@ -97,7 +97,7 @@ def _settings(args: argparse.Namespace, **sections: dict[str, Any]) -> Settings:
 
 
 def _run(settings: Settings, name: str, body: service.Body, fatal: service.Errors = service.FATAL) -> int:
-    return asyncio.run(service.run_process(settings, name, body, fatal=fatal))
+    return asyncio.run(service.run_process(settings, name, body=body, fatal=fatal))
 
 
 def _needs_kafka(settings: Settings, command: str) -> None:
@@ -128,13 +128,10 @@ def cmd_sink_index(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_sink_adx(args: argparse.Namespace, console: Console) -> int:
-    from tracker.shell.adx import AdxSettingsError, load_adx_settings
-
     try:
         settings = _settings(args, sink={"group_instance_id": args.instance_id})
         _needs_kafka(settings, "sink adx")
-        load_adx_settings()  # checked before the process starts: one line naming the field, never a secret
-    except (SettingsError, AdxSettingsError) as exc:
+    except SettingsError as exc:
         return _usage(exc)
     return _run(settings, "sink-adx", service.sink_body(settings, index_path=None, kind="adx", group=args.group))
 

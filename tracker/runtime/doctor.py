@@ -11,7 +11,7 @@ Four areas, checked concurrently; every network call is bounded by ``--timeout``
 - **kafka**: the brokers answer; every topic of the configured layout exists with its partition count and
   configs (``cleanup.policy`` exactly: run-state and transitions are compacted, changes is not); changes,
   transitions and run-state have one partition count;
-- **adx** (when ``TRACKER_ADX_CLUSTER_URI`` is set): the configured authentication gets a token and the
+- **adx** (when ``TRACKER_ADX__CLUSTER_URI`` is set): the configured authentication gets a token and the
   database can be read; the TauGrid tables exist with the columns ``schemas/kusto/schema.json`` declares.
 
 A failed check makes the exit status 1; warnings (a layout that works but differs from the settings) do not.
@@ -42,14 +42,14 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from tracker.runtime.ops import configure_logging
+from tracker.runtime.ops import configure_logging, log_deprecated_env
 from tracker.settings import KafkaSettings, Settings, SettingsError, load_settings, yaml_problem
 from tracker.shell import deadline, kafka, tasks
 from tracker.shell.kube import ApiError, KubeApi, Resource, discover, kube_client
 from tracker.shell.watch.resources import EVENTS_APIS, resources
 
 if TYPE_CHECKING:
-    from tracker.shell.adx import AdxSettings
+    from tracker.settings import AdxSettings
 
 Status = Literal["ok", "warn", "fail", "skip"]
 AREAS = ("kube", "kafka", "adx")
@@ -286,7 +286,7 @@ async def kafka_checks(settings: Settings, timeout_s: float) -> list[Check]:
         return [Check("kafka", "brokers", "fail", f"cannot set up the Kafka client: {exc}",
                       "check the TRACKER_KAFKA__SSL_* settings")]
     try:
-        await kafka.start(admin, ks, "admin client")
+        await kafka.start(admin, ks, what="admin client")
     except (KafkaError, TimeoutError, OSError) as exc:
         return [Check("kafka", "brokers", "fail", f"{ks.bootstrap_servers} unreachable: {_reason(exc)}",
                       "check kafka.bootstrap_servers, the security settings (TRACKER_KAFKA__SECURITY_PROTOCOL, "
@@ -298,23 +298,23 @@ async def kafka_checks(settings: Settings, timeout_s: float) -> list[Check]:
                       "check the brokers' health and this identity's ACLs (Describe, DescribeConfigs on the "
                       "topics)")]
     finally:
-        await kafka.stop(admin, ks, "admin client")
+        await kafka.stop(admin, ks, what="admin client")
 
 
 async def _topic_checks(admin: AIOKafkaAdminClient, ks: KafkaSettings) -> list[Check]:
     t = ks.call_timeout_s
-    cluster = await kafka.bounded(admin.describe_cluster(), t, "describing the cluster")
+    cluster = await kafka.bounded(admin.describe_cluster(), t, what="describing the cluster")
     checks = [Check("kafka", "brokers", "ok", f"{len(cluster['brokers'])} broker(s) via {ks.bootstrap_servers}")]
     specs = kafka.topic_specs(ks.topics)
-    existing = set(await kafka.bounded(admin.list_topics(), t, "listing topics"))
+    existing = set(await kafka.bounded(admin.list_topics(), t, what="listing topics"))
     present = [s for s in specs if s.name in existing]
     partitions: dict[str, list[dict[str, Any]]] = {}
     configs: dict[str, dict[str, str]] = {}
     if present:  # described only once known to exist: a metadata request may auto-create a topic
-        for topic in await kafka.bounded(admin.describe_topics([s.name for s in present]), t, "describing topics"):
+        for topic in await kafka.bounded(admin.describe_topics([s.name for s in present]), t, what="describing topics"):
             partitions[topic["topic"]] = topic["partitions"]
         resources_ = [ConfigResource(ConfigResourceType.TOPIC, s.name, dict.fromkeys(s.configs)) for s in present]
-        for response in await kafka.bounded(admin.describe_configs(resources_), t, "describing topic configs"):
+        for response in await kafka.bounded(admin.describe_configs(resources_), t, what="describing topic configs"):
             for res in response.to_object()["resources"]:
                 configs[res["resource_name"]] = {e["config_names"]: e["config_value"] for e in res["config_entries"]}
     for spec in specs:
@@ -371,21 +371,15 @@ def _topic_check(spec: kafka.TopicSpec, parts: list[dict[str, Any]] | None, have
 # ------------------------------------------------------------------------------------------ adx
 
 
-async def adx_checks(timeout_s: float) -> list[Check]:
-    from tracker.shell.adx import AdxSettingsError, load_adx_settings
-
-    try:
-        settings = load_adx_settings()
-    except AdxSettingsError as exc:
-        return [Check("adx", "settings", "fail", str(exc), "fix the TRACKER_ADX_* environment variables")]
+async def adx_checks(settings: AdxSettings, timeout_s: float) -> list[Check]:
     if not settings.cluster_uri:
-        return [Check("adx", "settings", "skip", "TRACKER_ADX_CLUSTER_URI is not set (no ADX sink)")]
+        return [Check("adx", "settings", "skip", "TRACKER_ADX__CLUSTER_URI is not set (no ADX sink)")]
     try:
         rows = await deadline.await_with_deadline(lambda: _database_schema(settings, timeout_s), timeout_s=timeout_s,
                                                    what="doctor-adx")
     except TimeoutError:
         return [Check("adx", "auth", "fail", f"{settings.cluster_uri} did not answer within {timeout_s:g}s",
-                      "check TRACKER_ADX_CLUSTER_URI and that the NetworkPolicy allows egress on 443")]
+                      "check TRACKER_ADX__CLUSTER_URI and that the NetworkPolicy allows egress on 443")]
     except Exception as exc:  # the Kusto SDK and azure-identity raise many unrelated types; each is a failure here
         return [_adx_failure(settings.auth, settings.database, exc)]
     checks = [Check("adx", "auth", "ok", f"{settings.auth}: database {settings.database} readable at "
@@ -437,19 +431,19 @@ def _adx_failure(auth: str, database: str, exc: Exception) -> Check:
         fixes = {"workload-identity": "the ServiceAccount needs the annotation azure.workload.identity/client-id, "
                                       "the pod the label azure.workload.identity/use: \"true\", and the identity a "
                                       "federated credential for system:serviceaccount:<namespace>:<serviceaccount>",
-                 "app-secret": "check TRACKER_ADX_CLIENT_ID, TRACKER_ADX_TENANT_ID and the secret tracker-adx",
+                 "app-secret": "check TRACKER_ADX__CLIENT_ID, TRACKER_ADX__TENANT_ID and the secret tracker-adx",
                  "managed-identity": "assign the managed identity to the node pool or VM (and set "
-                                     "TRACKER_ADX_CLIENT_ID for a user-assigned one)"}
+                                     "TRACKER_ADX__CLIENT_ID for a user-assigned one)"}
         return Check("adx", "auth", "fail", f"authentication failed ({auth}): {detail}",
-                     fixes.get(auth, "check TRACKER_ADX_AUTH"))
+                     fixes.get(auth, "check TRACKER_ADX__AUTH"))
     if status == 403:
         return Check("adx", "auth", "fail", f"authenticated, but not allowed to read database {database}: {detail}",
                      f".add database ['{database}'] viewers ('aadapp=<client-id>;<tenant-id>') and ingestors (the "
                      "same principal), run by a database admin")
     if isinstance(exc, (KustoNetworkError, OSError)):
         return Check("adx", "auth", "fail", f"cannot reach the cluster: {detail}",
-                     "check TRACKER_ADX_CLUSTER_URI and that the NetworkPolicy allows egress on 443")
-    return Check("adx", "auth", "fail", detail, "check the TRACKER_ADX_* settings")
+                     "check TRACKER_ADX__CLUSTER_URI and that the NetworkPolicy allows egress on 443")
+    return Check("adx", "auth", "fail", detail, "check the TRACKER_ADX__* settings")
 
 
 # ------------------------------------------------------------------------------------------ running
@@ -461,14 +455,18 @@ async def run_checks(opts: DoctorOptions, settings: Settings | None, *, settings
     async def skipped(area: str) -> list[Check]:
         return [Check(area, area, "skip", "skipped (--skip)")]
 
+    def invalid(area: str) -> list[Check]:
+        return [Check(area, "settings", "fail", settings_error or "invalid settings",
+                      "fix the settings file or the TRACKER_* environment variables")]
+
     async def kafka_area() -> list[Check]:
-        if settings is None:
-            return [Check("kafka", "settings", "fail", settings_error or "invalid settings",
-                          "fix the settings file or the TRACKER_* environment variables")]
-        return await kafka_checks(settings, opts.timeout_s)
+        return invalid("kafka") if settings is None else await kafka_checks(settings, opts.timeout_s)
+
+    async def adx_area() -> list[Check]:
+        return invalid("adx") if settings is None else await adx_checks(settings.adx, opts.timeout_s)
 
     areas: dict[str, Callable[[], Coroutine[Any, Any, list[Check]]]] = {
-        "kube": lambda: kube_checks(opts), "kafka": kafka_area, "adx": lambda: adx_checks(opts.timeout_s)}
+        "kube": lambda: kube_checks(opts), "kafka": kafka_area, "adx": adx_area}
     groups = await tasks.all_of(skipped(a) if a in opts.skip else run() for a, run in areas.items())
     return [check for group in groups for check in group]
 
@@ -537,6 +535,7 @@ def cmd_doctor(args: argparse.Namespace, console: Console) -> int:
     try:
         overrides = {"kafka": {"bootstrap_servers": args.bootstrap_servers}} if args.bootstrap_servers else {}
         settings = load_settings(args.config, overrides)
+        log_deprecated_env(settings)
     except SettingsError as exc:
         error = str(exc)
     checks = asyncio.run(run_checks(opts, settings, settings_error=error))

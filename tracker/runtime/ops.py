@@ -23,7 +23,7 @@ import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from tracker.settings import OpsSettings
+from tracker.settings import OpsSettings, Settings
 
 T = TypeVar("T")
 log = structlog.get_logger("tracker.ops")
@@ -60,6 +60,13 @@ def configure_logging(level: str = "INFO", fmt: str = "json") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
+
+
+def log_deprecated_env(settings: Settings) -> None:
+    """One ``settings_deprecated_env`` warning for each deprecated variable the settings were read from (its
+    name and its new name, never its value)."""
+    for old, new in settings.deprecated_env:
+        log.warning("settings_deprecated_env", variable=old, use_instead=new)
 
 
 class _Repeats(logging.Filter):

@@ -32,7 +32,8 @@ class HistorySink(Protocol):
 class StateStore(Protocol):
     """A sink that keeps the reducer's state with the histories, in one transaction (``ExperimentIndex``)."""
 
-    def write(self, histories: Sequence[RunHistory], offsets: None = None, state: StateRows | None = None) -> int: ...
+    def write(self, histories: Sequence[RunHistory], offsets: None = None, *,
+              state: StateRows | None = None) -> int: ...
 
 
 class DeadLetterSink(Protocol):

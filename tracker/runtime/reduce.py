@@ -12,6 +12,8 @@ one partition are folded, and then ONE transaction carries everything they cause
 - ``dead-letters`` and ``alerts``;
 - the offsets, through ``send_offsets_to_transaction``.
 
+What a transaction carries is decided by ``tracker.core.publish`` (pure, tested without Kafka: the content hash,
+the watermark, stuck alerts, retirement); this module turns its decisions into records and runs the transactions.
 A crash at any point leaves either all of it or none of it; the next owner restores the partition's runs from
 ``run-state`` (read to its end) and resumes at the committed offset, so each history is published exactly once.
 The outputs go to the input's partition number (one partition count): a run's state is beside its changes.
@@ -38,12 +40,10 @@ record that remembers it share a transaction.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any, Literal
 
 import structlog
@@ -51,12 +51,11 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPa
 from aiokafka.errors import KafkaError, ProducerFenced
 
 from tracker import errors
-from tracker.core import entries
-from tracker.core import stuck as policy
-from tracker.core.model import DeadLetter, Phase, RunHistory, Status, utc
+from tracker.core import stuck
+from tracker.core.model import DeadLetter, Phase, Status
+from tracker.core.publish import Decisions, Limits, PartitionPolicy, content_hash
 from tracker.core.reducer import Flushed, Reducer, ReducerLimits
 from tracker.core.stuck import STUCK_RUN_SCHEMA, StalledAdmissionAlert, StuckRunAlert
-from tracker.core.timefmt import ts
 from tracker.runtime.ops import Health, Metrics
 from tracker.settings import Settings
 from tracker.shell import jsonio, kafka
@@ -74,39 +73,13 @@ class ReduceFatal(errors.GaveUp):
     """The reducer cannot go on (a partition failed more often than ``max_retries``)."""
 
 
-def content_hash(value: bytes) -> str:
-    return hashlib.sha256(value).hexdigest()
-
-
-@dataclass(slots=True)
-class _RunShell:
-    """What the shell keeps per live run besides the reducer's facts (persisted in run-state)."""
-
-    content_hash: str | None = None
-    entries: tuple[int, ...] | None = None  # phase entries already counted in the metrics (core.entries)
-    alerted: list[int] = field(default_factory=list)  # attempts already alerted stuck in Admission
-    alerted_stuck: list[tuple[int, Phase]] = field(default_factory=list)  # (attempt, phase) alerted, other phases
-    status: Status = Status.PENDING
-
-    def alerted_pairs(self) -> list[tuple[int, Phase]]:
-        return [(a, Phase.ADMISSION) for a in self.alerted] + self.alerted_stuck
-
-    def remember_alert(self, attempt: int, phase: Phase) -> None:
-        if phase == Phase.ADMISSION:
-            self.alerted.append(attempt)
-        else:
-            self.alerted_stuck.append((attempt, phase))
-
-
 @dataclass(slots=True)
 class _Partition:
     tp: TopicPartition
     producer: AIOKafkaProducer
     reducer: Reducer
     position: int = 0  # next offset to fold
-    runs: dict[str, _RunShell] = field(default_factory=dict)
-    stuck: dict[str, policy.Stuck] = field(default_factory=dict)  # live runs before their application started
-    watermark_us: int = 0
+    policy: PartitionPolicy = field(default_factory=PartitionPolicy)  # runs' shells, stuck runs, watermark
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,8 +144,8 @@ class ReduceService:
             async with self._lock:
                 for tp in list(self._parts):
                     await self._drop(tp)
-            await kafka.stop(consumer, self.ks, "changes consumer")
-            await kafka.stop(restorer, self.ks, "run-state reader")
+            await kafka.stop(consumer, self.ks, what="changes consumer")
+            await kafka.stop(restorer, self.ks, what="run-state reader")
         log.info("reducer_stopped")
 
     async def _connect(self) -> tuple[AIOKafkaConsumer, AIOKafkaConsumer]:
@@ -180,14 +153,14 @@ class ReduceService:
         await kafka.verify_topics(self.ks, ("changes", "transitions", "run_state", "dead_letters", "alerts"))
         rs = self.s.reduce
         restorer = self._restorer = kafka.make_consumer(self.ks, group_id=None, max_poll_records=10_000)
-        await kafka.start(restorer, self.ks, "run-state reader")
+        await kafka.start(restorer, self.ks, what="run-state reader")
         consumer = self._consumer = kafka.make_consumer(self.ks, group_id=rs.group_id,
                                                         group_instance_id=rs.group_instance_id,
                                                         max_poll_records=rs.max_batch_records)
         try:
-            await kafka.start(consumer, self.ks, "changes consumer")
+            await kafka.start(consumer, self.ks, what="changes consumer")
         except BaseException:
-            await kafka.stop(restorer, self.ks, "run-state reader")
+            await kafka.stop(restorer, self.ks, what="run-state reader")
             raise
         return consumer, restorer
 
@@ -258,7 +231,8 @@ class ReduceService:
         """Make ``tp`` processable: keep its state if nobody committed past it since, else restore it."""
         existing = self._parts.get(tp)
         if existing is not None:
-            committed = await kafka.bounded(consumer.committed(tp), self.ks.call_timeout_s, f"committed offset {tp}")
+            committed = await kafka.bounded(consumer.committed(tp), self.ks.call_timeout_s,
+                                            what=f"committed offset {tp}")
             if committed == existing.position:
                 consumer.seek(tp, committed)  # records fetched but skipped while it was revoked come again
                 return
@@ -266,22 +240,23 @@ class ReduceService:
         started = time.monotonic()
         txn_id = f"{self.s.reduce.transactional_id_prefix}.{tp.topic}.{tp.partition}"
         producer = kafka.make_producer(self.ks, transactional_id=txn_id)
-        await kafka.start(producer, self.ks, f"producer {txn_id}")  # fences the previous owner, aborts its txn
+        await kafka.start(producer, self.ks, what=f"producer {txn_id}")  # fences the previous owner, aborts its txn
         try:
-            committed = await kafka.bounded(consumer.committed(tp), self.ks.call_timeout_s, f"committed offset {tp}")
+            committed = await kafka.bounded(consumer.committed(tp), self.ks.call_timeout_s,
+                                            what=f"committed offset {tp}")
             if committed is None:
                 begin = await kafka.bounded(consumer.beginning_offsets([tp]), self.ks.call_timeout_s,
-                                            f"beginning of {tp}")
+                                            what=f"beginning of {tp}")
                 committed = begin[tp]
             part = await self._restore(tp, producer)
         except BaseException:
-            await kafka.stop(producer, self.ks, f"producer {txn_id}")
+            await kafka.stop(producer, self.ks, what=f"producer {txn_id}")
             raise
         part.position = committed
         consumer.seek(tp, committed)
         self._parts[tp] = part
         self.metrics.restore_seconds.observe(time.monotonic() - started)
-        log.info("partition_restored", partition=tp.partition, offset=committed, runs=len(part.runs),
+        log.info("partition_restored", partition=tp.partition, offset=committed, runs=len(part.policy.runs),
                  retired=len(part.reducer.retired), seconds=round(time.monotonic() - started, 3))
 
     async def _restore(self, tp: TopicPartition, producer: AIOKafkaProducer) -> _Partition:
@@ -295,23 +270,14 @@ class ReduceService:
             doc = jsonio.loads(value)
             shell = doc.pop("shell", {})
             part.reducer.restore_run(doc)
-            part.watermark_us = max(part.watermark_us, shell.get("watermark_us", 0))
-            if not doc.get("retired"):
-                part.runs[doc["run_id"]] = _RunShell(shell.get("hash"), tuple(shell.get("entries") or ()) or None,
-                    list(shell.get("alerted", ())), [(int(a), Phase(p)) for a, p in shell.get("alerted_stuck", ())])
-        for run_id, shell in part.runs.items():
-            history = part.reducer.history(run_id)
-            if history is not None:
-                shell.status = history.run.status
-                if shell.entries is None or len(shell.entries) != len(entries.PHASES):  # an older state: all counted
-                    shell.entries = entries.phase_entries(history)
-                self._track_waiting(part, history)
+            part.policy.restore_shell(doc["run_id"], shell, retired=bool(doc.get("retired")))
+        part.policy.restored([h for run_id in part.policy.runs if (h := part.reducer.history(run_id)) is not None])
         return part
 
     async def _drop(self, tp: TopicPartition) -> None:
         part = self._parts.pop(tp, None)
         if part is not None:
-            await kafka.stop(part.producer, self.ks, f"producer of {tp}")
+            await kafka.stop(part.producer, self.ks, what=f"producer of {tp}")
 
     def _fail(self, tp: TopicPartition, stage: str, exc: BaseException) -> None:
         count = self._failures.get(tp, (0, 0.0))[0] + 1
@@ -371,49 +337,27 @@ class ReduceService:
             part.reducer.reject(source, "reducer error", f"{type(exc).__name__}: {exc}: "
                                 + value[:1024].decode(errors="replace"))
 
+    def _limits(self) -> Limits:
+        return Limits(max_value_bytes=self.topics.max_message_bytes - _OUTPUT_MARGIN,
+                      transitions_topic=self.topics.transitions, thresholds_s=self.s.alerts.stuck_thresholds_s(),
+                      clock=self.s.alerts.clock)
+
     def _plan(self, part: _Partition, flushed: Flushed, now_us: int | None) -> _Plan:
-        plan = _Plan()
-        topics = self.topics
-        limit = topics.max_message_bytes - _OUTPUT_MARGIN
-        touched: list[str] = []
-        for h in flushed.histories:
-            run_id = h.run.run_id
-            touched.append(run_id)
-            if h.transitions:
-                part.watermark_us = max(part.watermark_us, _us(max(t.at for t in h.transitions)))
-            shell = part.runs.setdefault(run_id, _RunShell())
-            shell.status = h.run.status
-            value = h.model_dump_json().encode()
-            digest = content_hash(value)
-            if digest != shell.content_hash:
-                if len(value) > limit:
-                    with structlog.contextvars.bound_contextvars(run_id=run_id):
-                        log.error("history_too_large_to_publish", bytes=len(value), limit=limit)
-                    flushed.dead_letters.append(DeadLetter(
-                        source=f"{topics.transitions}:{run_id}", reason="history too large to publish",
-                        detail=f"{len(value)} bytes > {limit}", excerpt=value[:2048].decode(errors="replace")))
-                else:
-                    plan.records.append(_Out(topics.transitions, part.tp.partition, run_id.encode(), value,
-                                             ((CONTENT_HASH_HEADER, digest.encode()),)))
-                now = entries.phase_entries(h)
-                plan.phases.update({p.value: n for p, n in entries.added(shell.entries or entries.NONE, now).items()})
-                shell.content_hash, shell.entries = digest, now
-            self._track_waiting(part, h)
-        # runs the reducer retired while folding: their run-state record becomes the retired marker (they may
-        # not have changed in this batch); retirements it forgot get a tombstone
-        for run_id in flushed.retired:
-            gone: _RunShell | None = part.runs.pop(run_id, None)
-            part.stuck.pop(run_id, None)
-            plan.finished[(gone.status if gone is not None else Status.SUCCEEDED).value] += 1
-            touched.append(run_id)
-        if now_us is None:
-            now_us = part.watermark_us
-        touched.extend(self._alerts(part, now_us, plan))
-        for run_id in dict.fromkeys(touched):
-            plan.records.extend(self._state_record(part, run_id, flushed.dead_letters))
-        plan.records.extend(_Out(topics.run_state, part.tp.partition, run_id.encode(), None)
-                            for run_id in flushed.forgotten)
-        for dl in flushed.dead_letters:
+        """The records and counts of one transaction, from the policy's decisions (``tracker.core.publish``)."""
+        decided = part.policy.decide(flushed, self._limits(), now_us=now_us)
+        topics, partition = self.topics, part.tp.partition
+        for run_id, size in decided.oversized:
+            with structlog.contextvars.bound_contextvars(run_id=run_id):
+                log.error("history_too_large_to_publish", bytes=size, limit=self._limits().max_value_bytes)
+        plan = _Plan(phases=decided.phases, finished=decided.finished)
+        plan.records.extend(_Out(topics.transitions, partition, p.run_id.encode(), p.value,
+                                 ((CONTENT_HASH_HEADER, p.digest.encode()),)) for p in decided.publish)
+        self._alert_records(decided, plan)
+        dead = decided.dead_letters
+        for run_id in decided.touched:
+            plan.records.extend(self._state_record(part, run_id, dead))
+        plan.records.extend(_Out(topics.run_state, partition, run_id.encode(), None) for run_id in decided.forgotten)
+        for dl in dead:
             plan.dead[dl.reason] += 1
             plan.records.append(_Out(topics.dead_letters, None, None, dl.model_dump_json().encode()))
         return plan
@@ -422,17 +366,12 @@ class ReduceService:
         snap = part.reducer.snapshot_run(run_id)
         if snap is None:
             return []
-        shell = part.runs.get(run_id)
-        snap["shell"] = {"watermark_us": part.watermark_us} if shell is None else {
-            "watermark_us": part.watermark_us, "hash": shell.content_hash,
-            "entries": None if shell.entries is None else list(shell.entries),
-            "alerted": shell.alerted, "alerted_stuck": [[a, p.value] for a, p in shell.alerted_stuck]}
+        snap["shell"] = part.policy.shell_doc(run_id)
         value = jsonio.dumps(snap)
         limit = self.topics.max_message_bytes - _OUTPUT_MARGIN
         if len(value) > limit:
             with structlog.contextvars.bound_contextvars(run_id=run_id):
-                log.error("run_state_too_large", bytes=len(value),
-                          limit=limit)
+                log.error("run_state_too_large", bytes=len(value), limit=limit)
             dead.append(DeadLetter(source=f"{self.topics.run_state}:{run_id}", reason="run state too large to persist",
                                    detail=f"{len(value)} bytes > {limit}"))
             return []
@@ -443,40 +382,27 @@ class ReduceService:
         """The wall clock in microseconds; None for the event clock (the watermark, known after the fold)."""
         return int(time.time() * 1_000_000) if self.s.alerts.clock == "wall" else None
 
-    @staticmethod
-    def _track_waiting(part: _Partition, h: RunHistory) -> None:
-        candidate = policy.stuck_candidate(h)
-        if candidate is None:
-            part.stuck.pop(h.run.run_id, None)
-        else:
-            part.stuck[h.run.run_id] = candidate
-
-    def _alerts(self, part: _Partition, now_us: int, plan: _Plan) -> list[str]:
-        cfg = self.s.alerts
-        thresholds = cfg.stuck_thresholds_s()
-        alerted_by_run = {run_id: part.runs[run_id].alerted_pairs() for run_id in part.stuck}
-        alerted = []
-        for s in policy.due(part.stuck.values(), now_us, thresholds, alerted_by_run):
-            part.runs[s.run_id].remember_alert(s.attempt, s.phase)
-            alert = policy.stuck_alert(s, now_us, cfg.clock, thresholds[s.phase])
+    def _alert_records(self, decided: Decisions, plan: _Plan) -> None:
+        for a in decided.alerts:
+            s = a.stuck
             plan.records.append(_Out(self.topics.alerts, None, s.run_id.encode(),
-                                     alert.model_dump_json(by_alias=True).encode()))
+                                     a.record.model_dump_json(by_alias=True).encode()))
             plan.alerts[(s.phase.value, s.queue)] += 1
-            alerted.append(s.run_id)
             with structlog.contextvars.bound_contextvars(run_id=s.run_id):
                 log.warning("stuck_run", attempt=s.attempt, phase=s.phase.value, queue=s.queue,
-                            age_s=round(alert.age_s, 1), reason=s.reason)
-        return alerted
+                            age_s=round(a.record.age_s, 1), reason=s.reason)
 
     async def _wall_alerts(self) -> None:
         now_us = int(time.time() * 1_000_000)
         async with self._lock:
             for tp, part in list(self._parts.items()):
-                if tp in self._pending or not part.stuck:
+                if tp in self._pending or not part.policy.stuck:
                     continue
                 plan = _Plan()
-                for run_id in self._alerts(part, now_us, plan):
-                    plan.records.extend(self._state_record(part, run_id, []))
+                decided = Decisions(alerts=part.policy.due_alerts(now_us, self._limits()))
+                self._alert_records(decided, plan)
+                for a in decided.alerts:
+                    plan.records.extend(self._state_record(part, a.stuck.run_id, []))
                 if plan.records:
                     await self._commit(part, plan, None)
 
@@ -546,15 +472,15 @@ class ReduceService:
         for tp, part in self._parts.items():
             high = consumer.last_stable_offset(tp)
             if high is not None and tp not in self._pending:
-                position = await kafka.bounded(consumer.position(tp), self.ks.call_timeout_s, f"position of {tp}")
+                position = await kafka.bounded(consumer.position(tp), self.ks.call_timeout_s, what=f"position of {tp}")
                 m.consumer_lag.labels(group, tp.topic, str(tp.partition)).set(max(0, high - position))
-            statuses.update(s.status.value for s in part.runs.values())
-            clock = wall_us if self.s.alerts.clock == "wall" else part.watermark_us
-            for w in part.stuck.values():
+            statuses.update(s.status.value for s in part.policy.runs.values())
+            clock = wall_us if self.s.alerts.clock == "wall" else part.policy.watermark_us
+            for w in part.policy.stuck.values():
                 if w.phase == Phase.ADMISSION and w.queued_at_us is not None:
                     oldest[w.queue] = max(oldest.get(w.queue, 0.0), (clock - w.queued_at_us) / 1e6)
-            gauge_clock = wall_us if self.s.alerts.metrics_clock == "wall" else part.watermark_us
-            for (phase, queue), age in policy.oldest(part.stuck.values(), gauge_clock).items():
+            gauge_clock = wall_us if self.s.alerts.metrics_clock == "wall" else part.policy.watermark_us
+            for (phase, queue), age in stuck.oldest(part.policy.stuck.values(), gauge_clock).items():
                 key = (phase.value, queue)
                 oldest_stuck[key] = max(oldest_stuck.get(key, 0.0), age)
         for status in Status:
@@ -586,15 +512,3 @@ def _keyless(record: Any, source: str) -> list[DeadLetter]:
                            detail="changes records must be keyed by run id",
                            excerpt=json.dumps(record, sort_keys=True, default=str)[:2048])]
     return []  # bookmarks, watch errors, objects of no run: nothing to fold
-
-
-def _us(at: datetime) -> int:
-    value = ts(at)
-    assert value is not None
-    return value
-
-
-def _dt(us: int) -> datetime:
-    value = utc(us)
-    assert value is not None
-    return value

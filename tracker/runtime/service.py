@@ -29,7 +29,7 @@ from aiokafka.errors import KafkaError
 from tracker import errors
 from tracker.core.model import DeadLetter
 from tracker.runtime.embedded_metrics import EmbeddedMetrics
-from tracker.runtime.ops import Health, Metrics, OpsServer, Shutdown, configure_logging
+from tracker.runtime.ops import Health, Metrics, OpsServer, Shutdown, configure_logging, log_deprecated_env
 from tracker.runtime.pipeline import JsonlDeadLetters, PipelineLimits, PipelineReport, run_pipeline
 from tracker.runtime.reduce import ReduceService
 from tracker.runtime.sinks import SinkRunner, adx_sink_runner, index_sink_runner
@@ -90,12 +90,12 @@ async def publish(source: Source, settings: Settings) -> int:
         producer = await _delivered(producer, window, settings)
         return sent
     finally:
-        await kafka.stop(producer, settings.kafka, "changes producer")  # flushes what is sent
+        await kafka.stop(producer, settings.kafka, what="changes producer")  # flushes what is sent
 
 
 async def _producer(ks: KafkaSettings) -> AIOKafkaProducer:
     producer = kafka.make_producer(ks)
-    await kafka.start(producer, ks, "changes producer")
+    await kafka.start(producer, ks, what="changes producer")
     return producer
 
 
@@ -106,12 +106,12 @@ async def _send(producer: AIOKafkaProducer, item: SourceItem, settings: Settings
         letter = DeadLetter(source=record.source, reason=record.reason, excerpt=record.excerpt)
         fut: asyncio.Future[object] = await kafka.bounded(
             producer.send(topics.dead_letters, value=letter.model_dump_json().encode()), ks.call_timeout_s,
-            "sending a dead letter")
+            what="sending a dead letter")
         return fut
     value = jsonio.dumps(record.value)
     fut = await kafka.bounded(producer.send(topics.changes, value=value, key=key.encode() if key else None,
                                             headers=[(SOURCE_HEADER, record.source.encode())]),
-                              ks.call_timeout_s, "sending a change")
+                              ks.call_timeout_s, what="sending a change")
     return fut
 
 
@@ -136,7 +136,7 @@ async def _delivered(producer: AIOKafkaProducer, window: list[tuple[SourceItem, 
             log.warning("changes_delivery_failed",
                         attempt=attempt, records=len(again), retry_in_s=delay, error=repr(error))
             await asyncio.sleep(delay)
-            await kafka.stop(producer, ks, "changes producer")
+            await kafka.stop(producer, ks, what="changes producer")
             try:
                 producer = await _producer(ks)
                 window = [(item, await _send(producer, item, settings)) for item in again]
@@ -157,13 +157,14 @@ OUTSIDE_FAULTS: Errors = (KafkaError, TimeoutError, OSError, sqlite3.Error)
 FATAL: Errors = (errors.Fatal, *OUTSIDE_FAULTS)
 
 
-async def run_process(settings: Settings, name: str, body: Body, *, fatal: Errors = FATAL) -> int:
+async def run_process(settings: Settings, name: str, *, body: Body, fatal: Errors = FATAL) -> int:
     """Logging, metrics and health endpoint, signal handling around ``body``; the process's exit code.
 
     An error of a ``fatal`` type stops the process with one "stopped_by_an_error" line and exit code 1, also when
     it comes wrapped in exception groups (the ``TaskGroup`` of a body). Anything else (a bug) propagates with its
     traceback (with the fatal errors beside it, if any, logged first)."""
     configure_logging(settings.ops.log_level, settings.ops.log_format)
+    log_deprecated_env(settings)
     _PRODUCER_LOG.addFilter(_NO_PAYLOADS)
     metrics, health = Metrics("serve-embedded" if name == "serve" and not settings.kafka.enabled else name), Health()
     server = OpsServer(settings.ops, metrics=metrics, health=health)

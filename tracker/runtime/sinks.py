@@ -115,7 +115,7 @@ class SinkRunner:
                          offsets="stored with the data" if self._stores_offsets else "committed to Kafka")
                 await self._loop(consumer)
             finally:
-                await kafka.stop(consumer, self.ks, f"{self.name} sink consumer")
+                await kafka.stop(consumer, self.ks, what=f"{self.name} sink consumer")
         finally:
             await self._call(stack.close)
             self._thread.shutdown(wait=True)
@@ -126,7 +126,7 @@ class SinkRunner:
         consumer = self._consumer = kafka.make_consumer(
             self.ks, group_id=self.group, group_instance_id=self.group_instance_id,
             max_poll_records=self.s.sink.max_batch_records)
-        await kafka.start(consumer, self.ks, f"{self.name} sink consumer")
+        await kafka.start(consumer, self.ks, what=f"{self.name} sink consumer")
         return consumer
 
     @property
@@ -200,11 +200,11 @@ class SinkRunner:
             stored = await self._call(lambda: sink.offsets(self.group))
             found = {tp: stored.get((tp.topic, tp.partition)) for tp in tps}
         else:
-            found = {tp: await kafka.bounded(consumer.committed(tp), self.ks.call_timeout_s, f"committed {tp}")
+            found = {tp: await kafka.bounded(consumer.committed(tp), self.ks.call_timeout_s, what=f"committed {tp}")
                      for tp in tps}
         missing = [tp for tp, off in found.items() if off is None]
         begin: dict[TopicPartition, int] = (await kafka.bounded(
-            consumer.beginning_offsets(missing), self.ks.call_timeout_s, "beginning offsets")) if missing else {}
+            consumer.beginning_offsets(missing), self.ks.call_timeout_s, what="beginning offsets")) if missing else {}
         return {tp: off if off is not None else begin[tp] for tp, off in found.items()}
 
     # ------------------------------------------------------------------------------------ writing
@@ -232,7 +232,7 @@ class SinkRunner:
         changed = await self._write_with_retries(list(histories.values()), stored if self._stores_offsets else {})
         if not self._stores_offsets:
             try:
-                await kafka.bounded(consumer.commit(offsets), self.ks.call_timeout_s, "committing sink offsets")
+                await kafka.bounded(consumer.commit(offsets), self.ks.call_timeout_s, what="committing sink offsets")
             except (KafkaError, TimeoutError) as exc:  # written already; the next owner rewrites (idempotent)
                 self.metrics.errors.labels(f"sink-{self.name}", "commit").inc()
                 log.warning("offsets_commit_failed", sink=self.name,
@@ -287,7 +287,7 @@ class SinkRunner:
         for tp in self._positions:
             end = consumer.last_stable_offset(tp)
             if end is not None and tp not in self._pending:
-                position = await kafka.bounded(consumer.position(tp), self.ks.call_timeout_s, f"position of {tp}")
+                position = await kafka.bounded(consumer.position(tp), self.ks.call_timeout_s, what=f"position of {tp}")
                 self.metrics.consumer_lag.labels(self.group, tp.topic, str(tp.partition)).set(max(0, end - position))
 
 
@@ -309,11 +309,11 @@ ADX_SINK_GROUP = "tracker-sink-adx"
 
 def adx_sink_runner(settings: Settings, *, metrics: Metrics, health: Health, group: str | None = None
                     ) -> SinkRunner:
-    """The Azure Data Explorer sink of ``tracker sink adx`` (settings: ``TRACKER_ADX_*``); Kafka commits its
+    """The Azure Data Explorer sink of ``tracker sink adx`` (settings: ``adx``); Kafka commits its
     offsets after each write, and the Dedup views absorb the repeats of an at-least-once delivery."""
-    from tracker.shell.adx import AdxSettings, AdxSink
+    from tracker.shell.adx import AdxSink
 
-    adx = AdxSettings()
+    adx = settings.adx
     collector = AdxCollector()
     metrics.registry.register(collector)
 

@@ -164,7 +164,7 @@ def cmd_watch(args: argparse.Namespace, console: Console) -> int:
         return 2
     opts = WatchOptions(config=config, kubeconfig=args.kubeconfig, context=args.context, capture=args.capture,
                         checkpoint=args.checkpoint, lease=lease, checkpoint_load_timeout_s=args.checkpoint_load_timeout)
-    return asyncio.run(service.run_process(settings, "watch", watch_body(settings, opts), fatal=WATCH_FATAL))
+    return asyncio.run(service.run_process(settings, "watch", body=watch_body(settings, opts), fatal=WATCH_FATAL))
 
 
 def lease_config(ls: LeaseSettings) -> LeaseConfig | None:
@@ -200,7 +200,7 @@ def watch_body(settings: Settings, opts: WatchOptions, *, into: Publisher | None
             if opts.lease is None:
                 await term(None)
             else:
-                await lead(LeaseElector(api, opts.lease), shutdown.requested, term)
+                await lead(LeaseElector(api, opts.lease), shutdown.requested, body=term)
     return body
 
 
@@ -234,8 +234,8 @@ async def _publisher(settings: Settings, capture: Path | None, into: Publisher |
             sink.close()
         return
     producer = kafka.make_producer(settings.kafka)
-    await kafka.start(producer, settings.kafka, "changes producer")
+    await kafka.start(producer, settings.kafka, what="changes producer")
     try:
         yield KafkaPublisher(producer, ks=settings.kafka, max_in_flight=settings.source.max_in_flight)
     finally:
-        await kafka.stop(producer, settings.kafka, "changes producer")
+        await kafka.stop(producer, settings.kafka, what="changes producer")

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any
 
 import structlog
 from azure.identity import WorkloadIdentityCredential
@@ -56,12 +56,10 @@ from azure.kusto.ingest import (
     StreamDescriptor,
 )
 from azure.kusto.ingest.exceptions import KustoQueueError
-from pydantic import Field, SecretStr, ValidationError, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from tracker import errors
 from tracker.core.model import RunHistory, RunRecord
-from tracker.core.redact import secret_env, secret_fields, secret_values, validation_problems
+from tracker.settings import AdxSettings
 from tracker.shell.deadline import call_with_deadline
 
 log = structlog.get_logger("tracker.adx")
@@ -73,75 +71,15 @@ STATE = "TaugridRunState"
 METRICS = "TaugridMetricSummaries"
 TABLES = (TRANSITIONS, ATTEMPTS, PODS, STATE, METRICS)
 
-AuthMode = Literal["workload-identity", "managed-identity", "app-secret", "none"]
-
-
 def mapping_name(table: str) -> str:
     """The JSON ingestion mapping of a table (schemas/kusto/020-mappings.kql)."""
     return f"{table}_json"
 
 
-class AdxSettings(BaseSettings):
-    """Settings of the ADX sink and of ``tracker kusto apply``, from ``TRACKER_ADX_*`` environment variables."""
-
-    model_config = SettingsConfigDict(env_prefix="TRACKER_ADX_", extra="ignore", hide_input_in_errors=True)
-
-    cluster_uri: str = Field("", description="Engine endpoint, e.g. https://<cluster>.<region>.kusto.windows.net.")
-    ingest_uri: str = Field("", description="Data-management endpoint for queued ingestion (default: derived "
-                                            "from cluster_uri by the SDK, the ingest- host).")
-    database: str = Field("Metrics", description="Database holding the TauGrid tables and adx-mon's metrics.")
-    auth: AuthMode = Field("workload-identity", description="workload-identity (AKS), managed-identity, "
-                                                            "app-secret, or none (Kusto emulator / stand-in).")
-    client_id: str = Field("", description="Client id: of the managed identity (user-assigned), of the app, or "
-                                           "of the workload identity (default AZURE_CLIENT_ID).")
-    tenant_id: str = Field("", description="Tenant of the app (app-secret) or workload identity.")
-    client_secret: SecretStr | None = Field(None, description="App secret (app-secret auth). Never logged.")
-    source_cluster: str = Field("", description="Name of the Kubernetes cluster watched, written to Cluster.")
-    batch_max_rows: int = Field(2_000, ge=1, description="Rows per batch at most.")
-    batch_max_bytes: int = Field(1 << 20, ge=1_024, le=4 << 20,
-                                 description="Bytes of row JSON per batch at most (streaming takes 4 MiB).")
-    batch_max_delay_s: float = Field(2.0, gt=0, description="Longest a queued row waits for its batch to fill.")
-    queue_max_rows: int = Field(50_000, ge=1, description="Rows queued in memory before write() blocks.")
-    retry_attempts: int = Field(4, ge=1, description="Attempts at a batch before it goes to the spool.")
-    retry_initial_s: float = Field(0.5, gt=0, description="First backoff; doubles after each failure.")
-    retry_max_s: float = Field(60.0, gt=0, description="Backoff cap, also between spool drain attempts.")
-    ingest_timeout_s: float = Field(120.0, gt=0, description="Deadline of one ingestion call.")
-    mgmt_timeout_s: float = Field(600.0, gt=0, description="Server timeout of one management command.")
-    connect_timeout_s: float = Field(
-        30.0, gt=0, le=600, description="Connect phase of `tracker kusto apply`: how long the cluster has to answer "
-                                        "its first request (`.show version`, authentication included) before the "
-                                        "apply gives up.")
-    spool_dir: Path = Field(Path("out/adx-spool"), description="Where rows wait during an outage.")
-    spool_max_bytes: int = Field(512 << 20, ge=1, description="Spool size at which write() starts to block.")
-    memo_max_runs: int = Field(100_000, ge=1, description="Runs whose sent rows are remembered (LRU).")
-
-    @model_validator(mode="after")
-    def _auth_complete(self) -> AdxSettings:
-        if self.auth == "app-secret" and not (self.client_id and self.tenant_id and self.client_secret):
-            raise errors.ConfigError("auth app-secret needs client_id, tenant_id and client_secret")
-        return self
-
-
-class AdxSettingsError(errors.ConfigError):
-    """The ``TRACKER_ADX_*`` settings are invalid; the message names each field, never a secret's value."""
-
-
-def load_adx_settings(**values: Any) -> AdxSettings:
-    """``AdxSettings`` from the environment (and ``values``), or ``AdxSettingsError`` in one line."""
-    try:
-        return AdxSettings(**values)
-    except ValidationError as exc:
-        fields = secret_fields(AdxSettings)
-        secrets = [*secret_env(os.environ, "TRACKER_ADX_", fields), *secret_values(values, fields)]
-        problems = validation_problems(exc.errors(include_input=False, include_url=False), fields, secrets)
-        raise AdxSettingsError("invalid ADX settings (environment variables TRACKER_ADX_<NAME>): "
-                               + "; ".join(problems)) from None
-
-
 def connection(settings: AdxSettings, uri: str) -> KustoConnectionStringBuilder:
     """A connection string for ``uri`` with the configured authentication."""
     if not uri:
-        raise errors.ConfigError("no Kusto endpoint: set TRACKER_ADX_CLUSTER_URI")
+        raise errors.ConfigError("no Kusto endpoint: set TRACKER_ADX__CLUSTER_URI")
     if settings.auth == "none":
         return KustoConnectionStringBuilder.with_no_authentication(uri)
     if settings.auth == "managed-identity":  # user-assigned with a client id, else system-assigned
@@ -150,7 +88,7 @@ def connection(settings: AdxSettings, uri: str) -> KustoConnectionStringBuilder:
                 uri, client_id=settings.client_id)
         return KustoConnectionStringBuilder.with_aad_managed_service_identity_authentication(uri)
     if settings.auth == "app-secret":
-        assert settings.client_secret is not None  # checked by AdxSettings
+        assert settings.client_secret is not None  # checked by AdxSettings (tracker.settings)
         return KustoConnectionStringBuilder.with_aad_application_key_authentication(
             uri, settings.client_id, settings.client_secret.get_secret_value(), settings.tenant_id)
     credential = WorkloadIdentityCredential(client_id=settings.client_id or None,

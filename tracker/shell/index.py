@@ -262,7 +262,7 @@ class ExperimentIndex:
 
     # ------------------------------------------------------------------------------------ write
     def write(self, histories: Sequence[RunHistory],
-              offsets: Mapping[OffsetKey, int] | None = None, state: StateRows | None = None) -> int:
+              offsets: Mapping[OffsetKey, int] | None = None, *, state: StateRows | None = None) -> int:
         """Store each run's complete history (replacing the run's rows), the consumer offsets and the reducer's
         state, atomically.
 
@@ -393,7 +393,7 @@ class ExperimentIndex:
                              "ON CONFLICT (key) DO UPDATE SET value = excluded.value", (key, value))
 
     def runs(self, status: Status | str | None = None, phase: Phase | str | None = None,
-             stalled_admission_s: float | None = None, now: datetime | None = None,
+             *, stalled_admission_s: float | None = None, now: datetime | None = None,
              workspace: str | None = None, project: str | None = None,
              limit: int | None = None) -> list[RunRecord]:
         """Runs matching every given filter, newest first: by created_at (exactly, to the microsecond), runs

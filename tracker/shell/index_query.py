@@ -140,7 +140,7 @@ class Run:
 
     __slots__ = ("data", "labels", "phase_since")
 
-    def __init__(self, data: dict[str, Any], phase_since: str | None, labels: dict[str, str] | None = None) -> None:
+    def __init__(self, data: dict[str, Any], phase_since: str | None, *, labels: dict[str, str] | None = None) -> None:
         self.data = data
         self.phase_since = phase_since
         self.labels = labels
@@ -276,7 +276,7 @@ class IndexReader:
 
     # ------------------------------------------------------------------------------------ runs
     def runs(self, f: RunFilter | None = None, fields: Sequence[str] = RUN_FIELDS,
-             phase_since: bool = True) -> list[Run]:
+             *, phase_since: bool = True) -> list[Run]:
         """Runs matching ``f``, sorted by ``f.sort_by`` (times newest first, age and counts largest first, names
         ascending; ties by run id). Each run's ``data`` holds ``fields`` (every RunRecord field by default; fewer
         read faster); without ``phase_since`` the runs' ``phase_since`` is not read (it costs a lookup per run)."""
@@ -416,7 +416,7 @@ class IndexReader:
                                   "NAMESPACE/NAME of a Job or RayJob; list runs with: tracker runs)")
         return self._read(query)
 
-    def short_ids(self, run_ids: Iterable[str], minimum: int = 8, full_up_to: int = 18) -> dict[str, str]:
+    def short_ids(self, run_ids: Iterable[str], *, minimum: int = 8, full_up_to: int = 18) -> dict[str, str]:
         """For each run id, the shortest start of it (at least ``minimum`` characters) that no other run id in the
         index shares; ids of at most ``full_up_to`` characters are kept whole."""
         wanted = sorted(set(run_ids))
@@ -426,10 +426,10 @@ class IndexReader:
         def query(conn: sqlite3.Connection) -> list[str]:
             return [r[0] for r in conn.execute("SELECT run_id FROM runs ORDER BY run_id")]
         every = self._read(query)
-        return short_ids(every, wanted, minimum, full_up_to)
+        return short_ids(every, wanted, minimum=minimum, full_up_to=full_up_to)
 
 
-def short_ids(every: Sequence[str], wanted: Iterable[str], minimum: int = 8, full_up_to: int = 18) -> dict[str, str]:
+def short_ids(every: Sequence[str], wanted: Iterable[str], *, minimum: int = 8, full_up_to: int = 18) -> dict[str, str]:
     """``every``: all run ids, sorted. A unique prefix is one longer than the common prefix with either neighbour."""
     import bisect
 

@@ -63,7 +63,7 @@ class TopicLayoutError(errors.Fatal, RuntimeError):
     """The topics are missing or laid out differently from what the tracker needs."""
 
 
-async def bounded(call: Awaitable[T], seconds: float, what: str) -> T:
+async def bounded(call: Awaitable[T], seconds: float, *, what: str) -> T:
     """Await ``call`` for at most ``seconds``; raise KafkaCallTimeout naming ``what`` otherwise."""
     try:
         async with asyncio.timeout(seconds):
@@ -114,7 +114,8 @@ class AzureTokenProvider(AbstractTokenProvider):  # type: ignore[misc]  # aiokaf
             from azure.identity.aio import DefaultAzureCredential
 
             async with DefaultAzureCredential() as credential:
-                access = await bounded(credential.get_token(self.scope), self.timeout_s, "azure-identity get_token")
+                access = await bounded(credential.get_token(self.scope), self.timeout_s,
+                                       what="azure-identity get_token")
             self._token = (access.token, float(access.expires_on))
         return self._token[0]
 
@@ -217,7 +218,7 @@ def make_consumer(ks: KafkaSettings, *, group_id: str | None, group_instance_id:
 
 
 async def start(client: AIOKafkaProducer | AIOKafkaConsumer | AIOKafkaAdminClient, ks: KafkaSettings,
-                what: str) -> None:
+                *, what: str) -> None:
     """Start a client within the call timeout; on failure it is closed again and the error raised.
 
     aiokafka reports a failed bootstrap as "Unable to bootstrap from [...]" whatever the cause (it only logs the
@@ -226,15 +227,15 @@ async def start(client: AIOKafkaProducer | AIOKafkaConsumer | AIOKafkaAdminClien
     naming the cause."""
     deadline = time.monotonic() + ks.call_timeout_s
     try:
-        await bounded(client.start(), ks.call_timeout_s, f"starting the {what}")
+        await bounded(client.start(), ks.call_timeout_s, what=f"starting the {what}")
     except KafkaConnectionError as exc:
-        await stop(client, ks, what)
+        await stop(client, ks, what=what)
         cause = await _bootstrap_failure(ks, f"starting the {what}", deadline - time.monotonic())
         if cause is None:
             raise
         raise cause from exc
     except BaseException:
-        await stop(client, ks, what)
+        await stop(client, ks, what=what)
         raise
 
 
@@ -283,11 +284,11 @@ async def _bootstrap_failure(ks: KafkaSettings, what: str, seconds: float) -> Ka
 
 
 async def stop(client: AIOKafkaProducer | AIOKafkaConsumer | AIOKafkaAdminClient, ks: KafkaSettings,
-               what: str) -> None:
+               *, what: str) -> None:
     """Stop a client within the call timeout; errors are logged, not raised (the client is being dropped)."""
     try:
         close = client.close() if isinstance(client, AIOKafkaAdminClient) else client.stop()
-        await bounded(close, ks.call_timeout_s, f"stopping the {what}")
+        await bounded(close, ks.call_timeout_s, what=f"stopping the {what}")
     except (KafkaError, OSError, TimeoutError) as exc:
         log.warning("client_stop_unclean", client=what, error=str(exc))
 
@@ -302,8 +303,8 @@ async def read_to_end(consumer: AIOKafkaConsumer, tp: TopicPartition, *, ks: Kaf
     ``tp``. The last stable offset is complete here only because the caller first started the partition's
     transactional producer: that fences the previous owner and waits for its last transaction's markers."""
     consumer.assign([tp])
-    end = (await bounded(consumer.end_offsets([tp]), ks.call_timeout_s, f"end offset of {tp}"))[tp]
-    await bounded(consumer.seek_to_beginning(tp), ks.call_timeout_s, f"beginning of {tp}")
+    end = (await bounded(consumer.end_offsets([tp]), ks.call_timeout_s, what=f"end offset of {tp}"))[tp]
+    await bounded(consumer.seek_to_beginning(tp), ks.call_timeout_s, what=f"beginning of {tp}")
     latest: dict[bytes, bytes | None] = {}
     async with asyncio.timeout(timeout_s):
         while await consumer.position(tp) < end:
@@ -328,13 +329,13 @@ async def drain_targets(ks: KafkaSettings, tps: Iterable[TopicPartition]) -> dic
     if not tps:
         return {}
     client = AIOKafkaConsumer(**client_options(ks), isolation_level="read_uncommitted", enable_auto_commit=False)
-    await start(client, ks, "high-watermark reader")
+    await start(client, ks, what="high-watermark reader")
     try:
         ends: dict[TopicPartition, int] = await bounded(client.end_offsets(tps), ks.call_timeout_s,
-                                                        "high watermarks")
+                                                        what="high watermarks")
         return ends
     finally:
-        await stop(client, ks, "high-watermark reader")
+        await stop(client, ks, what="high-watermark reader")
 
 
 class Drain:
@@ -384,7 +385,7 @@ class Poller:
         try:
             batches: dict[TopicPartition, list[ConsumerRecord]] = await bounded(
                 self.consumer.getmany(timeout_ms=self.timeout_ms, max_records=self.max_records),
-                self.ks.call_timeout_s, self.what)
+                self.ks.call_timeout_s, what=self.what)
         except (KafkaError, TimeoutError) as exc:
             self.failures += 1
             self.on_failure()
@@ -401,7 +402,7 @@ async def caught_up(consumer: AIOKafkaConsumer, ends: dict[TopicPartition, int],
     """Whether the consumer's position reached ``ends`` on every partition. (A position steps over transaction
     markers; the offset of the last record processed does not, so it can stay below a read_committed end.)"""
     for tp, end in ends.items():
-        if await bounded(consumer.position(tp), timeout_s, f"position of {tp}") < end:
+        if await bounded(consumer.position(tp), timeout_s, what=f"position of {tp}") < end:
             return False
     return True
 
@@ -463,15 +464,15 @@ async def create_topics(ks: KafkaSettings, specs: Iterable[TopicSpec]) -> dict[s
     """
     specs = list(specs)
     admin = AIOKafkaAdminClient(**client_options(ks))
-    await start(admin, ks, "admin client")
+    await start(admin, ks, what="admin client")
     try:
-        existing = set(await bounded(admin.list_topics(), ks.call_timeout_s, "listing topics"))
+        existing = set(await bounded(admin.list_topics(), ks.call_timeout_s, what="listing topics"))
         missing = [s for s in specs if s.name not in existing]
         result = {s.name: "exists" for s in specs if s.name in existing}
         if missing:
             resp = await bounded(admin.create_topics(
                 [NewTopic(s.name, s.partitions, s.replication_factor, topic_configs=s.configs) for s in missing],
-                timeout_ms=ks.request_timeout_ms), ks.call_timeout_s, "creating topics")
+                timeout_ms=ks.request_timeout_ms), ks.call_timeout_s, what="creating topics")
             for topic, code, *rest in resp.topic_errors:
                 error = for_code(code)
                 if code == 0:
@@ -483,7 +484,7 @@ async def create_topics(ks: KafkaSettings, specs: Iterable[TopicSpec]) -> dict[s
         await _check_partitions(admin, ks, {s.name: s.partitions for s in specs if result[s.name] == "exists"})
         return result
     finally:
-        await stop(admin, ks, "admin client")
+        await stop(admin, ks, what="admin client")
 
 
 async def verify_topics(ks: KafkaSettings, roles: Iterable[str]) -> dict[str, int]:
@@ -492,16 +493,16 @@ async def verify_topics(ks: KafkaSettings, roles: Iterable[str]) -> dict[str, in
     ts = ks.topics
     names = [ts.name(role) for role in roles]
     admin = AIOKafkaAdminClient(**client_options(ks))
-    await start(admin, ks, "admin client")
+    await start(admin, ks, what="admin client")
     try:
-        existing = set(await bounded(admin.list_topics(), ks.call_timeout_s, "listing topics"))
+        existing = set(await bounded(admin.list_topics(), ks.call_timeout_s, what="listing topics"))
         missing = [n for n in names if n not in existing]
         if missing:
             raise TopicLayoutError(f"missing topic(s) {', '.join(missing)}: create them with `tracker topics create` "
                                    "(see deploy/kafka/topics.md)")
         counts = await _partition_counts(admin, ks, names)
     finally:
-        await stop(admin, ks, "admin client")
+        await stop(admin, ks, what="admin client")
     aligned = {n: counts[n] for n in (ts.changes, ts.transitions, ts.run_state) if n in counts}
     if len(set(aligned.values())) > 1:
         raise TopicLayoutError(f"changes, transitions and run-state must have the same partition count, got {aligned}")
@@ -509,7 +510,7 @@ async def verify_topics(ks: KafkaSettings, roles: Iterable[str]) -> dict[str, in
 
 
 async def _partition_counts(admin: AIOKafkaAdminClient, ks: KafkaSettings, names: list[str]) -> dict[str, int]:
-    described = await bounded(admin.describe_topics(names), ks.call_timeout_s, "describing topics")
+    described = await bounded(admin.describe_topics(names), ks.call_timeout_s, what="describing topics")
     counts: dict[str, int] = {}
     for t in described:
         if t["error_code"]:

@@ -75,7 +75,7 @@ class KubeApi:
         self.connect_timeout_s = connect_timeout_s
         self.request_timeout_s = request_timeout_s
 
-    async def request(self, method: str, path: str, params: Sequence[tuple[str, str]] = (),
+    async def request(self, method: str, path: str, *, params: Sequence[tuple[str, str]] = (),
                       body: dict[str, Any] | None = None) -> dict[str, Any]:
         timeout = aiohttp.ClientTimeout(total=self.request_timeout_s, sock_connect=self.connect_timeout_s)
         resp = await self._call(method, path, params, body, timeout)
@@ -92,7 +92,7 @@ class KubeApi:
         return out
 
     async def get(self, path: str, params: Sequence[tuple[str, str]] = ()) -> dict[str, Any]:
-        return await self.request("GET", path, params)
+        return await self.request("GET", path, params=params)
 
     @asynccontextmanager
     async def lines(self, path: str, params: Sequence[tuple[str, str]], *, read_timeout_s: float

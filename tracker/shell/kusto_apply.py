@@ -2,7 +2,7 @@
 command line, `tracker kusto apply [--dry-run]`, is ``tracker.runtime.kusto_cmd``).
 
 Runs the scripts under ``schemas/kusto/*.kql`` in file-name order, each command on its own as a management
-command in the configured database (``TRACKER_ADX_*`` settings, see ``tracker.shell.adx.AdxSettings``), and
+command in the configured database (the ``adx`` settings section, ``tracker.settings.AdxSettings``), and
 stops at the first failure. Every command is idempotent, so applying again after a schema change is safe.
 
 A cluster that does not answer costs ``connect_timeout_s`` (30 s), not a command's ``mgmt_timeout_s`` (600 s): the
@@ -25,7 +25,8 @@ from typing import TextIO, TypeVar
 from azure.kusto.data import ClientRequestProperties, KustoClient
 
 from tracker import errors
-from tracker.shell.adx import AdxSettings, connection
+from tracker.settings import AdxSettings
+from tracker.shell.adx import connection
 from tracker.shell.deadline import DeadlineExceeded, call_with_deadline
 
 SCHEMA_DIR = Path(__file__).resolve().parents[2] / "schemas" / "kusto"
@@ -92,11 +93,11 @@ def apply_schema(settings: AdxSettings, *, dry_run: bool, schema_dir: Path = SCH
     uri, total = settings.cluster_uri, len(commands)
     with KustoClient(connection(settings, uri)) as client:
         say(f"connecting to {uri} (database {settings.database}; up to {settings.connect_timeout_s:g}s, "
-            "TRACKER_ADX_CONNECT_TIMEOUT_S)")
+            "TRACKER_ADX__CONNECT_TIMEOUT_S)")
         probe = _properties(settings.connect_timeout_s)
         _wait(lambda: client.execute_mgmt(settings.database, PROBE, probe), settings.connect_timeout_s, None,
               f"{uri} did not answer within {settings.connect_timeout_s:g}s (the connect phase; "
-              "TRACKER_ADX_CONNECT_TIMEOUT_S): nothing was applied")
+              "TRACKER_ADX__CONNECT_TIMEOUT_S): nothing was applied")
         properties = _properties(settings.mgmt_timeout_s)
         for n, c in enumerate(commands, start=1):
             head = f"[{n}/{total}] {c.file} #{c.index}"
@@ -105,7 +106,7 @@ def apply_schema(settings: AdxSettings, *, dry_run: bool, schema_dir: Path = SCH
 
             def waiting(elapsed: float, head: str = head) -> None:
                 say(f"{head}: still running after {elapsed:.0f}s (up to {settings.mgmt_timeout_s:g}s, "
-                    "TRACKER_ADX_MGMT_TIMEOUT_S)")
+                    "TRACKER_ADX__MGMT_TIMEOUT_S)")
 
             # the SDK's own deadline is the server timeout + 30 s; this one is a backstop if a call hangs
             _wait(partial(client.execute_mgmt, settings.database, c.text, properties),

@@ -210,7 +210,7 @@ class LeaseElector:
         return seconds * (1 + 0.2 * self.rng.random())
 
 
-async def lead(elector: LeaseElector, stop: asyncio.Event, body: Callable[[Lease], Awaitable[None]]) -> None:
+async def lead(elector: LeaseElector, stop: asyncio.Event, *, body: Callable[[Lease], Awaitable[None]]) -> None:
     """Run ``body(lease)`` whenever this candidate leads, until ``stop``; a lost lease cancels ``body`` and
     candidacy starts over. ``body`` must return once ``stop`` is set; the lease is then released."""
     while not stop.is_set():

@@ -110,14 +110,14 @@ class KafkaCheckpoint:
         producer = kafka.make_producer(ks, transactional_id=self.transactional_id)
         # start = InitProducerId: bumps the epoch (the previous leader is fenced) and waits until the broker has
         # completed the previous epoch's last transaction, so that the read below sees all of it, or none
-        await kafka.start(producer, ks, f"watch-state producer {self.transactional_id}")
+        await kafka.start(producer, ks, what=f"watch-state producer {self.transactional_id}")
         self.producer = producer
         consumer = kafka.make_consumer(ks, group_id=None)
-        await kafka.start(consumer, ks, "watch-state reader")
+        await kafka.start(consumer, ks, what="watch-state reader")
         try:
             latest = await kafka.read_to_end(consumer, self.tp, ks=ks, timeout_s=self.load_timeout_s)
         finally:
-            await kafka.stop(consumer, ks, "watch-state reader")
+            await kafka.stop(consumer, ks, what="watch-state reader")
         try:
             saved = self._decode(latest)
         except CheckpointError:
@@ -178,7 +178,7 @@ class KafkaCheckpoint:
         if not records:
             return
         try:
-            await kafka.bounded(self._transaction(records), self.ks.call_timeout_s, "saving the watch checkpoint")
+            await kafka.bounded(self._transaction(records), self.ks.call_timeout_s, what="saving the watch checkpoint")
         except BaseException as exc:
             # the snapshot's increments are gone from the watcher and the stored state is unknown: no more saves
             self.failed = exc
@@ -265,7 +265,7 @@ class KafkaCheckpoint:
     async def close(self) -> None:
         producer, self.producer = self.producer, None
         if producer is not None:
-            await kafka.stop(producer, self.ks, f"watch-state producer {self.transactional_id}")
+            await kafka.stop(producer, self.ks, what=f"watch-state producer {self.transactional_id}")
 
 
 def _entry(value: bytes) -> Entry:

@@ -35,7 +35,7 @@ class RunKeyer:
         self.dropped = 0
         self.just_dropped: list[tuple[str, Held]] = []  # for the caller to report, then clear
 
-    def key(self, etype: str, obj: dict[str, Any], source: str) -> list[tuple[str, str, dict[str, Any], str]]:
+    def key(self, etype: str, obj: dict[str, Any], *, source: str) -> list[tuple[str, str, dict[str, Any], str]]:
         """``(run, type, object, source)`` for ``obj`` and every record its binding released, in order;
         empty if ``obj`` is held or belongs to no run. Raises ``Malformed``."""
         ln = link(obj)
@@ -55,7 +55,7 @@ class RunKeyer:
         if ln.uid:
             for held_etype, held_obj, held_source in self.corr.bind(ln.uid, run):
                 self.released += 1
-                out.extend(self.key(held_etype, held_obj, held_source))
+                out.extend(self.key(held_etype, held_obj, source=held_source))
         return out
 
     def restore(self, objects: Iterable[dict[str, Any]]) -> None:
@@ -107,7 +107,7 @@ class RunKeyer:
                 or not isinstance(obj.get("kind"), str) or obj["kind"] not in KINDS:
             return [(item, None)]  # the reducer makes it a dead letter
         try:
-            keyed = self.key(etype, obj, item.source)
+            keyed = self.key(etype, obj, source=item.source)
         except x.Malformed:
             return [(item, None)]
         dropped, self.just_dropped = self.just_dropped, []

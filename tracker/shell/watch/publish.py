@@ -26,7 +26,7 @@ Change = dict[str, Any]  # a published record: {"type": ADDED|MODIFIED|DELETED, 
 class Publisher(Protocol):
     """Where keyed records go. ``publish`` may return before delivery; ``flush`` waits for all of it."""
 
-    async def publish(self, key: str, record: Change, source: str) -> None: ...
+    async def publish(self, key: str, record: Change, *, source: str) -> None: ...
 
     async def flush(self) -> None: ...
 
@@ -51,7 +51,7 @@ class BusPublisher:
     def __init__(self, bus: InProcessBus[tuple[Record, str]]) -> None:
         self.bus = bus
 
-    async def publish(self, key: str, record: Change, source: str) -> None:
+    async def publish(self, key: str, record: Change, *, source: str) -> None:
         await self.bus.put((Record(source, record), key))
 
     async def flush(self) -> None:
@@ -67,7 +67,7 @@ class JsonlCapture:
         self.path = path
         self.fh = path.open("a", encoding="utf-8")
 
-    async def publish(self, key: str, record: Change, source: str) -> None:
+    async def publish(self, key: str, record: Change, *, source: str) -> None:
         self.fh.write(json.dumps({**record, "key": key}, separators=(",", ":")) + "\n")
 
     async def flush(self) -> None:
@@ -89,19 +89,19 @@ class KafkaPublisher:
         self.max_in_flight = max_in_flight
         self.in_flight: list[asyncio.Future[object]] = []
 
-    async def publish(self, key: str, record: Change, source: str) -> None:
+    async def publish(self, key: str, record: Change, *, source: str) -> None:
         value = jsonio.dumps(record)
         self.in_flight.append(await kafka.bounded(
             self.producer.send(self.ks.topics.changes, value=value, key=key.encode(),
                                headers=[(kafka.SOURCE_HEADER, source.encode())]),
-            self.ks.call_timeout_s, "sending a change"))
+            self.ks.call_timeout_s, what="sending a change"))
         if len(self.in_flight) >= self.max_in_flight:
             await self.flush()
 
     async def dead_letter(self, letter: DeadLetter) -> None:
         self.in_flight.append(await kafka.bounded(
             self.producer.send(self.ks.topics.dead_letters, value=letter.model_dump_json().encode()),
-            self.ks.call_timeout_s, "sending a dead letter"))
+            self.ks.call_timeout_s, what="sending a dead letter"))
         if len(self.in_flight) >= self.max_in_flight:
             await self.flush()
 
@@ -109,7 +109,7 @@ class KafkaPublisher:
         pending, self.in_flight = self.in_flight, []
         if pending:
             # the sends' delivery futures (gather spawns no task for a future)
-            await kafka.bounded(asyncio.gather(*pending), self.ks.call_timeout_s, "delivering changes")
+            await kafka.bounded(asyncio.gather(*pending), self.ks.call_timeout_s, what="delivering changes")
 
 
 Keyed = tuple[str, Change, str]  # (run key, record, source)
@@ -136,7 +136,7 @@ class Outbox:
         self._nonempty = asyncio.Event()
         self._progress = asyncio.Condition()
 
-    def put_nowait(self, key: str, record: Change, source: str) -> None:
+    def put_nowait(self, key: str, record: Change, *, source: str) -> None:
         self.put_item((key, record, source))
 
     def put_item(self, item: OutItem) -> None:

@@ -59,7 +59,7 @@ class Watcher:
         if etype == "DELETED" and obj.get("kind") == "Event":
             return  # an Event's expiry is no lifecycle fact, and the reducer ignores it
         try:
-            keyed = self.keys.key(etype, obj, source)
+            keyed = self.keys.key(etype, obj, source=source)
         except x.Malformed as exc:
             self.stats.malformed += 1
             log.warning("watch_object_uncorrelatable", source=source, detail=str(exc), kind=obj.get("kind"),
@@ -71,7 +71,7 @@ class Watcher:
             self.dead_letter(source, "watcher error", f"{type(exc).__name__}: {exc}", obj)
             return
         for run, k_etype, k_obj, k_source in keyed:
-            self.outbox.put_nowait(run, {"type": k_etype, "object": k_obj}, k_source)
+            self.outbox.put_nowait(run, {"type": k_etype, "object": k_obj}, source=k_source)
         if self.keys.just_dropped:
             for owner, (d_etype, d_obj, d_source) in self.keys.just_dropped:
                 log.warning("watch_record_dropped", reason="owner not seen while max_held records were held",
@@ -143,7 +143,7 @@ class Watcher:
                         log.error("watch_dead_letter", **item.model_dump())
                     continue
                 key, record, source = item
-                await self.publisher.publish(key, record, source)
+                await self.publisher.publish(key, record, source=source)
                 stats.published += 1
             await outbox.mark_delivered(len(batch))
 

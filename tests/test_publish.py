@@ -1,0 +1,213 @@
+"""The reducer process's policy without Kafka (tracker.core.publish): what a transaction publishes, the watermark,
+stuck alerts, retirement and the run-state ``shell`` field, on hand-made histories and on generated clusters."""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from datetime import datetime, timedelta
+from itertools import pairwise
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests.test_reducer_laws import law_settings
+from tracker.core import entries
+from tracker.core.model import Phase, RunHistory, RunRecord, Status, Transition
+from tracker.core.publish import Limits, PartitionPolicy, RunShell, advance, content_hash
+from tracker.core.reducer import Flushed, Reducer
+from tracker.core.timefmt import ts
+from tracker.samples.lifecycles import generate_stream
+
+T0 = datetime.fromisoformat("2026-08-20T10:00:00+00:00")
+MIN = 60_000_000  # a minute in microseconds
+LIMITS = Limits(max_value_bytes=1 << 20, transitions_topic="transitions",
+                thresholds_s={Phase.ADMISSION: 1_800.0, Phase.SCHEDULING: 600.0, Phase.RUNTIME: 600.0},
+                clock="event")
+
+
+def us(at: datetime) -> int:
+    value = ts(at)
+    assert value is not None
+    return value
+
+
+def history(run_id: str, *phases: tuple[Phase, int], status: Status = Status.PENDING) -> RunHistory:
+    """A run whose transitions enter ``phases`` (phase, minutes after T0), in that order; its phase is the last."""
+    transitions = [Transition(run_id=run_id, attempt=1, phase=p, at=T0 + timedelta(minutes=m), reason="R",
+                              source=f"Job/ns/{run_id}") for p, m in phases]
+    run = RunRecord(run_id=run_id, kind="Job", namespace="ns", name=run_id, uid=None, project=None, workspace=None,
+                    target=None, queue="q", cluster_queue=None, status=status, reason="R",
+                    phase=phases[-1][0] if phases else Phase.ADMISSION, attempts=1, retries=0, evictions=0,
+                    created_at=T0, queued_at=T0, admitted_at=None, started_at=None, finished_at=None,
+                    admission_wait_s=None)
+    return RunHistory(run=run, transitions=transitions, attempts=[], metrics=[], resume_links=[])
+
+
+def batch(*histories: RunHistory, retired: tuple[str, ...] = ()) -> Flushed:
+    return Flushed(histories=list(histories), retired=list(retired))
+
+
+# ------------------------------------------------------------------------------------------ publishing
+
+
+def test_a_history_is_published_once_per_content() -> None:
+    policy = PartitionPolicy()
+    h = history("a", (Phase.ADMISSION, 0))
+    first = policy.decide(batch(h), LIMITS, now_us=None)
+    [published] = first.publish
+    assert published.run_id == "a" and published.value == h.model_dump_json().encode()
+    assert published.digest == content_hash(published.value) == hashlib.sha256(published.value).hexdigest()
+    assert first.touched == ["a"] and first.phases == Counter({"Admission": 1})
+    again = policy.decide(batch(h), LIMITS, now_us=None)  # folded again, nothing changed: nothing to publish
+    assert again.publish == [] and not again.phases and again.touched == ["a"]
+    moved = history("a", (Phase.ADMISSION, 0), (Phase.SCHEDULING, 5))
+    [next_one] = policy.decide(batch(moved), LIMITS, now_us=None).publish
+    assert next_one.value == moved.model_dump_json().encode() and policy.runs["a"].content_hash == next_one.digest
+
+
+def test_a_history_too_large_is_a_dead_letter_once_and_is_not_published() -> None:
+    policy = PartitionPolicy()
+    h = history("big", (Phase.ADMISSION, 0))
+    size = len(h.model_dump_json().encode())
+    small = Limits(max_value_bytes=size - 1, transitions_topic="tt", thresholds_s={}, clock="event")
+    decided = policy.decide(batch(h), small, now_us=None)
+    assert decided.publish == [] and decided.oversized == [("big", size)]
+    [letter] = decided.dead_letters
+    assert (letter.source, letter.reason, letter.detail) == ("tt:big", "history too large to publish",
+                                                             f"{size} bytes > {size - 1}")
+    assert decided.phases == Counter({"Admission": 1}) and decided.touched == ["big"]
+    assert policy.decide(batch(h), small, now_us=None).dead_letters == []  # not retried at every batch
+
+
+def test_the_folds_dead_letters_and_forgotten_runs_pass_through() -> None:
+    flushed = Flushed(forgotten=["old"])
+    flushed.dead_letters.extend(Reducer().flush().dead_letters)
+    decided = PartitionPolicy().decide(flushed, LIMITS, now_us=None)
+    assert decided.forgotten == ["old"] and decided.publish == [] and decided.touched == []
+
+
+# ------------------------------------------------------------------------------------------ watermark
+
+
+def test_the_watermark_advances_with_the_latest_transition_and_holds_otherwise() -> None:
+    policy = PartitionPolicy()
+    policy.decide(batch(history("a", (Phase.ADMISSION, 0), (Phase.SCHEDULING, 30))), LIMITS, now_us=None)
+    assert policy.watermark_us == us(T0) + 30 * MIN
+    policy.decide(batch(history("b", (Phase.ADMISSION, 10))), LIMITS, now_us=None)  # older: held
+    assert policy.watermark_us == us(T0) + 30 * MIN
+    assert advance(7, history("c")) == 7  # no transitions: held
+    assert advance(0, history("d", (Phase.ADMISSION, 45), (Phase.SCHEDULING, 40))) == us(T0) + 45 * MIN
+
+
+# ------------------------------------------------------------------------------------------ stuck runs
+
+
+def test_a_stuck_run_is_alerted_once_when_its_threshold_passes_on_the_wall_clock() -> None:
+    policy = PartitionPolicy()
+    h = history("a", (Phase.ADMISSION, 0))
+    assert policy.decide(batch(h), LIMITS, now_us=us(T0) + 29 * MIN).alerts == []
+    assert policy.due_alerts(us(T0) + 29 * MIN, LIMITS) == []
+    [alert] = policy.due_alerts(us(T0) + 30 * MIN, LIMITS)
+    assert (alert.stuck.run_id, alert.stuck.phase, alert.record.age_s) == ("a", Phase.ADMISSION, 1_800.0)
+    assert policy.runs["a"].alerted_pairs() == [(1, Phase.ADMISSION)]
+    assert policy.due_alerts(us(T0) + 90 * MIN, LIMITS) == []  # once per (run, attempt, phase)
+    later = history("a", (Phase.ADMISSION, 0), (Phase.SCHEDULING, 31))  # a new phase: alerted again when due
+    decided = policy.decide(batch(later), LIMITS, now_us=us(T0) + 41 * MIN)
+    assert [(a.stuck.phase, a.record.age_s) for a in decided.alerts] == [(Phase.SCHEDULING, 600.0)]
+    assert decided.touched == ["a"]  # its run-state record (alerts remembered) is written once
+
+
+def test_on_the_event_clock_another_runs_progress_makes_a_run_stuck() -> None:
+    policy = PartitionPolicy()
+    assert policy.decide(batch(history("a", (Phase.ADMISSION, 0))), LIMITS, now_us=None).alerts == []
+    decided = policy.decide(batch(history("b", (Phase.ADMISSION, 35))), LIMITS, now_us=None)
+    assert [a.stuck.run_id for a in decided.alerts] == ["a"] and decided.touched == ["b", "a"]
+    running = history("b", (Phase.ADMISSION, 35), (Phase.PROGRESS, 36), status=Status.RUNNING)
+    policy.decide(batch(running), LIMITS, now_us=None)
+    assert set(policy.stuck) == {"a"}  # b's application started: no longer a candidate
+
+
+# ------------------------------------------------------------------------------------------ retirement
+
+
+def test_retired_runs_leave_the_state_and_are_counted_by_their_last_status() -> None:
+    policy = PartitionPolicy()
+    policy.decide(batch(history("a", (Phase.ADMISSION, 0), status=Status.FAILED), history("p", (Phase.ADMISSION, 0))),
+                  LIMITS, now_us=None)
+    decided = policy.decide(batch(retired=("a", "p", "unknown")), LIMITS, now_us=None)
+    assert decided.finished == Counter({"failed": 1, "pending": 1, "succeeded": 1})
+    assert decided.touched == ["a", "p", "unknown"] and decided.publish == []
+    assert policy.runs == {} and policy.stuck == {}
+
+
+# ------------------------------------------------------------------------------------------ run-state
+
+
+def test_the_shell_field_reads_back_as_it_was_written() -> None:
+    policy = PartitionPolicy()
+    h = history("a", (Phase.ADMISSION, 0), (Phase.SCHEDULING, 1))
+    policy.decide(batch(h), LIMITS, now_us=us(T0) + 60 * MIN)
+    docs = {run_id: policy.shell_doc(run_id) for run_id in policy.runs}
+    assert docs["a"]["alerted_stuck"] == [[1, "Scheduling"]] and docs["a"]["entries"] == list(entries.phase_entries(h))
+    restored = PartitionPolicy()
+    for run_id, doc in docs.items():
+        restored.restore_shell(run_id, doc, retired=False)
+    restored.restore_shell("gone", {"watermark_us": 5}, retired=True)
+    restored.restored([h])
+    assert restored.runs == policy.runs and restored.stuck == policy.stuck
+    assert restored.watermark_us == policy.watermark_us
+    assert PartitionPolicy().shell_doc("nobody") == {"watermark_us": 0}
+
+
+def test_an_older_shell_without_phase_entries_counts_them_as_counted() -> None:
+    policy = PartitionPolicy()
+    policy.restore_shell("a", {"watermark_us": 0, "hash": "x", "alerted": [1]}, retired=False)
+    h = history("a", (Phase.ADMISSION, 0), (Phase.SCHEDULING, 1))
+    policy.restored([h])
+    assert policy.runs["a"] == RunShell("x", entries.phase_entries(h), [1], [], Status.PENDING)
+
+
+# ------------------------------------------------------------------------------------------ laws
+
+
+def flushes(seed: int, cuts: list[int]) -> tuple[list[Flushed], dict[str, RunHistory]]:
+    """A generated cluster's records folded in batches cut at ``cuts``: each batch's output, and the final
+    history of every run."""
+    records = list(generate_stream(6, seed))
+    reducer = Reducer()
+    out = []
+    bounds = sorted({0, len(records), *(c % (len(records) + 1) for c in cuts)})
+    for start, end in pairwise(bounds):
+        for rec in records[start:end]:
+            reducer.apply(rec, "law")
+        out.append(reducer.flush())
+    final = {run_id: h for run_id in reducer.runs if (h := reducer.history(run_id)) is not None}
+    return out, final
+
+
+@law_settings(25)
+@given(seed=st.integers(0, 10_000), cuts=st.lists(st.integers(0, 10_000), max_size=8))
+def test_the_same_output_twice_publishes_once(seed: int, cuts: list[int]) -> None:
+    """Deciding every batch's output twice (a redelivered fold) publishes, counts and alerts exactly what
+    deciding it once does; the last publication of a run is its final history; the watermark never goes back."""
+    batches, final = flushes(seed, cuts)
+    once, twice = PartitionPolicy(), PartitionPolicy()
+    published: dict[str, bytes] = {}
+    counted_once: Counter[str] = Counter()
+    counted_twice: Counter[str] = Counter()
+    for flushed in batches:
+        before = once.watermark_us
+        a = once.decide(flushed, LIMITS, now_us=None)
+        b = twice.decide(flushed, LIMITS, now_us=None)
+        again = twice.decide(flushed, LIMITS, now_us=None)
+        assert again.publish == [] and not again.phases and again.alerts == []
+        assert b.publish == a.publish and [x.record for x in b.alerts] == [x.record for x in a.alerts]
+        assert once.watermark_us >= before
+        assert all(once.watermark_us >= advance(0, h) for h in flushed.histories)
+        published.update((p.run_id, p.value) for p in a.publish)
+        counted_once.update(a.phases)
+        counted_twice.update(b.phases)
+    assert counted_twice == counted_once
+    assert published == {run_id: h.model_dump_json().encode() for run_id, h in final.items()}
+    assert once.runs == twice.runs and once.stuck == twice.stuck and once.watermark_us == twice.watermark_us

@@ -1,0 +1,211 @@
+"""The reducer process's policy, pure: what one transaction of a partition publishes, and what it remembers.
+
+``tracker.runtime.reduce`` keeps the Kafka side (the consumer group, the transactional producers, restoring a
+partition from ``run-state``); every decision it takes about what to write is made here, from the reducer's
+``Flushed`` output and the partition's ``PartitionPolicy``, with the time passed in (no clock, no I/O):
+
+- **publish or not**: a run's history is published to ``transitions`` when the sha256 of its JSON (its *content
+  hash*) differs from the hash last published for the run; folding records that change nothing publishes
+  nothing, and the same output twice publishes once. A history larger than the topic allows is a dead letter
+  instead (the hash is remembered all the same, so that it is not retried at every batch);
+- **the watermark**: the partition's event time, the latest transition time of any history it produced. It only
+  advances (a batch of older histories holds it); the event clock of the stuck alerts reads it;
+- **stuck runs**: a live run in Admission, Scheduling or Runtime before its application started is a candidate
+  (``tracker.core.stuck``); it is alerted once per (run, attempt, phase) when its age reaches its phase's
+  threshold at ``now_us`` (the wall clock, or the watermark for the event clock);
+- **retired runs**: those the reducer retired while folding are dropped from the policy state and counted as
+  finished by their last status; their run-state record becomes the reducer's retired marker, and the runs the
+  reducer forgot (``max_retired``) get a tombstone;
+- **which run-state records to write**: every run the batch touched (changed, retired or alerted), once.
+
+``RunShell`` is what is kept per run beside the reducer's facts; ``PartitionPolicy.shell_doc`` and
+``PartitionPolicy.restore_shell`` are its form in a run-state record (the ``shell`` field).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from tracker.core import entries, stuck
+from tracker.core.model import DeadLetter, Phase, RunHistory, Status
+from tracker.core.reducer import Flushed
+from tracker.core.stuck import Clock, Stuck, StuckRunAlert
+from tracker.core.timefmt import ts
+
+
+def content_hash(value: bytes) -> str:
+    """The sha256 of a published value, hex (the ``content-hash`` header of a transitions record)."""
+    return hashlib.sha256(value).hexdigest()
+
+
+@dataclass(slots=True)
+class RunShell:
+    """What the reducer process keeps per live run besides the reducer's facts (persisted in run-state)."""
+
+    content_hash: str | None = None  # of the history last published
+    entries: tuple[int, ...] | None = None  # phase entries already counted in the metrics (core.entries)
+    alerted: list[int] = field(default_factory=list)  # attempts already alerted stuck in Admission
+    alerted_stuck: list[tuple[int, Phase]] = field(default_factory=list)  # (attempt, phase) alerted, other phases
+    status: Status = Status.PENDING
+
+    def alerted_pairs(self) -> list[tuple[int, Phase]]:
+        return [(a, Phase.ADMISSION) for a in self.alerted] + self.alerted_stuck
+
+    def remember_alert(self, attempt: int, phase: Phase) -> None:
+        if phase == Phase.ADMISSION:
+            self.alerted.append(attempt)
+        else:
+            self.alerted_stuck.append((attempt, phase))
+
+
+@dataclass(frozen=True, slots=True)
+class Publication:
+    """A history to publish on ``transitions``: its JSON and the content hash of it."""
+
+    run_id: str
+    value: bytes
+    digest: str
+
+
+@dataclass(frozen=True, slots=True)
+class Alert:
+    """A stuck-run alert due: the candidate and its alert record."""
+
+    stuck: Stuck
+    record: StuckRunAlert
+
+
+@dataclass(slots=True)
+class Decisions:
+    """What one transaction of a partition writes (in this order: publications, alerts, the run-state of the
+    ``touched`` runs, tombstones of the ``forgotten`` ones, dead letters), and what to count once committed."""
+
+    publish: list[Publication] = field(default_factory=list)
+    alerts: list[Alert] = field(default_factory=list)
+    touched: list[str] = field(default_factory=list)  # runs whose run-state record is written, each once, in order
+    forgotten: list[str] = field(default_factory=list)
+    dead_letters: list[DeadLetter] = field(default_factory=list)  # the fold's, then histories too large
+    oversized: list[tuple[str, int]] = field(default_factory=list)  # (run id, bytes) of histories too large
+    phases: Counter[str] = field(default_factory=Counter)  # phase entries to count
+    finished: Counter[str] = field(default_factory=Counter)  # retired runs, by final status
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """The outside facts the policy needs: the largest value a record may carry, the transitions topic (a too
+    large history's dead letter names it), the stuck thresholds and the alerts' clock."""
+
+    max_value_bytes: int
+    transitions_topic: str
+    thresholds_s: Mapping[Phase, float]
+    clock: Clock
+
+
+@dataclass(slots=True)
+class PartitionPolicy:
+    """The policy state of one partition: its live runs' shells, its stuck candidates, its watermark."""
+
+    runs: dict[str, RunShell] = field(default_factory=dict)
+    stuck: dict[str, Stuck] = field(default_factory=dict)  # live runs before their application started
+    watermark_us: int = 0
+
+    # ------------------------------------------------------------------------------------ one batch
+    def decide(self, flushed: Flushed, limits: Limits, *, now_us: int | None) -> Decisions:
+        """The decisions of one folded batch (``flushed``), updating this state as if they are committed.
+
+        ``now_us`` is the wall clock; None for the event clock (the watermark, once the batch advanced it)."""
+        out = Decisions(dead_letters=list(flushed.dead_letters), forgotten=list(flushed.forgotten))
+        touched: list[str] = []
+        for h in flushed.histories:
+            touched.append(h.run.run_id)
+            self.watermark_us = advance(self.watermark_us, h)
+            self._publish(h, limits, out)
+            self.track(h)
+        for run_id in flushed.retired:  # their run-state record becomes the retired marker
+            gone = self.runs.pop(run_id, None)
+            self.stuck.pop(run_id, None)
+            out.finished[(gone.status if gone is not None else Status.SUCCEEDED).value] += 1
+            touched.append(run_id)
+        out.alerts = self.due_alerts(self.watermark_us if now_us is None else now_us, limits)
+        touched.extend(a.stuck.run_id for a in out.alerts)
+        out.touched = list(dict.fromkeys(touched))
+        return out
+
+    def _publish(self, h: RunHistory, limits: Limits, out: Decisions) -> None:
+        run_id = h.run.run_id
+        shell = self.runs.setdefault(run_id, RunShell())
+        shell.status = h.run.status
+        value = h.model_dump_json().encode()
+        digest = content_hash(value)
+        if digest == shell.content_hash:
+            return
+        if len(value) > limits.max_value_bytes:
+            out.oversized.append((run_id, len(value)))
+            out.dead_letters.append(DeadLetter(
+                source=f"{limits.transitions_topic}:{run_id}", reason="history too large to publish",
+                detail=f"{len(value)} bytes > {limits.max_value_bytes}", excerpt=value[:2048].decode(errors="replace")))
+        else:
+            out.publish.append(Publication(run_id, value, digest))
+        now = entries.phase_entries(h)
+        out.phases.update({p.value: n for p, n in entries.added(shell.entries or entries.NONE, now).items()})
+        shell.content_hash, shell.entries = digest, now
+
+    def due_alerts(self, now_us: int, limits: Limits) -> list[Alert]:
+        """The stuck runs due an alert at ``now_us`` (each remembered as alerted: it is due only once)."""
+        alerted_by_run = {run_id: self.runs[run_id].alerted_pairs() for run_id in self.stuck}
+        due = []
+        for s in stuck.due(self.stuck.values(), now_us, limits.thresholds_s, alerted_by_run):
+            self.runs[s.run_id].remember_alert(s.attempt, s.phase)
+            due.append(Alert(s, stuck.stuck_alert(s, now_us, limits.clock, limits.thresholds_s[s.phase])))
+        return due
+
+    def track(self, h: RunHistory) -> None:
+        """Keep ``h``'s run as a stuck candidate, or stop keeping it."""
+        candidate = stuck.stuck_candidate(h)
+        if candidate is None:
+            self.stuck.pop(h.run.run_id, None)
+        else:
+            self.stuck[h.run.run_id] = candidate
+
+    # ------------------------------------------------------------------------------------ run-state
+    def shell_doc(self, run_id: str) -> dict[str, Any]:
+        """The ``shell`` field of a run's run-state record."""
+        shell = self.runs.get(run_id)
+        if shell is None:
+            return {"watermark_us": self.watermark_us}
+        return {"watermark_us": self.watermark_us, "hash": shell.content_hash,
+                "entries": None if shell.entries is None else list(shell.entries),
+                "alerted": shell.alerted, "alerted_stuck": [[a, p.value] for a, p in shell.alerted_stuck]}
+
+    def restore_shell(self, run_id: str, doc: Mapping[str, Any], *, retired: bool) -> None:
+        """Read back a run-state record's ``shell`` field (``doc``); a retired run keeps no shell."""
+        self.watermark_us = max(self.watermark_us, doc.get("watermark_us", 0))
+        if not retired:
+            self.runs[run_id] = RunShell(doc.get("hash"), tuple(doc.get("entries") or ()) or None,
+                                         list(doc.get("alerted", ())),
+                                         [(int(a), Phase(p)) for a, p in doc.get("alerted_stuck", ())])
+
+    def restored(self, histories: Iterable[RunHistory]) -> None:
+        """After the records are read back: each live run's status and stuck candidacy from its history (and its
+        phase entries, when an older state did not keep them: all counted already)."""
+        for h in histories:
+            shell = self.runs.get(h.run.run_id)
+            if shell is None:
+                continue
+            shell.status = h.run.status
+            if shell.entries is None or len(shell.entries) != len(entries.PHASES):
+                shell.entries = entries.phase_entries(h)
+            self.track(h)
+
+
+def advance(watermark_us: int, h: RunHistory) -> int:
+    """The watermark after ``h``: its latest transition time if that is later, else held where it was."""
+    if not h.transitions:
+        return watermark_us
+    latest = ts(max(t.at for t in h.transitions))
+    assert latest is not None
+    return max(watermark_us, latest)
