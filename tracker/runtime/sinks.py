@@ -299,7 +299,8 @@ def index_sink_runner(settings: Settings, *, metrics: Metrics, health: Health,
     path = index_path or settings.sink.index_path
     if path is None:
         raise errors.ConfigError("no experiment index path (--index, or TRACKER_SINK__INDEX_PATH)")
-    return SinkRunner("index", open_sink=lambda: ExperimentIndex(path), group=settings.sink.index_group,
+    return SinkRunner("index", open_sink=lambda: ExperimentIndex(path, identity=settings.index.identity()),
+                      group=settings.sink.index_group,
                       settings=settings, metrics=metrics, health=health,
                       group_instance_id=settings.sink.group_instance_id)
 
