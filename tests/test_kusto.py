@@ -166,7 +166,7 @@ def test_every_table_has_policies_and_a_deduplicating_view() -> None:
     assert views == {
         "TaugridRunStateLatest": "TaugridRunState", "TaugridMetricSummariesLatest": "TaugridMetricSummaries",
         "TaugridRunTransitionsDedup": "TaugridRunTransitions", "TaugridRunAttemptsDedup": "TaugridRunAttempts",
-        "TaugridRunPodsDedup": "TaugridRunPods"}
+        "TaugridRunPodsDedup": "TaugridRunPods", "TaugridMetricPointsDedup": "TaugridMetricPoints"}
     assert commands[-1].startswith(".create-or-alter function"), "functions come after the views they read"
 
 
@@ -181,8 +181,12 @@ def test_functions_have_docstrings_and_readme_examples() -> None:
         names.append(m.group(2))
         assert re.search(rf"\b{m.group(2)}\(", examples), f"{m.group(2)} has no example in schemas/kusto/README.md"
     assert {"TaugridRunHistory", "TaugridRuns", "TaugridStalledAdmission", "TaugridStuckRuns", "TaugridRetryAudit",
+<<<<<<< HEAD
             "TaugridGpuUtilization", "TaugridPhaseDurations", "TaugridGpuAudit", "TaugridGpuPodWindows",
             "TaugridGpuUsage", "TaugridIdleGpus"} <= set(names)
+=======
+            "TaugridGpuUtilization", "TaugridPhaseDurations", "TaugridCompareRuns"} <= set(names)
+>>>>>>> e6b4b98 (ADX: TaugridMetricPoints table, mapping, policies and dedup view; the sink sends each run's points as facts (8 bytes per point in its memo); TaugridCompareRuns(runIds, metric) compares runs' curves (issue 17))
 
 
 def test_adxmon_resources_are_rendered_from_the_schema() -> None:
