@@ -10,6 +10,7 @@ import random
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -136,3 +137,17 @@ def test_a_snapshot_kept_before_points_were_kept_is_read_and_continues() -> None
     h = red.history("r")
     assert h is not None and [(p.step, p.value) for p in h.metric_points] == [(4, 1.5)]
     assert h.metrics[0].points == 2
+
+
+def test_the_cap_and_the_index_identity_are_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tracker.settings import load_settings
+
+    assert load_settings().reduce.reducer_limits().metric_points_per_run == METRIC_POINTS_PER_RUN
+    monkeypatch.setenv("TRACKER_REDUCE__METRIC_POINTS_PER_RUN", "0")
+    monkeypatch.setenv("TRACKER_ADX_SOURCE_CLUSTER", "aks-east-1")  # the name the ADX rows carry, by default
+    settings = load_settings()
+    assert settings.reduce.reducer_limits(max_retired=5).metric_points_per_run == 0
+    assert settings.index.identity() == {"cluster": "aks-east-1", "workspace": ""}
+    monkeypatch.setenv("TRACKER_INDEX__CLUSTER", "aks-east-2")
+    monkeypatch.setenv("TRACKER_INDEX__WORKSPACE", "research")
+    assert load_settings().index.identity() == {"cluster": "aks-east-2", "workspace": "research"}

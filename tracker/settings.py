@@ -220,9 +220,10 @@ class ReduceSettings(_Section):
                     "each MIG slice as one GPU). Comma-separated in the environment, or a JSON array. Every reducer "
                     "of a deployment (and each replay into one index) must use the same list.")
     metric_points_per_run: int = Field(
-        default=METRIC_POINTS_PER_RUN, ge=0, le=100_000,
+        default=METRIC_POINTS_PER_RUN, ge=0, le=10_000,
         description="Metric points kept per run over all its metrics, downsampled by step (schemas/index/README.md, "
-                    "\"Metric points\"); 0 keeps none (the summaries stay).")
+                    "\"Metric points\"); 0 keeps none (the summaries stay). At most 10,000: a history (~150 bytes "
+                    "a point) stays well within one Kafka message.")
 
     @field_validator("accelerator_resources", mode="before")
     @classmethod
