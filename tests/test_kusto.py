@@ -181,12 +181,8 @@ def test_functions_have_docstrings_and_readme_examples() -> None:
         names.append(m.group(2))
         assert re.search(rf"\b{m.group(2)}\(", examples), f"{m.group(2)} has no example in schemas/kusto/README.md"
     assert {"TaugridRunHistory", "TaugridRuns", "TaugridStalledAdmission", "TaugridStuckRuns", "TaugridRetryAudit",
-<<<<<<< HEAD
             "TaugridGpuUtilization", "TaugridPhaseDurations", "TaugridGpuAudit", "TaugridGpuPodWindows",
-            "TaugridGpuUsage", "TaugridIdleGpus"} <= set(names)
-=======
-            "TaugridGpuUtilization", "TaugridPhaseDurations", "TaugridCompareRuns"} <= set(names)
->>>>>>> e6b4b98 (ADX: TaugridMetricPoints table, mapping, policies and dedup view; the sink sends each run's points as facts (8 bytes per point in its memo); TaugridCompareRuns(runIds, metric) compares runs' curves (issue 17))
+            "TaugridGpuUsage", "TaugridIdleGpus", "TaugridCompareRuns"} <= set(names)
 
 
 def test_adxmon_resources_are_rendered_from_the_schema() -> None:
@@ -240,7 +236,8 @@ def test_gpu_audit_function_groups_and_loses_as_tracker_audit() -> None:
 
 
 _PARAM = re.compile(r"(\w+):(\w+)(?:\s*=\s*(\w+\([^)]*\)|[^,]+))?")
-_SAMPLE = {"string": '"run-7f3c2a"', "datetime": "ago(3d)", "timespan": "2h", "real": "10.0"}
+_SAMPLE = {"string": '"run-7f3c2a"', "datetime": "ago(3d)", "timespan": "2h", "real": "10.0",
+           "dynamic": 'dynamic(["run-7f3c2a", "run-9d41e0"])'}
 
 
 def _signatures() -> dict[str, list[tuple[str, str, str | None]]]:
@@ -272,6 +269,7 @@ def test_functions_take_defaults_and_are_called_with_and_without_arguments(node:
     assert defaults["TaugridGpuAudit"] == {"since": "datetime(null)", "until": "datetime(null)",
                                            "groupBy": '"namespace"'}
     assert defaults["TaugridIdleGpus"]["maxUtilPct"] == "5.0"
+    assert defaults["TaugridCompareRuns"] == {"runIds": None, "metric": '"loss"'}
     calls = []
     for name, params in signatures.items():
         calls.append(f"{name}({', '.join(_SAMPLE[t] for _, t, _ in params)}) | take 10")
