@@ -28,6 +28,7 @@ from tests.adx_standin import KustoStandIn, _Refused
 from tracker.cli import DEMO_CAPTURES
 from tracker.core.model import (
     Attempt,
+    MetricPoint,
     MetricSummary,
     Phase,
     PodFailure,
@@ -114,8 +115,10 @@ def evicted_run(*, finished: bool) -> RunHistory:
     metrics = [MetricSummary(run_id=rid, metric="loss", first_step=1, first_value=2.5, latest_step=300 if finished
                              else 120, latest_value=0.9 if finished else 1.4, min_value=0.9 if finished else 1.4,
                              max_value=2.5, points=30 if finished else 12)]
+    points = [MetricPoint(run_id=rid, metric="loss", step=step, value=value, at=at(minutes))
+              for step, value, minutes in ((1, 2.5, 33), (64, 1.6, 50), (256, 0.9, 85))[:3 if finished else 2]]
     return RunHistory(run=run, transitions=transitions, attempts=attempts, metrics=metrics,
-                      resume_links=[ResumeLink(run_id=rid, resume_of="run-llama-base")])
+                      resume_links=[ResumeLink(run_id=rid, resume_of="run-llama-base")], metric_points=points)
 
 
 def pending_run(message: str = "insufficient quota for nvidia.com/gpu in flavor a100") -> RunHistory:
@@ -217,8 +220,8 @@ def test_write_streams_each_table_with_its_mapping(standin: KustoStandIn, make_s
     rows = sink.write(histories)
     assert sink.flush(30)
 
-    # 8 + 1 transitions, 2 + 1 attempts, 2 pods, 2 states, 1 metric summary
-    assert rows == 17 and sink.stats.rows_sent == 17 and sink.stats.rows_queued == 17
+    # 8 + 1 transitions, 2 + 1 attempts, 2 pods, 2 states, 1 metric summary, 2 metric points
+    assert rows == 19 and sink.stats.rows_sent == 19 and sink.stats.rows_queued == 19
     requests = standin.of("ingest")
     assert [r.status for r in requests] == [200] * len(TABLES)
     assert {r.path for r in requests} == {f"/v1/rest/ingest/{DB}/{t}" for t in TABLES}
@@ -272,13 +275,18 @@ def test_write_streams_each_table_with_its_mapping(standin: KustoStandIn, make_s
     assert [strip(r, "IngestedAt", "Revision", "EventId") for r in tables["TaugridMetricSummaries"]] == [
         {"Cluster": "aks-east-1", "RunId": "run-llama-ft", "Metric": "loss", "FirstStep": 1, "FirstValue": 2.5,
          "LatestStep": 120, "LatestValue": 1.4, "MinValue": 1.4, "MaxValue": 2.5, "Points": 12}]
+    assert [strip(r, "IngestedAt", "Revision", "EventId") for r in tables["TaugridMetricPoints"]] == [
+        {"Cluster": "aks-east-1", "RunId": "run-llama-ft", "Metric": "loss", "Step": 1, "Value": 2.5,
+         "At": "2026-08-20T09:33:00Z"},
+        {"Cluster": "aks-east-1", "RunId": "run-llama-ft", "Metric": "loss", "Step": 64, "Value": 1.6,
+         "At": "2026-08-20T09:50:00Z"}]
     event_ids = [r["EventId"] for t in TABLES for r in tables[t]]
-    assert len(event_ids) == len(set(event_ids)) == 17
+    assert len(event_ids) == len(set(event_ids)) == 19
 
 
 def test_only_changed_rows_are_sent_again(standin: KustoStandIn, make_sink: Callable[..., AdxSink]) -> None:
     sink = make_sink()
-    assert sink.write([evicted_run(finished=False), pending_run()]) == 17
+    assert sink.write([evicted_run(finished=False), pending_run()]) == 19
     assert sink.flush(30)
     sent = len(standin.of("ingest"))
 
@@ -288,7 +296,7 @@ def test_only_changed_rows_are_sent_again(standin: KustoStandIn, make_sink: Call
 
     # The run finishes: a Completion transition, attempt 2 and its pod end, new state and metric summary.
     finished = evicted_run(finished=True)
-    assert sink.write([finished, pending_run()]) == 5
+    assert sink.write([finished, pending_run()]) == 6
     assert sink.flush(30)
     new = {r.path.rsplit("/", 1)[1]: r.rows() for r in standin.of("ingest")[sent:]}
     assert [(r["Phase"], r["Reason"]) for r in new["TaugridRunTransitions"]] == [("Completion", "Succeeded")]
@@ -296,6 +304,7 @@ def test_only_changed_rows_are_sent_again(standin: KustoStandIn, make_sink: Call
     assert [(r["Attempt"], r["EndTime"]) for r in new["TaugridRunPods"]] == [(2, "2026-08-20T10:30:00Z")]
     assert [(r["RunId"], r["Status"]) for r in new["TaugridRunState"]] == [("run-llama-ft", "succeeded")]
     assert [r["LatestStep"] for r in new["TaugridMetricSummaries"]] == [300]
+    assert [(r["Step"], r["Value"]) for r in new["TaugridMetricPoints"]] == [(256, 0.9)], "only the new point"
 
     # A value that comes back (pending message A -> B -> A) is a change each time: the latest view must see it.
     assert sink.write([pending_run("B")]) == 1
@@ -310,7 +319,7 @@ def test_memo_is_bounded_per_run(standin: KustoStandIn, make_sink: Callable[...,
     sink = make_sink(memo_max_runs=1)
     assert sink.write([pending_run()]) == 3
     assert sink.write([pending_run()]) == 0
-    assert sink.write([evicted_run(finished=False)]) == 14  # evicts run-pending from the memo
+    assert sink.write([evicted_run(finished=False)]) == 16  # evicts run-pending from the memo
     assert sink.write([pending_run()]) == 3, "a forgotten run is sent again (the dedup views absorb it)"
     assert sink.flush(30)
     transitions = [r["EventId"] for r in standin.tables["TaugridRunTransitions"] if r["RunId"] == "run-pending"]
@@ -343,7 +352,7 @@ def test_demo_captures_through_the_pipeline_leave_the_final_histories_as_latest_
     meta = {"EventId", "Revision", "IngestedAt"}
     keys = {"TaugridRunTransitions": ("RunId", "Attempt", "Phase"), "TaugridRunAttempts": ("RunId", "Attempt"),
             "TaugridRunPods": ("RunId", "Attempt", "Pod"), "TaugridRunState": ("RunId",),
-            "TaugridMetricSummaries": ("RunId", "Metric")}
+            "TaugridMetricSummaries": ("RunId", "Metric"), "TaugridMetricPoints": ("RunId", "Metric", "Step")}
     for table, key in keys.items():
         latest: dict[tuple[Any, ...], dict[str, Any]] = {}
         for row in standin.tables[table]:
@@ -461,32 +470,32 @@ def test_outage_spools_and_drains_in_order(standin: KustoStandIn, make_sink: Cal
     collector = AdxCollector()
     collector.sink = sink
     standin.outage = 503
-    assert sink.write([evicted_run(finished=False), pending_run()]) == 17
+    assert sink.write([evicted_run(finished=False), pending_run()]) == 19
     assert sink.flush(60)
-    assert sink.stats.spooled_rows == 17 and sink.stats.spool_files == len(TABLES)
+    assert sink.stats.spooled_rows == 19 and sink.stats.spool_files == len(TABLES)
     assert sink.spool_bytes == sum(p.stat().st_size for p in (tmp_path / "spool").glob("*.jsonl")) > 0
     assert not standin.tables
     # what a scraper sees during the outage (issue 17): the spool's files, bytes and age
     time.sleep(0.05)
     seen = {m.name: m.samples[0].value for m in collector.collect()}
     assert seen["tracker_adx_spool_files"] == len(TABLES) and seen["tracker_adx_spool_bytes"] == sink.spool_bytes
-    assert seen["tracker_adx_spool_oldest_age_seconds"] > 0 and seen["tracker_adx_rows_spooled"] == 17
+    assert seen["tracker_adx_spool_oldest_age_seconds"] > 0 and seen["tracker_adx_rows_spooled"] == 19
 
     standin.down()  # now connections are refused
     standin.outage = None
-    assert sink.write([evicted_run(finished=True), pending_run("B")]) == 6
+    assert sink.write([evicted_run(finished=True), pending_run("B")]) == 7
     assert sink.flush(60)
-    assert sink.stats.spooled_rows == 23 and not standin.tables
+    assert sink.stats.spooled_rows == 26 and not standin.tables
 
     standin.up()
-    wait_until(lambda: sink.stats.spool_files == 0 and delivered(standin) == 23)
+    wait_until(lambda: sink.stats.spool_files == 0 and delivered(standin) == 26)
     assert sink.spool_bytes == 0 and not list((tmp_path / "spool").glob("*.jsonl"))
     seen = {m.name: m.samples[0].value for m in collector.collect()}
     assert seen["tracker_adx_spool_files"] == seen["tracker_adx_spool_oldest_age_seconds"] == 0
-    assert seen["tracker_adx_rows_sent"] == 23 and seen["tracker_adx_rows_rejected"] == 0
+    assert seen["tracker_adx_rows_sent"] == 26 and seen["tracker_adx_rows_rejected"] == 0
     # Nothing lost or doubled, and each table got its rows in the order they were written.
     event_ids = [r["EventId"] for t in TABLES for r in standin.tables[t]]
-    assert len(event_ids) == len(set(event_ids)) == 23
+    assert len(event_ids) == len(set(event_ids)) == 26
     for t in TABLES:
         revisions = [r["Revision"] for r in standin.tables[t]]
         assert revisions == sorted(revisions), t
@@ -498,7 +507,7 @@ def test_outage_spools_and_drains_in_order(standin: KustoStandIn, make_sink: Cal
 
     assert sink.write([pending_run()]) == 1
     assert sink.flush(30)
-    assert sink.stats.spooled_rows == 23 and delivered(standin) == 24, "after the drain rows stream directly"
+    assert sink.stats.spooled_rows == 26 and delivered(standin) == 27, "after the drain rows stream directly"
 
 
 def test_full_spool_blocks_write_until_kusto_is_back(standin: KustoStandIn,
@@ -516,7 +525,7 @@ def test_full_spool_blocks_write_until_kusto_is_back(standin: KustoStandIn,
     writer.join(60)
     assert not writer.is_alive()
     assert sink.flush(60)
-    assert delivered(standin) == 17 and sink.stats.spooled_rows == 0
+    assert delivered(standin) == 19 and sink.stats.spooled_rows == 0
 
 
 def test_foreign_files_in_the_spool_are_ignored_with_one_warning_never_deleted(

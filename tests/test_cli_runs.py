@@ -248,7 +248,7 @@ def test_show_notes_when_a_name_had_several_runs(tmp_path: Path, capsys: pytest.
         older = history.run.model_copy(update={"run_id": "vit-l-older", "created_at": history.run.created_at
                                                .replace(hour=1)})
         ix.write([history.model_copy(update={"run": older, "transitions": [], "attempts": [], "metrics": [],
-                                             "resume_links": []})])
+                                             "resume_links": [], "metric_points": []})])
     assert main(["show", "team-b/vit-l-9hx4d", "--index", str(path)]) == 0
     out, err = capsys.readouterr()
     assert "vit-l-9hx4d" in out.splitlines()[0]
@@ -263,6 +263,11 @@ def test_show_output_is_the_published_history_schema(index: Path, capsys: pytest
         jsonschema.validate(data, schema)
         assert data["run"]["run_id"] == "gpt-moe-6wz8r" and data["attempts"][0]["attempt"] == 1
     assert json.loads(run(capsys, "show", "gpt-moe-6wz8r", "--index", str(index), "--json"))["run"]["attempts"] == 2
+    # the metric curves: every point the run reported (far fewer than reduce.metric_points_per_run)
+    data = json.loads(run(capsys, "show", "bert-pt-2c5nw", "--index", str(index), "-o", "json"))
+    jsonschema.validate(data, schema)
+    steps = {(p["metric"], p["step"]) for p in data["metric_points"]}
+    assert steps and len(steps) == len(data["metric_points"]) == sum(m["points"] for m in data["metrics"])
 
 
 def test_a_live_runs_axis_ends_now(index: Path, capsys: pytest.CaptureFixture[str]) -> None:

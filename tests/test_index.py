@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 import sqlite3
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -12,6 +13,7 @@ import pytest
 
 from tracker.core.model import (
     Attempt,
+    MetricPoint,
     MetricSummary,
     Phase,
     PodFailure,
@@ -142,6 +144,9 @@ def resumed_with_metrics() -> RunHistory:
                           latest_value=0.42, min_value=0.4, max_value=2.5, points=13),
         ],
         resume_links=[ResumeLink(run_id=rid, resume_of="run-fail")],
+        metric_points=[MetricPoint(run_id=rid, metric="accuracy", step=0, value=0.1, at=at(2)),
+                       MetricPoint(run_id=rid, metric="loss", step=0, value=2.31, at=at(2)),
+                       MetricPoint(run_id=rid, metric="loss", step=1200, value=0.42, at=at(30.5))],
     )
 
 
@@ -396,7 +401,9 @@ def test_ddl_file_is_what_the_code_applies(tmp_path: Path) -> None:
     from_code = sqlite3.connect(tmp_path / "from-code.sqlite")
     query = "SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY type, name"
     assert from_code.execute(query).fetchall() == from_file.execute(query).fetchall()
-    assert from_code.execute("SELECT key, value FROM meta").fetchall() == [("schema_version", str(SCHEMA_VERSION))]
+    meta = dict(from_code.execute("SELECT key, value FROM meta").fetchall())
+    assert meta.pop("schema_version") == str(SCHEMA_VERSION) and meta.pop("tracker_version")
+    assert list(meta) == ["created_at"] and re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", meta["created_at"])
 
 
 def test_tables_carry_every_model_field(index: ExperimentIndex) -> None:
@@ -473,7 +480,8 @@ def test_an_older_schema_is_migrated(tmp_path: Path, monkeypatch: pytest.MonkeyP
         assert ix.runs_without_state() == ["run-wait"]
     tables = dump(path)
     assert tables["reducer_runs"] == [] and tables["reducer_held"] == []
-    assert tables["meta"] == [("schema_version", str(SCHEMA_VERSION))]
+    assert dict(tables["meta"])["schema_version"] == str(SCHEMA_VERSION)  # created_at: when it was migrated
+    assert set(dict(tables["meta"])) == {"schema_version", "created_at", "tracker_version"}
 
 
 def test_a_later_migration_runs_after_the_current_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -486,7 +494,7 @@ def test_a_later_migration_runs_after_the_current_one(tmp_path: Path, monkeypatc
     with ExperimentIndex(path) as ix:
         assert ix.history("run-wait") == pending_in_admission()
     tables = dump(path)
-    assert tables["extra"] == [] and tables["meta"] == [("schema_version", str(SCHEMA_VERSION + 1))]
+    assert tables["extra"] == [] and dict(tables["meta"])["schema_version"] == str(SCHEMA_VERSION + 1)
 
 
 def test_an_incomplete_migration_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -515,3 +523,63 @@ def test_closed_index_says_so(tmp_path: Path) -> None:
     ix = ExperimentIndex(tmp_path / "index.sqlite")
     with pytest.raises(RuntimeError, match="not open"):
         ix.runs()
+
+
+# ------------------------------------------------------------------------------------------ metric history (schema 5)
+
+
+def test_metric_points_are_replaced_with_the_runs_other_rows(index: ExperimentIndex) -> None:
+    h = resumed_with_metrics()
+    index.write([h])
+    rows = sqlite3.connect(index.path).execute("SELECT * FROM metric_points ORDER BY metric, step").fetchall()
+    assert rows == [("run-resume", "accuracy", 0, 0.1, "2026-08-20T10:02:00Z"),
+                    ("run-resume", "loss", 0, 2.31, "2026-08-20T10:02:00Z"),
+                    ("run-resume", "loss", 1200, 0.42, "2026-08-20T10:30:30Z")]
+    coarser = [h.metric_points[0], h.metric_points[2].model_copy(update={"step": 1024, "value": 0.5})]
+    assert index.write([h.model_copy(update={"metric_points": coarser})]) == 2 + 1 + 1  # 2 gone, 1 new, updated_seq
+    got = index.history(h.run.run_id)
+    assert got is not None and got.metric_points == coarser
+    index.write([h.model_copy(update={"metric_points": []})])
+    assert sqlite3.connect(index.path).execute("SELECT COUNT(*) FROM metric_points").fetchone() == (0,)
+
+
+def test_meta_says_which_cluster_and_workspace_the_index_belongs_to(tmp_path: Path) -> None:
+    path = tmp_path / "index.sqlite"
+    with ExperimentIndex(path, identity={"cluster": "aks-east-1", "workspace": ""}):
+        pass
+    with ExperimentIndex(path, readonly=True) as ix:
+        assert ix.meta("cluster") == "aks-east-1" and ix.meta("workspace") is None
+        assert ix.meta("tracker_version") and ix.meta("created_at")
+        created = ix.meta("created_at")
+    with ExperimentIndex(path, identity={"cluster": "aks-west-2", "workspace": "ws-a"}):
+        pass
+    with ExperimentIndex(path, readonly=True) as ix:  # the last writer's configuration; created_at stays
+        assert (ix.meta("cluster"), ix.meta("workspace"), ix.meta("created_at")) == ("aks-west-2", "ws-a", created)
+
+
+def test_a_schema_4_index_is_read_as_it_is_and_migrated_to_5(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "index.sqlite"
+    with monkeypatch.context() as m:  # an index written by the tracker of schema version 4
+        m.setattr(index_schema, "MIGRATIONS", {k: v for k, v in index_schema.MIGRATIONS.items() if k <= 4})
+        m.setattr(index_schema, "SCHEMA_VERSION", 4)
+        with ExperimentIndex(path):
+            pass
+    with ExperimentIndex(tmp_path / "current.sqlite") as cur:
+        cur.write([resumed_with_metrics()])
+    conn = sqlite3.connect(path)
+    conn.execute("ATTACH DATABASE ? AS cur", (str(tmp_path / "current.sqlite"),))
+    for table in ("runs", "transitions", "attempts", "metric_summaries", "resume_links", "pod_placements"):
+        cols = ", ".join(f'"{r[1]}"' for r in conn.execute(f"PRAGMA main.table_info({table})"))
+        conn.execute(f"INSERT INTO main.{table} ({cols}) SELECT {cols} FROM cur.{table}")
+    conn.commit()
+    conn.close()
+    assert "metric_points" not in dump(path) and "created_at" not in dict(dump(path)["meta"])
+    without_points = resumed_with_metrics().model_copy(update={"metric_points": []})
+    with ExperimentIndex(path, readonly=True) as reader:  # a reader reads it as it is
+        assert reader.history("run-resume") == without_points
+    with ExperimentIndex(path) as ix:  # a writer migrates it: the run has no points until written again
+        assert ix.history("run-resume") == without_points
+        ix.write([resumed_with_metrics()])
+        assert ix.history("run-resume") == resumed_with_metrics()
+    meta = dict(dump(path)["meta"])
+    assert meta["schema_version"] == "5" and "created_at" in meta

@@ -166,7 +166,7 @@ def test_every_table_has_policies_and_a_deduplicating_view() -> None:
     assert views == {
         "TaugridRunStateLatest": "TaugridRunState", "TaugridMetricSummariesLatest": "TaugridMetricSummaries",
         "TaugridRunTransitionsDedup": "TaugridRunTransitions", "TaugridRunAttemptsDedup": "TaugridRunAttempts",
-        "TaugridRunPodsDedup": "TaugridRunPods"}
+        "TaugridRunPodsDedup": "TaugridRunPods", "TaugridMetricPointsDedup": "TaugridMetricPoints"}
     assert commands[-1].startswith(".create-or-alter function"), "functions come after the views they read"
 
 
@@ -182,7 +182,7 @@ def test_functions_have_docstrings_and_readme_examples() -> None:
         assert re.search(rf"\b{m.group(2)}\(", examples), f"{m.group(2)} has no example in schemas/kusto/README.md"
     assert {"TaugridRunHistory", "TaugridRuns", "TaugridStalledAdmission", "TaugridStuckRuns", "TaugridRetryAudit",
             "TaugridGpuUtilization", "TaugridPhaseDurations", "TaugridGpuAudit", "TaugridGpuPodWindows",
-            "TaugridGpuUsage", "TaugridIdleGpus"} <= set(names)
+            "TaugridGpuUsage", "TaugridIdleGpus", "TaugridCompareRuns"} <= set(names)
 
 
 def test_adxmon_resources_are_rendered_from_the_schema() -> None:
@@ -236,7 +236,8 @@ def test_gpu_audit_function_groups_and_loses_as_tracker_audit() -> None:
 
 
 _PARAM = re.compile(r"(\w+):(\w+)(?:\s*=\s*(\w+\([^)]*\)|[^,]+))?")
-_SAMPLE = {"string": '"run-7f3c2a"', "datetime": "ago(3d)", "timespan": "2h", "real": "10.0"}
+_SAMPLE = {"string": '"run-7f3c2a"', "datetime": "ago(3d)", "timespan": "2h", "real": "10.0",
+           "dynamic": 'dynamic(["run-7f3c2a", "run-9d41e0"])'}
 
 
 def _signatures() -> dict[str, list[tuple[str, str, str | None]]]:
@@ -268,6 +269,7 @@ def test_functions_take_defaults_and_are_called_with_and_without_arguments(node:
     assert defaults["TaugridGpuAudit"] == {"since": "datetime(null)", "until": "datetime(null)",
                                            "groupBy": '"namespace"'}
     assert defaults["TaugridIdleGpus"]["maxUtilPct"] == "5.0"
+    assert defaults["TaugridCompareRuns"] == {"runIds": None, "metric": '"loss"'}
     calls = []
     for name, params in signatures.items():
         calls.append(f"{name}({', '.join(_SAMPLE[t] for _, t, _ in params)}) | take 10")

@@ -1,8 +1,8 @@
 """The settings of every process, one tree: environment (``TRACKER_`` prefix, ``__`` between levels), an optional
 YAML/JSON file, flags. One section per concern: ``kafka`` (with ``topics``), ``reduce``, ``alerts``, ``sink``,
-``source``, ``embedded``, ``watch``, ``lease``, ``adx``, ``ops``. The reducer's limits
-(``ReduceSettings.reducer_limits``) are built from here; the embedded pipeline's by ``tracker.runtime.service`` from
-``embedded``.
+``index``, ``source``, ``embedded``, ``watch``, ``lease``, ``adx``, ``ops``. The reducer's limits
+(``ReduceSettings.reducer_limits``) are built from here; the embedded pipeline's by ``tracker.runtime.service``
+from ``embedded``.
 
 This module is the layer just above ``tracker.core``: shell, runtime and cli import it; it imports only core.
 
@@ -52,6 +52,7 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
 from tracker import errors
+from tracker.core.facts import METRIC_POINTS_PER_RUN
 from tracker.core.gpu import ACCELERATOR_RESOURCES
 from tracker.core.model import Phase
 from tracker.core.redact import secret_env, secret_fields, secret_values, validation_problems
@@ -232,6 +233,11 @@ class ReduceSettings(_Section):
                     "resources; a trailing * matches every resource starting with the rest (nvidia.com/mig-* counts "
                     "each MIG slice as one GPU). Comma-separated in the environment, or a JSON array. Every reducer "
                     "of a deployment (and each replay into one index) must use the same list.")
+    metric_points_per_run: int = Field(
+        default=METRIC_POINTS_PER_RUN, ge=0, le=10_000,
+        description="Metric points kept per run over all its metrics, downsampled by step (schemas/index/README.md, "
+                    "\"Metric points\"); 0 keeps none (the summaries stay). At most 10,000: a history (~150 bytes "
+                    "a point) stays well within one Kafka message.")
 
     @field_validator("accelerator_resources", mode="before")
     @classmethod
@@ -256,7 +262,8 @@ class ReduceSettings(_Section):
         return ReducerLimits(max_held=self.max_held, max_dead_letters=self.max_dead_letters,
                              max_retired=self.max_retired if max_retired is None else max_retired,
                              retire_after_us=round(self.retire_after_s * 1_000_000),
-                             accelerator_resources=self.accelerator_resources)
+                             accelerator_resources=self.accelerator_resources,
+                             metric_points_per_run=self.metric_points_per_run)
 
 
 class AlertSettings(_Section):
@@ -294,6 +301,22 @@ class SinkSettings(_Section):
     poll_timeout_ms: int = Field(default=200, ge=1, le=60_000)
     max_retries: int = Field(default=8, ge=0, le=1_000, description="Consecutive failed writes before exit.")
     retry_backoff_max_s: float = Field(default=10.0, gt=0, le=600)
+
+
+class IndexSettings(_Section):
+    """What an experiment index says about itself in its ``meta`` table (schemas/index/README.md), so that Stellar
+    knows which cluster and workspace an index belongs to."""
+
+    cluster: str = Field(default="", description="The Kubernetes cluster the index's runs are from (meta key "
+                                                 "cluster); default: adx.source_cluster, the name the ADX rows "
+                                                 "carry in Cluster.")
+    workspace: str = Field(default="", description="The workspace the index serves (meta key workspace), when it "
+                                                   "serves one; each run's own is in runs.workspace.")
+
+    def identity(self, *, default_cluster: str = "") -> dict[str, str]:
+        """The meta values a writer records (empty ones are not written); ``Settings.index_identity`` gives the
+        cluster its default."""
+        return {"cluster": self.cluster or default_cluster, "workspace": self.workspace}
 
 
 class SourceSettings(_Section):
@@ -436,6 +459,7 @@ class Settings(BaseSettings):
     reduce: ReduceSettings = ReduceSettings()
     alerts: AlertSettings = AlertSettings()
     sink: SinkSettings = SinkSettings()
+    index: IndexSettings = IndexSettings()
     source: SourceSettings = SourceSettings()
     embedded: EmbeddedSettings = EmbeddedSettings()
     watch: WatchSettings = WatchSettings()

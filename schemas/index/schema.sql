@@ -1,4 +1,4 @@
--- TauGrid experiment index, schema version 4.
+-- TauGrid experiment index, schema version 5.
 -- The contract Stellar reads: every table and column is documented in README.md next to this file.
 -- Times are ISO-8601 UTC text, 'YYYY-MM-DDTHH:MM:SSZ' ('YYYY-MM-DDTHH:MM:SS.ffffffZ' when sub-second).
 -- JSON columns hold compact JSON text (query them with json_each / json_extract).
@@ -176,3 +176,20 @@ ALTER TABLE pod_placements ADD COLUMN released_at TEXT;
 ALTER TABLE pod_placements ADD COLUMN gpu_hours REAL; -- NULL while the pod holds its GPUs
 ALTER TABLE pod_placements ADD COLUMN lost TEXT;
 CREATE INDEX runs_by_lost_gpu_hours ON runs (lost_gpu_hours);
+
+-- Metric history (schemas/index/README.md, "Metric points"): each run's metric points, bounded and downsampled,
+-- replaced with the run's other rows. Runs written before version 5 have none until they are written again.
+CREATE TABLE metric_points (
+    run_id TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
+    metric TEXT NOT NULL,
+    step   INTEGER NOT NULL,
+    value  REAL NOT NULL,
+    at     TEXT NOT NULL, -- the time of the progress event that reported the point
+    PRIMARY KEY (run_id, metric, step)
+) WITHOUT ROWID;
+CREATE INDEX metric_points_by_metric ON metric_points (metric, run_id);
+
+-- Which index this is: meta also holds created_at (below), tracker_version (the tracker that last opened it for
+-- writing), and cluster and workspace when the writer is configured with them (TRACKER_INDEX__CLUSTER, ...).
+INSERT INTO meta (key, value) VALUES ('created_at', strftime('%Y-%m-%dT%H:%M:%SZ', 'now'))
+    ON CONFLICT (key) DO NOTHING;

@@ -92,6 +92,7 @@ from tracker.core.model import (
     LABEL_TARGET,
     LABEL_WORKSPACE,
     Attempt,
+    MetricPoint,
     MetricSummary,
     Phase,
     PodPlacement,
@@ -195,7 +196,7 @@ def derive(r: RunFacts) -> RunHistory:
     record = _record(run, intake, final, attempts_out, status, reason, message, phase, pending, total_retries)
     links = [ResumeLink(run_id=r.run_id, resume_of=record.resume_of)] if record.resume_of else []
     return gpu.account(RunHistory(run=record, transitions=transitions, attempts=attempts_out, metrics=_metrics(r),
-                                  resume_links=links), r, [a.pods for a in atts])
+                                  resume_links=links, metric_points=_points(r)), r, [a.pods for a in atts])
 
 
 def _record(run: _Run, intake: _Intake, final: _Final | None, attempts_out: list[Attempt], status: Status,
@@ -241,3 +242,8 @@ def _metrics(r: RunFacts) -> list[MetricSummary]:
     return [MetricSummary(run_id=r.run_id, metric=k, first_step=m.first[0], first_value=m.first[1],
                           latest_step=m.latest[0], latest_value=m.latest[1], min_value=m.lo, max_value=m.hi,
                           points=m.points) for k, m in sorted(r.metrics.items())]
+
+
+def _points(r: RunFacts) -> list[MetricPoint]:
+    return [MetricPoint(run_id=r.run_id, metric=k, step=step, value=value, at=utc(at))
+            for k, curve in sorted(r.points.curves.items()) for step, value, at in sorted(curve.values())]

@@ -25,6 +25,10 @@ MAX_EVENTS_PER_RUN = 64
 MAX_PROGRESS_BUCKETS = 20_000
 MAX_PROGRESS_SEEN = 10_000
 PROGRESS_BUCKET_US = 60_000_000
+METRIC_POINTS_PER_RUN = 512  # the default of ``ReducerLimits.metric_points_per_run``
+_MAX_WIDTH = 1 << 63  # a step bucket this wide holds every step (steps are below 2**63)
+
+MetricPoint = tuple[int, float, int]  # (step, value, at): one kept point of a metric's curve
 
 
 def _min(a: int | None, b: int | None) -> int | None:
@@ -176,6 +180,71 @@ class MetricFacts:
 
 
 @dataclass(slots=True)
+class MetricPoints:
+    """A run's metric curves, bounded and downsampled: at most ``cap`` points over all its metrics (or one per
+    metric when it has more metrics than that).
+
+    Steps fall in buckets of one width for the whole run, a power of two (1 at first): point (metric, step) is in
+    bucket ``step // width``, and each (metric, bucket) keeps the point of the smallest step; of two reports of one
+    (metric, step), the one of the latest event time, then the larger value. When the run holds more than ``cap``
+    points the width doubles (each coarser bucket keeps the smallest step of the two it merges) until it holds
+    ``cap`` or fewer, or every metric is down to one bucket. The number of buckets only grows with the points
+    seen and only shrinks as the width grows, so the width is the smallest that fits all the points seen, and
+    the kept points are each bucket's least point at that width: a function of the set of points, whatever the
+    order they arrive in and however often (``tests/test_metric_points.py``). ``schemas/index/README.md``
+    documents the rule for readers.
+    """
+
+    width: int = 1
+    curves: dict[str, dict[int, MetricPoint]] = field(default_factory=dict)  # metric -> bucket -> its point
+    size: int = 0  # points kept over every metric (not serialized: recounted)
+
+    def add(self, metric: str, step: int, value: float, at: int, cap: int) -> None:
+        if cap <= 0:
+            return
+        value += 0.0  # -0.0 and 0.0 are one value: keep a single representation
+        curve = self.curves.get(metric)
+        if curve is None:
+            curve = self.curves[metric] = {}
+        b = step // self.width
+        cur = curve.get(b)
+        if cur is None:
+            curve[b] = (step, value, at)
+            self.size += 1
+            if self.size > cap:
+                self._coarsen(cap)
+        elif step < cur[0] or (step == cur[0] and (at, value) > (cur[2], cur[1])):
+            curve[b] = (step, value, at)
+
+    def _coarsen(self, cap: int) -> None:
+        while self.size > cap and self.width < _MAX_WIDTH and \
+                any(b for curve in self.curves.values() for b in curve):  # some metric has a bucket above 0
+            self.width *= 2
+            size = 0
+            for metric, curve in self.curves.items():
+                coarse: dict[int, MetricPoint] = {}
+                for b, pt in curve.items():  # of two fine buckets merged, the smaller step wins (steps differ)
+                    cb = b >> 1
+                    old = coarse.get(cb)
+                    if old is None or pt[0] < old[0]:
+                        coarse[cb] = pt
+                self.curves[metric] = coarse
+                size += len(coarse)
+            self.size = size
+
+    def to_json(self) -> list[Any]:
+        return [self.width, {k: sorted(c.values()) for k, c in self.curves.items()}]
+
+    @classmethod
+    def from_json(cls, v: list[Any] | None) -> MetricPoints:
+        if not v:  # older snapshots kept no points
+            return cls()
+        width = v[0]
+        curves = {k: {p[0] // width: (p[0], p[1], p[2]) for p in pts} for k, pts in v[1].items()}
+        return cls(width, curves, sum(len(c) for c in curves.values()))
+
+
+@dataclass(slots=True)
 class RunFacts:
     run_id: str
     # root object (Job or RayJob): identity and last-write-wins metadata
@@ -214,6 +283,7 @@ class RunFacts:
     progress_seen: dict[str, int] = field(default_factory=dict)
     progress_buckets: dict[int, int] = field(default_factory=dict)
     metrics: dict[str, MetricFacts] = field(default_factory=dict)
+    points: MetricPoints = field(default_factory=MetricPoints)  # the metrics' curves, downsampled
     checkpoint: tuple[int, int, str] | None = None  # the latest (step, at, uri)
 
     # ---------------------------------------------------------------- merges used by the extractor
@@ -300,7 +370,7 @@ class RunFacts:
             "progress_buckets": [[k, v] for k, v in self.progress_buckets.items()],
             "metrics": {k: [list(m.first), list(m.latest), m.lo, m.hi, m.points]
                         for k, m in self.metrics.items()},
-            "checkpoint": self.checkpoint,
+            "checkpoint": self.checkpoint, "points": self.points.to_json(),
         }
 
     @classmethod
@@ -326,6 +396,7 @@ class RunFacts:
         r.metrics = {k: MetricFacts((m[0][0], m[0][1]), (m[1][0], m[1][1]), m[2], m[3], m[4])
                      for k, m in d["metrics"].items()}
         r.checkpoint = tuple(d["checkpoint"]) if d["checkpoint"] else None
+        r.points = MetricPoints.from_json(d.get("points"))
         return r
 
 
@@ -349,5 +420,6 @@ def _conds_in(rows: list[list[Any]]) -> tuple[CondFacts, CondVersions]:
     return conds, versions
 
 
-__all__ = ["CondFacts", "CondKey", "CondVersions", "EventFacts", "MetricFacts", "PodEnd", "PodFacts",
-           "RayAttemptFacts", "RayClusterFacts", "RayOutcome", "RunFacts", "Unschedulable", "_max", "_min", "newer"]
+__all__ = ["METRIC_POINTS_PER_RUN", "CondFacts", "CondKey", "CondVersions", "EventFacts", "MetricFacts", "MetricPoint",
+           "MetricPoints", "PodEnd", "PodFacts", "RayAttemptFacts", "RayClusterFacts", "RayOutcome", "RunFacts",
+           "Unschedulable", "_max", "_min", "newer"]

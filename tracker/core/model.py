@@ -233,6 +233,18 @@ class MetricSummary(_Row):
     points: int
 
 
+class MetricPoint(_Row):
+    """One point of a training metric's curve, as the run reported it. A run keeps a bounded, downsampled set of
+    its points (at most ``reduce.metric_points_per_run`` over all its metrics, default 512): the rule is in
+    ``schemas/index/README.md`` ("Metric points"). Keyed by (run_id, metric, step)."""
+
+    run_id: str
+    metric: str
+    step: int
+    value: float
+    at: datetime = Field(description="The time of the progress event that reported the point.")
+
+
 class ResumeLink(_Row):
     run_id: str
     resume_of: str
@@ -337,6 +349,9 @@ class RunHistory(_Row):
     attempts: list[Attempt]
     metrics: list[MetricSummary]
     resume_links: list[ResumeLink]
+    metric_points: list[MetricPoint] = Field(
+        default_factory=list, description="The metrics' curves, bounded and downsampled per run (by metric, then "
+                                          "step); absent from histories written before they were kept.")
 
 
 def schema_documents() -> dict[str, dict[str, Any]]:

@@ -25,7 +25,7 @@ from tracker.core import extract as x
 from tracker.core import validate as v
 from tracker.core.correlate import KINDS, ROOT_KINDS, Correlator, Link, link, lost_key, taken_run_id
 from tracker.core.derive import derive, may_reopen
-from tracker.core.facts import MetricFacts, RunFacts
+from tracker.core.facts import METRIC_POINTS_PER_RUN, MetricFacts, RunFacts
 from tracker.core.gpu import ACCELERATOR_RESOURCES, Accelerators
 from tracker.core.model import (
     EXCERPT_MAX,
@@ -57,6 +57,8 @@ class ReducerLimits:
     # Extended resources counted as GPUs (``reduce.accelerator_resources``; a trailing ``*`` matches a prefix).
     # Every reducer of a deployment must count the same ones: a pod's GPUs are facts kept with its run.
     accelerator_resources: tuple[str, ...] = ACCELERATOR_RESOURCES
+    # Metric points kept per run, downsampled over all its metrics (``facts.MetricPoints``); 0 keeps none.
+    metric_points_per_run: int = METRIC_POINTS_PER_RUN
 
 
 @dataclass(slots=True)
@@ -321,6 +323,9 @@ class Reducer:
             return
         r = self._run(ev.run_id)
         if isinstance(ev, ProgressEvent):
+            cap = self.limits.metric_points_per_run
+            for name, value in ev.metrics.items():  # idempotent on its own: before the repeat check
+                r.points.add(name, ev.step, value, at, cap)
             if r.seen_progress(ev.event_id, at):
                 return
             r.progress_time(at)

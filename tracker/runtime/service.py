@@ -401,7 +401,9 @@ async def _serve_embedded(settings: Settings, opts: ServeOptions, intake: Source
     gauges = EmbeddedMetrics(metrics, settings)
 
     def pipeline() -> PipelineReport:
-        with ExperimentIndex(index_path) as index:  # continue from the reducer state the index keeps
+        # continue from the reducer state the index keeps
+        identity = settings.index.identity(default_cluster=settings.adx.source_cluster)
+        with ExperimentIndex(index_path, identity=identity) as index:
             reducer_state.refuse_runs_without_state(index)
             reducer = reducer_state.restore(index, settings.reduce.reducer_limits(settings.embedded.max_retired))
             gauges.restored(reducer)

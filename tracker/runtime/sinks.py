@@ -299,7 +299,9 @@ def index_sink_runner(settings: Settings, *, metrics: Metrics, health: Health,
     path = index_path or settings.sink.index_path
     if path is None:
         raise errors.ConfigError("no experiment index path (--index, or TRACKER_SINK__INDEX_PATH)")
-    return SinkRunner("index", open_sink=lambda: ExperimentIndex(path), group=settings.sink.index_group,
+    identity = settings.index.identity(default_cluster=settings.adx.source_cluster)
+    return SinkRunner("index", open_sink=lambda: ExperimentIndex(path, identity=identity),
+                      group=settings.sink.index_group,
                       settings=settings, metrics=metrics, health=health,
                       group_instance_id=settings.sink.group_instance_id)
 

@@ -14,7 +14,8 @@ Ingestion is at-least-once (retries, the queued fallback, spool replays, a call 
 completes anyway, a restart forgetting the memo); the materialized views of ``schemas/kusto/040-views.kql``
 deduplicate by ``EventId`` and pick the newest ``Revision``. Row identity:
 
-- a transition is a fact: ``EventId`` = hash of run_id|attempt|phase|at|reason, the same on every resend;
+- a transition is a fact: ``EventId`` = hash of run_id|attempt|phase|at|reason, the same on every resend; so is a
+  metric point (hash of run_id|metric|step|value|at; the memo keeps 8 bytes per point);
 - attempts, pods, run state and metric summaries change over a run's life: each change is a new row whose
   ``Revision`` is the sink's clock in microseconds (strictly increasing), and whose ``EventId`` hashes the
   row's content and revision, so that only true duplicates of one delivery collapse in the views.
@@ -69,7 +70,8 @@ ATTEMPTS = "TaugridRunAttempts"
 PODS = "TaugridRunPods"
 STATE = "TaugridRunState"
 METRICS = "TaugridMetricSummaries"
-TABLES = (TRANSITIONS, ATTEMPTS, PODS, STATE, METRICS)
+POINTS = "TaugridMetricPoints"
+TABLES = (TRANSITIONS, ATTEMPTS, PODS, STATE, METRICS, POINTS)
 
 def mapping_name(table: str) -> str:
     """The JSON ingestion mapping of a table (schemas/kusto/020-mappings.kql)."""
@@ -165,6 +167,9 @@ def history_rows(h: RunHistory, cluster: str) -> Iterator[tuple[str, RowKey, Row
             "Cluster": cluster, "RunId": m.run_id, "Metric": m.metric, "FirstStep": m.first_step,
             "FirstValue": m.first_value, "LatestStep": m.latest_step, "LatestValue": m.latest_value,
             "MinValue": m.min_value, "MaxValue": m.max_value, "Points": m.points}
+    for pt in h.metric_points:
+        yield POINTS, ("MP",), {"Cluster": cluster, "RunId": pt.run_id, "Metric": pt.metric, "Step": pt.step,
+                                "Value": pt.value, "At": _ts(pt.at)}
 
 
 def _state(run: RunRecord) -> Row:
@@ -320,7 +325,7 @@ class AdxSink:
                                               ingestion_mapping_reference=mapping_name(t),
                                               ingestion_mapping_kind=IngestionMappingKind.JSON)
                        for t in TABLES}
-        self._memo: OrderedDict[str, dict[RowKey, str]] = OrderedDict()
+        self._memo: OrderedDict[str, dict[RowKey, str | bytes]] = OrderedDict()
         self._revision = 0
         self._spool = _Spool(settings.spool_dir, self.stats)
         self._cond = threading.Condition()
@@ -357,10 +362,19 @@ class AdxSink:
     def _new_rows(self, h: RunHistory) -> list[tuple[str, bytes]]:
         run_id = h.run.run_id
         sent = self._memo.pop(run_id, {})
-        memo: dict[RowKey, str] = {}
+        memo: dict[RowKey, str | bytes] = {}
         self._revision = max(self._revision + 1, time.time_ns() // 1_000)
         out = []
+        old = sent.get(("MP",), b"")
+        sent_points = {old[i:i + 8] for i in range(0, len(old), 8)}
+        points: list[bytes] = []  # the run's points, 8 bytes each (hundreds per run: a digest each would be large)
         for table, key, row in history_rows(h, self.settings.source_cluster):
+            if table == POINTS:  # a fact, like a transition
+                fact = f"{run_id}|{row['Metric']}|{row['Step']}|{row['Value']!r}|{row['At']}"
+                points.append(hashlib.blake2b(fact.encode(), digest_size=8).digest())
+                if points[-1] not in sent_points:
+                    out.append((table, _line({"EventId": _digest(fact), "Revision": self._revision, **row})))
+                continue
             if table == TRANSITIONS:  # a fact: the same EventId whenever it is sent
                 digest = event_id = _digest(f"{run_id}|{row['Attempt']}|{row['Phase']}|{row['At']}|{row['Reason']}")
             else:
@@ -369,6 +383,8 @@ class AdxSink:
             memo[key] = digest
             if sent.get(key) != digest:
                 out.append((table, _line({"EventId": event_id, "Revision": self._revision, **row})))
+        if points:
+            memo[("MP",)] = b"".join(sorted(points))
         self._memo[run_id] = memo
         while len(self._memo) > self.settings.memo_max_runs:
             self._memo.popitem(last=False)

@@ -25,6 +25,7 @@ from pydantic import BaseModel
 
 from tracker.core.model import (
     Attempt,
+    MetricPoint,
     MetricSummary,
     Phase,
     ResumeLink,
@@ -41,6 +42,7 @@ from tracker.shell.index_schema import (
     check_database,
     migrate,
     schema_version,
+    stamp,
     transaction,
     why,
 )
@@ -105,10 +107,11 @@ _ATTEMPTS = _table("attempts", _fields(Attempt), ("run_id", "attempt"))
 _PLACEMENTS = _table("pod_placements", _PLACEMENT_COLUMNS, ("run_id", "attempt", "pod"))
 _METRICS = _table("metric_summaries", _fields(MetricSummary), ("run_id", "metric"))
 _LINKS = _table("resume_links", _fields(ResumeLink), ("run_id", "resume_of"))
+_POINTS = _table("metric_points", _fields(MetricPoint), ("run_id", "metric", "step"))  # since schema 5
 _OFFSETS = _table("consumer_offsets", ("consumer_group", "topic", "partition", "next_offset"),
                   ("consumer_group", "topic", "partition"))
 # A run's rows beside its runs row, parents before children (deletes run in the reverse order).
-_CHILDREN = (_TRANSITIONS, _ATTEMPTS, _PLACEMENTS, _METRICS, _LINKS)
+_CHILDREN = (_TRANSITIONS, _ATTEMPTS, _PLACEMENTS, _METRICS, _LINKS, _POINTS)
 _NAN_COLUMNS = ("first_value", "latest_value", "min_value", "max_value")  # NaN is stored as NULL
 
 
@@ -155,9 +158,11 @@ class ExperimentIndex:
     for sharing between threads.
     """
 
-    def __init__(self, path: Path | str, readonly: bool = False) -> None:
+    def __init__(self, path: Path | str, readonly: bool = False, *, identity: Mapping[str, str] | None = None) -> None:
+        """``identity``: what a writer records in ``meta`` besides its version (``cluster``, ``workspace``)."""
         self.path = Path(path)
         self.readonly = readonly
+        self.identity = dict(identity or {})
         self._conn: sqlite3.Connection | None = None
         self._immutable = False  # a reader that opened a file no writer had open (see _open_reader)
         self.refused_after_retirement = 0  # histories not written: their run was retired and then forgotten
@@ -185,6 +190,7 @@ class ExperimentIndex:
             conn.execute("PRAGMA synchronous = NORMAL")
             conn.execute("PRAGMA foreign_keys = ON")
             migrate(conn, self.path)
+            stamp(conn, self.identity)
         except sqlite3.OperationalError as exc:
             conn.close()
             raise IndexOpenError(f"cannot write to experiment index {self.path}: {why(exc)} (is the file or its "
@@ -444,8 +450,10 @@ class ExperimentIndex:
             attempts = [_attempt(r) for r in _of_run(conn, _ATTEMPTS, run_id, "attempt")]
             metrics = [_metric(r) for r in _of_run(conn, _METRICS, run_id, "metric")]
             links = [ResumeLink.model_validate(dict(r)) for r in _of_run(conn, _LINKS, run_id, "resume_of")]
+            points = [MetricPoint.model_validate(dict(r)) for r in _of_run(conn, _POINTS, run_id, "metric, step")] \
+                if schema_version(conn, self.path) >= 5 else []  # an older index, read as it is, has none
         return RunHistory(run=_record(row), transitions=transitions, attempts=attempts, metrics=metrics,
-                          resume_links=links)
+                          resume_links=links, metric_points=points)
 
     def counts_by_status(self) -> dict[Status, int]:
         """Number of runs per status (every status present, zeros included)."""
@@ -510,7 +518,8 @@ def _encode(h: RunHistory) -> _Encoded:
     """A history as rows; ValueError if it is not one run's consistent history."""
     run_id = h.run.run_id
     owners = [*(t.run_id for t in h.transitions), *(a.run_id for a in h.attempts),
-              *(m.run_id for m in h.metrics), *(link.run_id for link in h.resume_links)]
+              *(m.run_id for m in h.metrics), *(link.run_id for link in h.resume_links),
+              *(p.run_id for p in h.metric_points)]
     foreign = sorted({o for o in owners if o != run_id})
     if foreign:
         raise ValueError(f"history of run {run_id!r} holds rows of other runs: {foreign[:5]}")
@@ -521,7 +530,7 @@ def _encode(h: RunHistory) -> _Encoded:
                        for a in h.attempts for p in a.pods}.values())
     metrics = [_row(m, _METRICS.columns) for m in h.metrics]
     links = [_row(link, _LINKS.columns) for link in h.resume_links]
-    rows = (transitions, attempts, placements, metrics, links)
+    rows = (transitions, attempts, placements, metrics, links, [_row(p, _POINTS.columns) for p in h.metric_points])
     for table, table_rows in zip(_CHILDREN, rows, strict=True):
         width = len(table.key)
         keys = [r[:width] for r in table_rows]

@@ -199,9 +199,29 @@ ALTER TABLE pod_placements ADD COLUMN lost TEXT;
 CREATE INDEX runs_by_lost_gpu_hours ON runs (lost_gpu_hours);
 """
 
+_V5 = """\
+
+-- Metric history (schemas/index/README.md, "Metric points"): each run's metric points, bounded and downsampled,
+-- replaced with the run's other rows. Runs written before version 5 have none until they are written again.
+CREATE TABLE metric_points (
+    run_id TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
+    metric TEXT NOT NULL,
+    step   INTEGER NOT NULL,
+    value  REAL NOT NULL,
+    at     TEXT NOT NULL, -- the time of the progress event that reported the point
+    PRIMARY KEY (run_id, metric, step)
+) WITHOUT ROWID;
+CREATE INDEX metric_points_by_metric ON metric_points (metric, run_id);
+
+-- Which index this is: meta also holds created_at (below), tracker_version (the tracker that last opened it for
+-- writing), and cluster and workspace when the writer is configured with them (TRACKER_INDEX__CLUSTER, ...).
+INSERT INTO meta (key, value) VALUES ('created_at', strftime('%Y-%m-%dT%H:%M:%SZ', 'now'))
+    ON CONFLICT (key) DO NOTHING;
+"""
+
 # Migration n turns a schema of version n - 1 into version n. A new version appends a migration here (and so
 # changes schemas/index/schema.sql, generated from SCHEMA_SQL) and updates the README.
-MIGRATIONS: Mapping[int, str] = {1: _V1, 2: _V2, 3: _V3, 4: _V4}
+MIGRATIONS: Mapping[int, str] = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5}
 SCHEMA_VERSION = max(MIGRATIONS)
 SCHEMA_SQL = f"""\
 -- TauGrid experiment index, schema version {SCHEMA_VERSION}.
@@ -230,6 +250,28 @@ def migrate(conn: sqlite3.Connection, path: Path) -> None:
                 conn.execute(statement)
         conn.execute("INSERT INTO meta (key, value) VALUES ('schema_version', ?) "
                      "ON CONFLICT (key) DO UPDATE SET value = excluded.value", (str(SCHEMA_VERSION),))
+
+
+def tracker_version() -> str:
+    """The installed tracker's version ('unknown' when it runs from a tree that was never installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("taugrid-tracker")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def stamp(conn: sqlite3.Connection, identity: Mapping[str, str]) -> None:
+    """Record in ``meta`` which index this is: the tracker version writing it, and the ``cluster`` and ``workspace``
+    the writer is configured with (empty values are not written). Writes only what differs."""
+    values = {"tracker_version": tracker_version(), **{k: v for k, v in identity.items() if v}}
+    marks = ", ".join("?" for _ in values)
+    have = dict(conn.execute(f"SELECT key, value FROM meta WHERE key IN ({marks})", list(values)).fetchall())
+    if have == values:
+        return
+    with transaction(conn, "BEGIN IMMEDIATE"):
+        conn.executemany("INSERT INTO meta (key, value) VALUES (?, ?) "
+                         "ON CONFLICT (key) DO UPDATE SET value = excluded.value", list(values.items()))
 
 
 def check_database(conn: sqlite3.Connection, path: Path) -> None:
