@@ -284,7 +284,7 @@ class Reducer:
         x.merge_root(fresh, kind, etype, obj)
         # the intake events belong to the run id, whichever root has it
         fresh.intake, fresh.progress_seen, fresh.progress_buckets = r.intake, r.progress_seen, r.progress_buckets
-        fresh.metrics, fresh.checkpoint = r.metrics, r.checkpoint
+        fresh.metrics, fresh.checkpoint, fresh.points = r.metrics, r.checkpoint, r.points
         self.corr.rebind_run(r.run_id, lost_key(r.run_id))
         self._conflict(source, {"object": {"kind": r.kind, "metadata": {
             "namespace": r.namespace, "name": r.name, "uid": r.uid}}},
