@@ -239,10 +239,14 @@ def cmd_demo(args: argparse.Namespace, console: Console) -> int:
                   "Try:\n"
                   f"  export {INDEX_ENV}={index_path}\n"
                   "  tracker runs --status pending\n"
-                  "  tracker runs --stuck 30m --now 2026-08-20T13:00:00Z      # stuck before running, any phase\n"
+                  "  # stuck before running, in any phase:\n"
+                  "  tracker runs --stuck 30m --now 2026-08-20T13:00:00Z\n"
                   "  tracker runs -n team-a -o wide\n"
-                  "  tracker show team-a/qwen-rm-5vt2j --now 2026-08-20T13:00:00Z   # or a run id, or its start\n"
-                  "  tracker compare vit-l-9hx4d bert-pt-2c5nw")
+                  "  # a run by NAMESPACE/NAME, by its id or the start of its id:\n"
+                  "  tracker show team-a/qwen-rm-5vt2j --now 2026-08-20T13:00:00Z\n"
+                  "  tracker compare vit-l-9hx4d bert-pt-2c5nw\n"
+                  "  tracker audit --now 2026-08-20T13:00:00Z    # GPU-hours held and lost\n"
+                  "  tracker ui                                  # the same in a browser")
     return 0
 
 
