@@ -349,19 +349,18 @@ def _attempt_end(a: Attempt, transitions: list[Transition], width: int) -> list[
     return lines
 
 
-def _provenance(history: RunHistory) -> Table:
+def provenance_rows(history: RunHistory, *, max_inputs: int | None = None) -> tuple[tuple[str, str], ...]:
+    """Where a run came from, as (label, value) rows: the terminal's provenance grid and the web view's table.
+    ``max_inputs`` cuts a long list of inputs (saying how many more)."""
     run = history.run
-    grid = Table.grid(padding=(0, 2))
-    grid.add_column(style="bold")
-    grid.add_column()
-    inputs = ", ".join(run.input_refs[:MAX_INPUTS_SHOWN])
-    if len(run.input_refs) > MAX_INPUTS_SHOWN:
-        inputs += f", … ({len(run.input_refs) - MAX_INPUTS_SHOWN} more)"
+    inputs = ", ".join(run.input_refs[:max_inputs])
+    if max_inputs is not None and len(run.input_refs) > max_inputs:
+        inputs += f", … ({len(run.input_refs) - max_inputs} more)"
     resumes = sorted({link.resume_of for link in history.resume_links} | ({run.resume_of} if run.resume_of else set()))
     config = run.config_digest or "-"
     if run.config_ref:
         config += f" ({run.config_ref})"
-    rows = (
+    return (
         ("project / workspace / target", f"{run.project or '-'} / {run.workspace or '-'} / {run.target or '-'}"),
         ("workload", f"{run.kind or '-'} {run.namespace or '?'}/{run.name or '?'}"
                      + (f" (uid {run.uid})" if run.uid else "")),
@@ -373,7 +372,13 @@ def _provenance(history: RunHistory) -> Table:
         ("last checkpoint", run.last_checkpoint or "-"),
         ("resume of", ", ".join(resumes) or "-"),
     )
-    for key, value in rows:
+
+
+def _provenance(history: RunHistory) -> Table:
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    for key, value in provenance_rows(history, max_inputs=MAX_INPUTS_SHOWN):
         grid.add_row(Text(key), Text(value, style="dim" if value.strip("-/ ") == "" else ""))
     return grid
 

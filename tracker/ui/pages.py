@@ -15,7 +15,7 @@ from urllib.parse import urlencode
 
 from tracker.core.gpu import goodput, held_hours
 from tracker.core.model import Attempt, MetricSummary, RunHistory, RunRecord
-from tracker.render import gpu_hours_text, human_duration
+from tracker.render import gpu_hours_text, human_duration, provenance_rows
 from tracker.runs_view import age_seconds, display_status, kube_duration, runs_data
 from tracker.shell.index_query import PHASES, SORT_KEYS, STATUSES, IndexReader, Run, RunFilter
 from tracker.ui.markup import clock, esc, path_part
@@ -275,20 +275,7 @@ def _attempts(attempts: Sequence[Attempt], now: datetime) -> str:
 
 
 def _provenance(history: RunHistory) -> str:
-    run = history.run
-    resumes = sorted({link.resume_of for link in history.resume_links} | ({run.resume_of} if run.resume_of else set()))
-    config = run.config_digest or "-"
-    if run.config_ref:
-        config += f" ({run.config_ref})"
-    rows = (
-        ("project / workspace / target", f"{run.project or '-'} / {run.workspace or '-'} / {run.target or '-'}"),
-        ("workload", f"{run.kind or '-'} {run.namespace or '?'}/{run.name or '?'}"
-                     + (f" (uid {run.uid})" if run.uid else "")),
-        ("queue", f"{run.queue or '-'} → ClusterQueue {run.cluster_queue or '-'}"),
-        ("git commit", run.git_commit or "-"), ("config", config),
-        ("inputs", ", ".join(run.input_refs) or "-"), ("output", run.output_uri or "-"),
-        ("last checkpoint", run.last_checkpoint or "-"), ("resume of", ", ".join(resumes) or "-"),
-    )
+    rows = provenance_rows(history)
     body = "".join(f'<tr><th>{esc(k)}</th><td class="mono">{esc(v)}</td></tr>' for k, v in rows)
     return f'<table class="kv"><tbody>{body}</tbody></table>'
 
