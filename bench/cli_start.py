@@ -41,8 +41,8 @@ def build_index(path: Path, n_runs: int, seed: int) -> None:
         for n, record in enumerate(generate_stream(n_runs, seed), 1):
             reducer.apply(record, "bench")
             if n % FLUSH_EVERY == 0:
-                index.write(reducer.flush().histories)
-        index.write(reducer.flush().histories)
+                index.write(reducer.flush().updates)
+        index.write(reducer.flush().updates)
     for suffix in ("-wal", "-shm"):
         Path(f"{tmp}{suffix}").unlink(missing_ok=True)
     tmp.rename(path)

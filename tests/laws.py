@@ -9,6 +9,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
+from tracker.core.model import to_json
 from tracker.core.reducer import Reducer
 from tracker.samples.lifecycles import ExpectedRun
 
@@ -61,7 +62,7 @@ def histories(red: Reducer) -> dict[str, Any]:
     for run_id in sorted(red.runs):
         h = red.history(run_id)
         assert h is not None
-        out[run_id] = h.model_dump(mode="json")
+        out[run_id] = to_json(h)
     return out
 
 

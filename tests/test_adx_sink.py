@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from azure.kusto.data import KustoClient, KustoConnectionStringBuilder
 from structlog.testing import capture_logs
 
 from tests.adx_standin import KustoStandIn, _Refused
+from tests.histories import ups
 from tracker.cli import DEMO_CAPTURES
 from tracker.core.model import (
     Attempt,
@@ -38,13 +40,14 @@ from tracker.core.model import (
     RunRecord,
     Status,
     Transition,
+    field_names,
 )
 from tracker.core.reducer import Reducer
 from tracker.runtime.kusto_cmd import add_kusto_commands
 from tracker.runtime.pipeline import PipelineLimits, run_pipeline
 from tracker.runtime.sinks import AdxCollector
 from tracker.settings import AdxSettings, SettingsError, load_settings
-from tracker.shell.adx import STATE_COLUMNS, TABLES, AdxSink, connection, history_rows
+from tracker.shell.adx import STATE_COLUMNS, TABLES, AdxSink, connection, history_rows, update_rows
 from tracker.shell.capture import BadRecord, capture_files, interleave
 from tracker.shell.kusto_apply import PROBE, ApplyError, apply_schema, schema_commands
 
@@ -86,10 +89,11 @@ def evicted_run(*, finished: bool) -> RunHistory:
     if finished:
         transitions.append(Transition(run_id=rid, attempt=2, phase=Phase.COMPLETION, at=at(90),
                                       reason="Succeeded", source="Job/team-a/llama-ft"))
-    pods1 = [PodPlacement(pod="llama-ft-0", node="aks-gpu-0", created_at=at(3), scheduled_at=at(3.5),
-                          finished_at=at(20))]
-    pods2 = [PodPlacement(pod="llama-ft-0", node="aks-gpu-1", created_at=at(30), scheduled_at=at(30.5),
-                          finished_at=at(90) if finished else None)]
+    pods = [PodPlacement(run_id=rid, uid="uid-llama-ft-0-a", namespace="team-a", attempt=1, pod="llama-ft-0",
+                         node="aks-gpu-0", created_at=at(3), scheduled_at=at(3.5), finished_at=at(20)),
+            PodPlacement(run_id=rid, uid="uid-llama-ft-0-b", namespace="team-a", attempt=2, pod="llama-ft-0",
+                         node="aks-gpu-1", created_at=at(30), scheduled_at=at(30.5),
+                         finished_at=at(90) if finished else None)]
     attempts = [
         Attempt(run_id=rid, attempt=1, trigger="Submitted", queued_at=at(1), admitted_at=at(3), scheduled_at=at(3.5),
                 started_at=at(4), progress_at=None, ended_at=at(20), end_reason="Preempted",
@@ -97,11 +101,11 @@ def evicted_run(*, finished: bool) -> RunHistory:
                 underlying_cause="PriorityPreemption", admission_wait_s=120.0, cluster_queue=cq, retries=1,
                 failures=[PodFailure(pod="llama-ft-0-old", at=at(10), reason="OOMKilled", exit_code=137,
                                      message="container trainer")],
-                pods=pods1),
+                failed_pods=1, pod_count=1),
         Attempt(run_id=rid, attempt=2, trigger="Preempted", queued_at=at(20), admitted_at=at(30),
                 scheduled_at=at(30.5), started_at=at(31), progress_at=at(33), ended_at=at(90) if finished else None,
                 end_reason="Succeeded" if finished else None, admission_wait_s=600.0, cluster_queue=cq, retries=0,
-                pods=pods2),
+                pod_count=1),
     ]
     run = RunRecord(
         run_id=rid, kind="Job", namespace="team-a", name="llama-ft", uid="uid-llama", project="llama",
@@ -118,7 +122,8 @@ def evicted_run(*, finished: bool) -> RunHistory:
     points = [MetricPoint(run_id=rid, metric="loss", step=step, value=value, at=at(minutes))
               for step, value, minutes in ((1, 2.5, 33), (64, 1.6, 50), (256, 0.9, 85))[:3 if finished else 2]]
     return RunHistory(run=run, transitions=transitions, attempts=attempts, metrics=metrics,
-                      resume_links=[ResumeLink(run_id=rid, resume_of="run-llama-base")], metric_points=points)
+                      resume_links=[ResumeLink(run_id=rid, resume_of="run-llama-base")], metric_points=points,
+                      pods=pods)
 
 
 def pending_run(message: str = "insufficient quota for nvidia.com/gpu in flavor a100") -> RunHistory:
@@ -204,7 +209,7 @@ def delivered(standin: KustoStandIn) -> int:
 
 
 def test_rows_have_exactly_the_declared_columns() -> None:
-    assert set(STATE_COLUMNS) == set(RunRecord.model_fields), "every RunRecord field has a TaugridRunState column"
+    assert set(STATE_COLUMNS) == set(field_names(RunRecord)), "every RunRecord field has a TaugridRunState column"
     seen = set()
     for h in (evicted_run(finished=True), pending_run()):
         for table, _key, row in history_rows(h, "c"):
@@ -217,7 +222,7 @@ def test_write_streams_each_table_with_its_mapping(standin: KustoStandIn, make_s
     sink = make_sink()
     histories = [evicted_run(finished=False), pending_run()]
     before = datetime.now(UTC)
-    rows = sink.write(histories)
+    rows = sink.write(ups(histories))
     assert sink.flush(30)
 
     # 8 + 1 transitions, 2 + 1 attempts, 2 pods, 2 states, 1 metric summary, 2 metric points
@@ -268,7 +273,7 @@ def test_write_streams_each_table_with_its_mapping(standin: KustoStandIn, make_s
     state = {r["RunId"]: r for r in tables["TaugridRunState"]}
     record = histories[1].run
     assert strip(state["run-pending"], "IngestedAt", "Revision", "EventId") == {"Cluster": "aks-east-1", **{
-        STATE_COLUMNS[f]: (iso(v) if isinstance(v, datetime) else v) for f, v in record.model_dump().items()}}
+        STATE_COLUMNS[f]: (iso(v) if isinstance(v, datetime) else v) for f, v in asdict(record).items()}}
     assert state["run-pending"]["PendingMessage"] == "insufficient quota for nvidia.com/gpu in flavor a100"
     assert state["run-llama-ft"]["ResumeOf"] == "run-llama-base"
     assert state["run-llama-ft"]["InputRefs"] == ["ds://alpaca"]
@@ -286,17 +291,17 @@ def test_write_streams_each_table_with_its_mapping(standin: KustoStandIn, make_s
 
 def test_only_changed_rows_are_sent_again(standin: KustoStandIn, make_sink: Callable[..., AdxSink]) -> None:
     sink = make_sink()
-    assert sink.write([evicted_run(finished=False), pending_run()]) == 19
+    assert sink.write(ups([evicted_run(finished=False), pending_run()])) == 19
     assert sink.flush(30)
     sent = len(standin.of("ingest"))
 
-    assert sink.write([evicted_run(finished=False), pending_run()]) == 0
+    assert sink.write(ups([evicted_run(finished=False), pending_run()])) == 0
     assert sink.flush(30)
     assert len(standin.of("ingest")) == sent, "unchanged histories send nothing"
 
     # The run finishes: a Completion transition, attempt 2 and its pod end, new state and metric summary.
     finished = evicted_run(finished=True)
-    assert sink.write([finished, pending_run()]) == 6
+    assert sink.write(ups([finished, pending_run()])) == 6
     assert sink.flush(30)
     new = {r.path.rsplit("/", 1)[1]: r.rows() for r in standin.of("ingest")[sent:]}
     assert [(r["Phase"], r["Reason"]) for r in new["TaugridRunTransitions"]] == [("Completion", "Succeeded")]
@@ -307,8 +312,8 @@ def test_only_changed_rows_are_sent_again(standin: KustoStandIn, make_sink: Call
     assert [(r["Step"], r["Value"]) for r in new["TaugridMetricPoints"]] == [(256, 0.9)], "only the new point"
 
     # A value that comes back (pending message A -> B -> A) is a change each time: the latest view must see it.
-    assert sink.write([pending_run("B")]) == 1
-    assert sink.write([pending_run()]) == 1
+    assert sink.write(ups([pending_run("B")])) == 1
+    assert sink.write(ups([pending_run()])) == 1
     assert sink.flush(30)
     assert [r["PendingMessage"] for r in standin.tables["TaugridRunState"] if r["RunId"] == "run-pending"] == [
         "insufficient quota for nvidia.com/gpu in flavor a100", "B",
@@ -317,10 +322,10 @@ def test_only_changed_rows_are_sent_again(standin: KustoStandIn, make_sink: Call
 
 def test_memo_is_bounded_per_run(standin: KustoStandIn, make_sink: Callable[..., AdxSink]) -> None:
     sink = make_sink(memo_max_runs=1)
-    assert sink.write([pending_run()]) == 3
-    assert sink.write([pending_run()]) == 0
-    assert sink.write([evicted_run(finished=False)]) == 16  # evicts run-pending from the memo
-    assert sink.write([pending_run()]) == 3, "a forgotten run is sent again (the dedup views absorb it)"
+    assert sink.write(ups([pending_run()])) == 3
+    assert sink.write(ups([pending_run()])) == 0
+    assert sink.write(ups([evicted_run(finished=False)])) == 16  # evicts run-pending from the memo
+    assert sink.write(ups([pending_run()])) == 3, "a forgotten run is sent again (the dedup views absorb it)"
     assert sink.flush(30)
     transitions = [r["EventId"] for r in standin.tables["TaugridRunTransitions"] if r["RunId"] == "run-pending"]
     assert len(transitions) == 2 and len(set(transitions)) == 1, "a resent transition keeps its EventId"
@@ -338,14 +343,14 @@ def test_demo_captures_through_the_pipeline_leave_the_final_histories_as_latest_
             final.reject(rec.source, rec.reason, rec.excerpt)
         else:
             final.apply(rec.value, rec.source)
-    histories = final.flush().histories
-    assert len(histories) >= 5
+    updates = final.flush().updates
+    assert len(updates) >= 5 and all(u.full for u in updates)
 
     sink = make_sink()
     report = asyncio.run(run_pipeline(interleave(files), Reducer(), sinks=[sink],
                                       limits=PipelineLimits(flush_every=500)))
     assert sink.flush(60)
-    assert report.runs_written > len(histories), "runs were flushed several times while the captures folded"
+    assert report.runs_written > len(updates), "runs were flushed several times while the captures folded"
     assert report.rows_changed == sink.stats.rows_queued == sink.stats.rows_sent == delivered(standin)
 
     fact = {"RunId", "Attempt", "Phase", "At", "Reason", "Message", "Source"}
@@ -359,7 +364,7 @@ def test_demo_captures_through_the_pipeline_leave_the_final_histories_as_latest_
             k = tuple(row[c] for c in key)
             if k not in latest or row["Revision"] > latest[k]["Revision"]:
                 latest[k] = row
-        want = {tuple(row[c] for c in key): row for h in histories for t, _, row in history_rows(h, "aks-east-1")
+        want = {tuple(row[c] for c in key): row for u in updates for t, _, row in update_rows(u, "aks-east-1")
                 if t == table}
         # A transition is a fact sent once: its run context (Status, ClusterQueue, ...) is as of that batch.
         fields = fact if table == "TaugridRunTransitions" else set(SCHEMA["tables"][table]["columns"]) - meta
@@ -375,7 +380,7 @@ def test_demo_captures_through_the_pipeline_leave_the_final_histories_as_latest_
 def test_429_and_503_are_retried_then_streamed(standin: KustoStandIn, make_sink: Callable[..., AdxSink]) -> None:
     sink = make_sink()
     standin.fail("ingest", 429, 503)
-    assert sink.write([pending_run()]) == 3
+    assert sink.write(ups([pending_run()])) == 3
     assert sink.flush(60)
 
     first = [r for r in standin.of("ingest") if r.path.endswith("/TaugridRunTransitions")]
@@ -393,7 +398,7 @@ def test_streaming_failures_fall_back_to_queued_ingestion(standin: KustoStandIn,
                                                           make_sink: Callable[..., AdxSink]) -> None:
     sink = make_sink()
     standin.fail("ingest", 503, 503, 503)  # the SDK's three streaming attempts for the first table
-    assert sink.write([pending_run()]) == 3
+    assert sink.write(ups([pending_run()])) == 3
     assert sink.flush(60)
 
     assert [json.loads(r.body)["csl"] for r in standin.of("mgmt")] == [
@@ -422,7 +427,7 @@ def test_sink_retries_when_the_sdk_gives_up(standin: KustoStandIn, make_sink: Ca
     sink = make_sink(retry_attempts=3)
     standin.fail("ingest", 503, 503, 503)  # streaming gives up ...
     standin.fail("mgmt", 503)  # ... and the queued fallback fails too: the sink backs off and tries again
-    assert sink.write([pending_run()]) == 3
+    assert sink.write(ups([pending_run()])) == 3
     assert sink.flush(60)
     assert sink.stats.retries == 1 and sink.stats.spooled_rows == 0
     assert {t: len(rows) for t, rows in standin.tables.items()} == {
@@ -434,7 +439,7 @@ def test_a_hung_call_is_abandoned_at_its_deadline_and_retried(standin: KustoStan
     # deadlines generous enough that only the stalled call misses one on a loaded machine
     sink = make_sink(ingest_timeout_s=2.0)
     standin.stall("ingest", 6.0)
-    assert sink.write([pending_run()]) == 3
+    assert sink.write(ups([pending_run()])) == 3
     assert sink.flush(60)
     assert sink.stats.retries >= 1
     transitions = [r.status for r in standin.of("ingest") if r.path.endswith("/TaugridRunTransitions")]
@@ -448,7 +453,7 @@ def test_permanent_rejection_keeps_the_rows_on_disk(standin: KustoStandIn, make_
                                                     tmp_path: Path) -> None:
     sink = make_sink()
     standin.fail("ingest", 400, 400, 400)
-    assert sink.write([pending_run()]) == 3
+    assert sink.write(ups([pending_run()])) == 3
     assert sink.flush(60)
     (kept,) = (tmp_path / "spool" / "rejected").glob("*.TaugridRunTransitions.jsonl")
     assert [strip(json.loads(line), "Revision") for line in kept.read_bytes().splitlines()] == \
@@ -470,7 +475,7 @@ def test_outage_spools_and_drains_in_order(standin: KustoStandIn, make_sink: Cal
     collector = AdxCollector()
     collector.sink = sink
     standin.outage = 503
-    assert sink.write([evicted_run(finished=False), pending_run()]) == 19
+    assert sink.write(ups([evicted_run(finished=False), pending_run()])) == 19
     assert sink.flush(60)
     assert sink.stats.spooled_rows == 19 and sink.stats.spool_files == len(TABLES)
     assert sink.spool_bytes == sum(p.stat().st_size for p in (tmp_path / "spool").glob("*.jsonl")) > 0
@@ -483,7 +488,7 @@ def test_outage_spools_and_drains_in_order(standin: KustoStandIn, make_sink: Cal
 
     standin.down()  # now connections are refused
     standin.outage = None
-    assert sink.write([evicted_run(finished=True), pending_run("B")]) == 7
+    assert sink.write(ups([evicted_run(finished=True), pending_run("B")])) == 7
     assert sink.flush(60)
     assert sink.stats.spooled_rows == 26 and not standin.tables
 
@@ -505,7 +510,7 @@ def test_outage_spools_and_drains_in_order(standin: KustoStandIn, make_sink: Cal
     ingested = [datetime.fromisoformat(r["IngestedAt"]) for r in standin.tables["TaugridRunState"]]
     assert ingested == sorted(ingested), "IngestedAt is the delivery time, after the outage"
 
-    assert sink.write([pending_run()]) == 1
+    assert sink.write(ups([pending_run()])) == 1
     assert sink.flush(30)
     assert sink.stats.spooled_rows == 26 and delivered(standin) == 27, "after the drain rows stream directly"
 
@@ -514,7 +519,7 @@ def test_full_spool_blocks_write_until_kusto_is_back(standin: KustoStandIn,
                                                      make_sink: Callable[..., AdxSink]) -> None:
     sink = make_sink(spool_max_bytes=1, queue_max_rows=2, batch_max_rows=2)
     standin.outage = 503
-    writer = threading.Thread(target=sink.write, args=([evicted_run(finished=False), pending_run()],))
+    writer = threading.Thread(target=sink.write, args=(ups([evicted_run(finished=False), pending_run()]),))
     writer.start()
     wait_until(lambda: sink.stats.backpressure_waits > 0)
     writer.join(1.0)
@@ -544,7 +549,7 @@ def test_foreign_files_in_the_spool_are_ignored_with_one_warning_never_deleted(
     assert warnings[0]["files"] == sorted(n for n in foreign if n.endswith(".jsonl"))
     assert sink.stats.spool_files == 0 and sink.spool_bytes == 0
 
-    assert sink.write([pending_run()]) == 3
+    assert sink.write(ups([pending_run()])) == 3
     assert sink.flush(60)
     assert sink.stats.spool_files == 3, "its own rows are spooled beside the foreign files"
     standin.outage = None
@@ -557,14 +562,14 @@ def test_spool_left_by_a_previous_process_is_drained_first(standin: KustoStandIn
                                                            make_sink: Callable[..., AdxSink]) -> None:
     standin.outage = 503
     first = make_sink()
-    assert first.write([pending_run("A")]) == 3
+    assert first.write(ups([pending_run("A")])) == 3
     first.close(timeout_s=60)
     assert first.stats.spool_files == 3 and not standin.tables
 
     standin.outage = None
     second = make_sink()
     assert second.stats.spool_files == 3
-    assert second.write([pending_run("B")]) == 3
+    assert second.write(ups([pending_run("B")])) == 3
     assert second.flush(30)
     wait_until(lambda: delivered(standin) == 6)
     assert [r["PendingMessage"] for r in standin.tables["TaugridRunState"]] == ["A", "B"]
@@ -572,17 +577,17 @@ def test_spool_left_by_a_previous_process_is_drained_first(standin: KustoStandIn
 
 def test_close_delivers_what_is_queued(standin: KustoStandIn, make_sink: Callable[..., AdxSink]) -> None:
     sink = make_sink(batch_max_delay_s=3600)
-    assert sink.write([pending_run()]) == 3
+    assert sink.write(ups([pending_run()])) == 3
     sink.close(timeout_s=30)
     assert delivered(standin) == 3
     with pytest.raises(RuntimeError):
-        sink.write([pending_run("B")])
+        sink.write(ups([pending_run("B")]))
 
 
 def test_rows_read_back_through_the_sdk_query_path(standin: KustoStandIn,
                                                    make_sink: Callable[..., AdxSink]) -> None:
     sink = make_sink()
-    sink.write([pending_run()])
+    sink.write(ups([pending_run()]))
     assert sink.flush(30)
     with KustoClient(KustoConnectionStringBuilder.with_no_authentication(standin.url)) as client:
         result = client.execute_query(DB, "TaugridRunState").primary_results[0]

@@ -8,6 +8,7 @@ import math
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import jsonschema
@@ -15,8 +16,9 @@ import pytest
 import yaml
 from rich.console import Console
 
+from tests.histories import ups
 from tracker.cli import DEMO_CAPTURES, PHASES, STATUSES, build_parser, main, replay
-from tracker.core.model import Phase, RunRecord, Status
+from tracker.core.model import Phase, RunRecord, Status, field_names
 from tracker.render import runs_json
 from tracker.runs_view import kube_duration
 from tracker.shell import index_query
@@ -245,10 +247,9 @@ def test_show_notes_when_a_name_had_several_runs(tmp_path: Path, capsys: pytest.
     with ExperimentIndex(path) as ix:
         history = ix.history("vit-l-9hx4d")
         assert history is not None and history.run.created_at is not None
-        older = history.run.model_copy(update={"run_id": "vit-l-older", "created_at": history.run.created_at
-                                               .replace(hour=1)})
-        ix.write([history.model_copy(update={"run": older, "transitions": [], "attempts": [], "metrics": [],
-                                             "resume_links": [], "metric_points": []})])
+        older = replace(history.run, run_id="vit-l-older", created_at=history.run.created_at.replace(hour=1))
+        ix.write(ups([replace(history, run=older, transitions=[], attempts=[], metrics=[], resume_links=[],
+                              metric_points=[], pods=[])]))
     assert main(["show", "team-b/vit-l-9hx4d", "--index", str(path)]) == 0
     out, err = capsys.readouterr()
     assert "vit-l-9hx4d" in out.splitlines()[0]
@@ -256,7 +257,7 @@ def test_show_notes_when_a_name_had_several_runs(tmp_path: Path, capsys: pytest.
 
 
 def test_show_output_is_the_published_history_schema(index: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    schema = json.loads((REPO / "schemas" / "history" / "v1.schema.json").read_text())
+    schema = json.loads((REPO / "schemas" / "history" / "v2.schema.json").read_text())
     for fmt in ("json", "yaml"):
         text = run(capsys, "show", "gpt-moe-6wz8r", "--index", str(index), "-o", fmt)
         data = json.loads(text) if fmt == "json" else yaml.safe_load(text)
@@ -268,6 +269,8 @@ def test_show_output_is_the_published_history_schema(index: Path, capsys: pytest
     jsonschema.validate(data, schema)
     steps = {(p["metric"], p["step"]) for p in data["metric_points"]}
     assert steps and len(steps) == len(data["metric_points"]) == sum(m["points"] for m in data["metrics"])
+    # and its pods, each with its attempt: as many as the attempts say
+    assert data["pods"] and len(data["pods"]) == sum(a["pod_count"] for a in data["attempts"])
 
 
 def test_a_live_runs_axis_ends_now(index: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -371,7 +374,7 @@ t tracker audit -o c
 
 
 def test_the_readers_constants_match_the_models() -> None:
-    assert tuple(RunRecord.model_fields) == index_query.RUN_FIELDS
+    assert tuple(field_names(RunRecord)) == index_query.RUN_FIELDS
     assert index_query.KNOWN_SCHEMA_VERSION == SCHEMA_VERSION, "index_query reads this schema via the slow path"
     assert STATUSES == index_query.STATUSES == tuple(s.value for s in Status)
     assert PHASES == index_query.PHASES == tuple(p.value for p in Phase)

@@ -25,7 +25,8 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from tracker.core.model import RunHistory
+from tests.histories import ups
+from tracker.core.model import RunHistory, to_json
 from tracker.core.reducer import Reducer
 from tracker.render import history_json, timeline
 from tracker.samples.scenarios import SCENARIOS
@@ -198,7 +199,7 @@ def _check_outputs(histories: dict[str, tuple[RunHistory, str]], index_path: Pat
     with ExperimentIndex(index_path) as index:
         for h, origin in histories.values():
             try:
-                index.write([h])
+                index.write(ups([h]))
                 history_json(h)
                 json.dumps(history_json(h))
                 console.print(timeline(h, width=120))
@@ -216,7 +217,7 @@ def test_every_field_replaced_by_wrong_types_and_extremes_is_a_dead_letter_or_fo
     baseline = {run_id: pristine.history(run_id) for run_id in pristine.runs}
     failures: list[str] = []
     distinct: dict[str, tuple[RunHistory, str]] = {
-        h.model_dump_json(): (h, "baseline") for h in baseline.values() if h is not None}
+        json.dumps(to_json(h), sort_keys=True): (h, "baseline") for h in baseline.values() if h is not None}
     paths = list(_paths(seed.record))
     red: Reducer = pickle.loads(context)
     tried = 0
@@ -233,7 +234,7 @@ def test_every_field_replaced_by_wrong_types_and_extremes_is_a_dead_letter_or_fo
                 if any(h.run.run_id == bystander and h != baseline[bystander] for h in out.histories):
                     failures.append(f"{origin}: the unrelated run's history changed")
                 for h in out.histories:
-                    distinct.setdefault(h.model_dump_json(), (h, origin))
+                    distinct.setdefault(json.dumps(to_json(h), sort_keys=True), (h, origin))
                     jsonio.dumps(red.snapshot_run(h.run.run_id))  # the state a replay keeps in the index
                 for item in red.corr.held_items():
                     jsonio.dumps(list(item[2]))

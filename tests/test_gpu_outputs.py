@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.histories import ups
 from tests.test_gpu import EXPECTED, _by, _s, _writes
 from tracker.cli import DEMO_CAPTURES, main
 from tracker.core.reducer import Reducer
@@ -30,7 +31,8 @@ def test_runs_json_and_show_carry_the_gpu_fields(tmp_path: Path, capsys: pytest.
     assert main(["show", "vit-l-9hx4d", "--index", str(index_path), "--json"]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert [(a["gpus"], _s(a["lost_gpu_hours"])) for a in shown["attempts"]] == [(16, 16 * 599), (16, 0)]
-    assert shown["attempts"][0]["pods"][0]["lost"] == "PodsReadyTimeout"
+    assert shown["pods"][0]["attempt"] == 1 and shown["pods"][0]["lost"] == "PodsReadyTimeout"
+    assert shown["attempts"][0]["pod_count"] == len([p for p in shown["pods"] if p["attempt"] == 1])
     assert main(["show", "vit-l-9hx4d", "--index", str(index_path)]) == 0
     text = capsys.readouterr().out
     assert "16 GPUs · 2.66 GPU-h held · 2.66 lost (PodsReadyTimeout 2.66)" in text
@@ -45,7 +47,7 @@ def test_runs_json_counts_a_live_runs_gpus_up_to_now(tmp_path: Path, capsys: pyt
     h = red.history("rn50-ft-k7q2m")
     assert h is not None
     with ExperimentIndex(tmp_path / "index.sqlite") as ix:
-        ix.write([h])
+        ix.write(ups([h]))
         assert ix.history("rn50-ft-k7q2m") == h  # the GPU fields round-trip through the index
     assert main(["runs", "--index", str(tmp_path / "index.sqlite"), "-o", "json", "--now",
                  "2026-08-20T09:32:07Z"]) == 0

@@ -5,12 +5,14 @@ from __future__ import annotations
 import math
 import re
 import sqlite3
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.histories import copy_into_older, ups
 from tracker.core.model import (
     Attempt,
     MetricPoint,
@@ -23,6 +25,7 @@ from tracker.core.model import (
     RunRecord,
     Status,
     Transition,
+    field_names,
 )
 from tracker.shell import index as index_module
 from tracker.shell import index_schema
@@ -61,9 +64,10 @@ def attempt(run_id: str, n: int, **kw: Any) -> Attempt:
     return Attempt(**(base | kw))
 
 
-def pod(name: str, node: str | None, created: float, scheduled: float | None, finished: float | None) -> PodPlacement:
-    return PodPlacement(pod=name, node=node, created_at=at(created),
-                        scheduled_at=at(scheduled) if scheduled is not None else None,
+def pod(run_id: str, attempt: int, name: str, node: str | None, created: float, scheduled: float | None,
+        finished: float | None) -> PodPlacement:
+    return PodPlacement(run_id=run_id, uid=f"uid-{name}", namespace="team-a", attempt=attempt, pod=name, node=node,
+                        created_at=at(created), scheduled_at=at(scheduled) if scheduled is not None else None,
                         finished_at=at(finished) if finished is not None else None)
 
 
@@ -90,17 +94,20 @@ def finished_two_attempts() -> RunHistory:
                     ended_at=at(20), end_reason="Preempted", end_message="Preempted to accommodate",
                     underlying_cause="InCohortReclamation", admission_wait_s=60.0, cluster_queue="cq", retries=1,
                     failures=[PodFailure(pod="train-0-a", at=at(10), reason="OOMKilled", exit_code=137)],
-                    pods=[pod("train-0-a", "node-1", 1, 1.2, 10), pod("train-1-a", "node-2", 1, 1.5, 20),
-                          pod("train-0-b", "node-1", 10.5, 11, 20)]),
+                    failed_pods=1, pod_count=3),
             attempt(rid, 2, trigger="Preempted", queued_at=at(20),
                     admitted_at=at(65.2), scheduled_at=at(65.2), started_at=at(66), ended_at=at(90),
                     end_reason="BackoffLimitExceeded", end_message="Job has reached the limit",
                     admission_wait_s=2712.0, cluster_queue="cq",
                     failures=[PodFailure(pod="train-0-c", at=at(89), reason="Error", exit_code=1, message="boom")],
-                    pods=[pod("train-0-c", "node-3", 65.5, 66, 89), pod("train-1-c", None, 65.5, None, None)]),
+                    failed_pods=1, pod_count=2),
         ],
         metrics=[],
         resume_links=[],
+        metric_points=[],
+        pods=[pod(rid, 1, "train-0-a", "node-1", 1, 1.2, 10), pod(rid, 1, "train-1-a", "node-2", 1, 1.5, 20),
+              pod(rid, 1, "train-0-b", "node-1", 10.5, 11, 20), pod(rid, 2, "train-0-c", "node-3", 65.5, 66, 89),
+              pod(rid, 2, "train-1-c", None, 65.5, None, None)],
     )
 
 
@@ -114,6 +121,8 @@ def pending_in_admission(run_id: str = "run-wait", queued: float = 0, workspace:
         attempts=[attempt(run_id, 1, queued_at=at(queued))],
         metrics=[],
         resume_links=[],
+        metric_points=[],
+        pods=[],
     )
 
 
@@ -135,8 +144,8 @@ def resumed_with_metrics() -> RunHistory:
             tr(rid, 1, Phase.PROGRESS, 2, "FirstStep"),
         ],
         attempts=[attempt(rid, 1, queued_at=at(0.000001), admitted_at=at(0.5), scheduled_at=at(0.5),
-                          started_at=at(1), progress_at=at(2), admission_wait_s=29.99994,
-                          pods=[pod("train-x", "node-9", 0.6, 1, None)])],
+                          started_at=at(1), progress_at=at(2), admission_wait_s=29.99994, pod_count=1)],
+        pods=[pod(rid, 1, "train-x", "node-9", 0.6, 1, None)],
         metrics=[
             MetricSummary(run_id=rid, metric="accuracy", first_step=0, first_value=0.1, latest_step=1200,
                           latest_value=0.83, min_value=0.1, max_value=0.85, points=13),
@@ -173,15 +182,15 @@ def dump(path: Path) -> dict[str, list[tuple[Any, ...]]]:
 def test_round_trip_is_lossless(index: ExperimentIndex) -> None:
     histories = all_histories()
     # run-fail alone: the runs row, 7 transitions, 2 attempts, 5 pod placements
-    assert index.write(histories[:1]) == 1 + 7 + 2 + 5
-    assert index.write(histories) > 0
+    assert index.write(ups(histories[:1])) == 1 + 7 + 2 + 5
+    assert index.write(ups(histories)) > 0
     for h in histories:
         assert index.history(h.run.run_id) == h
     assert index.history("no-such-run") is None
 
 
 def test_times_are_iso_utc_text_with_microseconds_only_when_nonzero(index: ExperimentIndex) -> None:
-    index.write(all_histories())
+    index.write(ups(all_histories()))
     rows = dict(sqlite3.connect(index.path).execute("SELECT run_id, queued_at FROM runs").fetchall())
     assert rows["run-wait"] == "2026-08-20T10:00:00Z"
     assert rows["run-resume"] == "2026-08-20T10:00:00.000060Z"
@@ -190,12 +199,12 @@ def test_times_are_iso_utc_text_with_microseconds_only_when_nonzero(index: Exper
 
 def test_nan_metric_is_stored_as_null_and_read_back_as_nan(index: ExperimentIndex) -> None:
     h = resumed_with_metrics()
-    bad = h.metrics[1].model_copy(update={"latest_value": math.nan})
-    h = h.model_copy(update={"metrics": [h.metrics[0], bad]})
-    index.write([h])
+    bad = replace(h.metrics[1], latest_value=math.nan)
+    h = replace(h, metrics=[h.metrics[0], bad])
+    index.write(ups([h]))
     got = index.history(h.run.run_id)
     assert got is not None and math.isnan(got.metrics[1].latest_value)
-    assert index.write([h]) == 0  # NULL IS NULL: no churn either
+    assert index.write(ups([h])) == 0  # NULL IS NULL: no churn either
 
 
 # ------------------------------------------------------------------------------------------ idempotence
@@ -203,16 +212,16 @@ def test_nan_metric_is_stored_as_null_and_read_back_as_nan(index: ExperimentInde
 
 def test_rewriting_the_same_histories_changes_nothing(index: ExperimentIndex) -> None:
     histories = all_histories()
-    index.write(histories, {("tracker", "history", 0): 42})
+    index.write(ups(histories), {("tracker", "history", 0): 42})
     before = dump(index.path)
-    assert index.write(histories, {("tracker", "history", 0): 42}) == 0
-    assert index.write(list(reversed(histories))) == 0
+    assert index.write(ups(histories), {("tracker", "history", 0): 42}) == 0
+    assert index.write(ups(list(reversed(histories)))) == 0
     assert dump(index.path) == before
 
 
 def test_updated_seq_moves_only_for_runs_whose_content_changed(index: ExperimentIndex) -> None:
     fail, wait, resume = all_histories()
-    index.write([fail, wait, resume])
+    index.write(ups([fail, wait, resume]))
 
     def seqs() -> dict[str, int]:
         return dict(sqlite3.connect(index.path).execute("SELECT run_id, updated_seq FROM runs").fetchall())
@@ -220,20 +229,20 @@ def test_updated_seq_moves_only_for_runs_whose_content_changed(index: Experiment
     first = seqs()
     assert set(first.values()) == {1}
     # a child row changed (a new metric point), the runs row did not: the run still counts as updated
-    m = resume.metrics[1].model_copy(update={"points": 14, "latest_value": 0.41})
-    changed = resume.model_copy(update={"metrics": [resume.metrics[0], m]})
-    assert index.write([fail, wait, changed]) == 2  # the metric row and the runs row's updated_seq
+    m = replace(resume.metrics[1], points=14, latest_value=0.41)
+    changed = replace(resume, metrics=[resume.metrics[0], m])
+    assert index.write(ups([fail, wait, changed])) == 2  # the metric row and the runs row's updated_seq
     assert seqs() == first | {"run-resume": 2}
     # the runs row changed
-    admitted = wait.model_copy(update={"run": wait.run.model_copy(update={"phase": Phase.SCHEDULING})})
-    assert index.write([admitted]) == 1
+    admitted = replace(wait, run=replace(wait.run, phase=Phase.SCHEDULING))
+    assert index.write(ups([admitted])) == 1
     assert seqs() == first | {"run-resume": 2, "run-wait": 3}
 
 
 def test_a_run_given_twice_in_one_write_is_written_as_its_last_history(index: ExperimentIndex) -> None:
     wait = pending_in_admission()
-    later = wait.model_copy(update={"run": wait.run.model_copy(update={"reason": "Later"})})
-    index.write([wait, later])
+    later = replace(wait, run=replace(wait.run, reason="Later"))
+    index.write(ups([wait, later]))
     got = index.history("run-wait")
     assert got is not None and got.run.reason == "Later"
 
@@ -243,22 +252,21 @@ def test_a_run_given_twice_in_one_write_is_written_as_its_last_history(index: Ex
 
 def test_replacing_a_history_deletes_rows_it_no_longer_has(index: ExperimentIndex) -> None:
     fail = finished_two_attempts()
-    index.write([fail])
-    shrunk = fail.model_copy(update={
-        "transitions": [t for t in fail.transitions if t.phase is not Phase.COMPLETION],
-        "attempts": [fail.attempts[0].model_copy(update={"pods": fail.attempts[0].pods[:1]})],
-    })
-    # Completion transition, the attempt-2 transitions keep; attempt 2 and its 2 placements, 2 attempt-1
-    # placements go; attempt 1 (pods JSON) is updated; the runs row's updated_seq moves.
-    assert index.write([shrunk]) == 1 + 1 + 2 + 2 + 1 + 1
+    index.write(ups([fail]))
+    assert fail.pods is not None
+    shrunk = replace(fail, transitions=[t for t in fail.transitions if t.phase is not Phase.COMPLETION],
+                     attempts=[replace(fail.attempts[0], pod_count=1)], pods=fail.pods[:1])
+    # the Completion transition, attempt 2, 4 pods (2 of each attempt) go; attempt 1 (pod_count) is updated; the
+    # runs row's updated_seq moves
+    assert index.write(ups([shrunk])) == 1 + 1 + 4 + 1 + 1
     assert index.history(fail.run.run_id) == shrunk
     conn = sqlite3.connect(index.path)
     assert conn.execute("SELECT COUNT(*) FROM transitions WHERE phase = 'Completion'").fetchone() == (0,)
     assert conn.execute("SELECT attempt, pod FROM pod_placements").fetchall() == [(1, "train-0-a")]
 
 
-def test_placements_are_a_projection_of_the_attempts_pods(index: ExperimentIndex) -> None:
-    index.write([finished_two_attempts()])
+def test_placements_are_the_pods_rows(index: ExperimentIndex) -> None:
+    index.write(ups([finished_two_attempts()]))
     rows = sqlite3.connect(index.path).execute(
         "SELECT attempt, pod, node, created_at, scheduled_at, finished_at FROM pod_placements "
         "WHERE run_id = 'run-fail' ORDER BY attempt, pod").fetchall()
@@ -273,12 +281,12 @@ def test_placements_are_a_projection_of_the_attempts_pods(index: ExperimentIndex
 
 def test_a_history_with_rows_of_another_run_is_refused(index: ExperimentIndex) -> None:
     wait = pending_in_admission()
-    alien = wait.model_copy(update={"transitions": [tr("other", 1, Phase.ADMISSION, 0, "Submitted")]})
+    alien = replace(wait, transitions=[tr("other", 1, Phase.ADMISSION, 0, "Submitted")])
     with pytest.raises(ValueError, match="other"):
-        index.write([alien])
-    twice = wait.model_copy(update={"transitions": wait.transitions * 2})
+        index.write(ups([alien]))
+    twice = replace(wait, transitions=wait.transitions * 2)
     with pytest.raises(ValueError, match="two transitions rows"):
-        index.write([twice])
+        index.write(ups([twice]))
     assert index.runs() == []
 
 
@@ -286,7 +294,7 @@ def test_a_history_with_rows_of_another_run_is_refused(index: ExperimentIndex) -
 
 
 def test_stalled_admission_uses_the_given_now(index: ExperimentIndex) -> None:
-    index.write([*all_histories(), pending_in_admission("run-new", queued=50)])
+    index.write(ups([*all_histories(), pending_in_admission("run-new", queued=50)]))
     now = at(60)
     assert [r.run_id for r in index.runs(stalled_admission_s=30 * 60, now=now)] == ["run-wait"]
     assert [r.run_id for r in index.runs(stalled_admission_s=5 * 60, now=now)] == ["run-new", "run-wait"]
@@ -301,13 +309,13 @@ def test_stalled_admission_uses_the_given_now(index: ExperimentIndex) -> None:
 
 def test_stalled_admission_compares_sub_second_times_exactly(index: ExperimentIndex) -> None:
     h = pending_in_admission("run-frac", queued=0.5 / 60)  # 10:00:00.5, stored as ...00.500000Z
-    index.write([h])
+    index.write(ups([h]))
     assert index.runs(stalled_admission_s=60, now=at(1) + timedelta(seconds=0.5)) == []
     assert len(index.runs(stalled_admission_s=60, now=at(1) + timedelta(seconds=0.500001))) == 1
 
 
 def test_filters_combine_and_order_is_newest_first(index: ExperimentIndex) -> None:
-    index.write([*all_histories(), pending_in_admission("run-other", queued=5, workspace="ws-z", project="x")])
+    index.write(ups([*all_histories(), pending_in_admission("run-other", queued=5, workspace="ws-z", project="x")]))
 
     def ids(**kw: Any) -> list[str]:
         return [r.run_id for r in index.runs(**kw)]
@@ -328,7 +336,7 @@ def test_filters_combine_and_order_is_newest_first(index: ExperimentIndex) -> No
 
 def test_counts_by_status(index: ExperimentIndex) -> None:
     assert index.counts_by_status() == dict.fromkeys(Status, 0)
-    index.write(all_histories())
+    index.write(ups(all_histories()))
     assert index.counts_by_status() == {Status.PENDING: 1, Status.RUNNING: 1, Status.SUCCEEDED: 0,
                                         Status.FAILED: 1, Status.STOPPED: 0}
 
@@ -337,17 +345,17 @@ def test_counts_by_status(index: ExperimentIndex) -> None:
 
 
 def test_offsets_are_written_with_the_rows(index: ExperimentIndex) -> None:
-    index.write(all_histories(), {("tracker", "history", 0): 10, ("tracker", "history", 1): 7,
+    index.write(ups(all_histories()), {("tracker", "history", 0): 10, ("tracker", "history", 1): 7,
                                   ("other", "history", 0): 3})
     assert index.offsets("tracker") == {("history", 0): 10, ("history", 1): 7}
-    assert index.write([], {("tracker", "history", 0): 12}) == 1
+    assert index.write(ups([]), {("tracker", "history", 0): 12}) == 1
     assert index.offsets("tracker") == {("history", 0): 12, ("history", 1): 7}
     assert index.offsets("nobody") == {}
 
 
 def test_a_failure_mid_write_lands_neither_rows_nor_offsets(index: ExperimentIndex,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    index.write([pending_in_admission()], {("tracker", "history", 0): 5})
+    index.write(ups([pending_in_admission()]), {("tracker", "history", 0): 5})
     before = dump(index.path)
 
     def disk_full(self: ExperimentIndex, rows: Any) -> int:
@@ -355,19 +363,19 @@ def test_a_failure_mid_write_lands_neither_rows_nor_offsets(index: ExperimentInd
 
     monkeypatch.setattr(ExperimentIndex, "_write_offsets", disk_full)
     with pytest.raises(sqlite3.OperationalError):
-        index.write(all_histories(), {("tracker", "history", 0): 99})
+        index.write(ups(all_histories()), {("tracker", "history", 0): 99})
     assert dump(index.path) == before
     monkeypatch.undo()
     # the connection is usable again, and nothing of the failed write is pending in it
-    assert index.write([], {("tracker", "history", 0): 6}) == 1
+    assert index.write(ups([]), {("tracker", "history", 0): 6}) == 1
     assert [r.run_id for r in index.runs()] == ["run-wait"]
 
 
 def test_an_unserialisable_offset_lands_nothing(index: ExperimentIndex) -> None:
     with pytest.raises(ValueError, match="consumer offset"):
-        index.write(all_histories(), {("tracker", "history", 0): "ten"})  # type: ignore[dict-item]
+        index.write(ups(all_histories()), {("tracker", "history", 0): "ten"})  # type: ignore[dict-item]
     with pytest.raises(ValueError, match="consumer offset"):
-        index.write(all_histories(), {("tracker", "history", -1): 10})
+        index.write(ups(all_histories()), {("tracker", "history", -1): 10})
     assert index.runs() == [] and index.offsets("tracker") == {}
 
 
@@ -384,7 +392,7 @@ def test_a_database_error_in_a_later_run_rolls_back_the_earlier_ones(index: Expe
 
     monkeypatch.setattr(ExperimentIndex, "_write_run", fail_second)
     with pytest.raises(sqlite3.IntegrityError):
-        index.write(all_histories(), {("tracker", "history", 0): 1})
+        index.write(ups(all_histories()), {("tracker", "history", 0): 1})
     assert calls[:1] == ["run-fail"]
     assert index.runs() == [] and index.offsets("tracker") == {}
 
@@ -414,12 +422,13 @@ def test_tables_carry_every_model_field(index: ExperimentIndex) -> None:
 
     # version 4 appended the GPU columns after updated_seq (ALTER TABLE ADD COLUMN)
     gpu = ["gpus", "gpu_hours", "lost_gpu_hours", "lost_gpu_hours_by", "gpus_open", "open_since"]
-    assert columns("runs") == [*(f for f in RunRecord.model_fields if f not in gpu), "updated_seq", *gpu]
-    assert columns("transitions") == [*Transition.model_fields, "ordinal"]
-    assert columns("attempts") == list(Attempt.model_fields)
-    assert columns("metric_summaries") == list(MetricSummary.model_fields)
-    assert columns("resume_links") == list(ResumeLink.model_fields)
-    assert columns("pod_placements") == ["run_id", "attempt", *PodPlacement.model_fields]
+    assert columns("runs") == [*(f for f in field_names(RunRecord) if f not in gpu), "updated_seq", *gpu]
+    assert columns("transitions") == [*field_names(Transition), "ordinal"]
+    assert columns("attempts") == list(field_names(Attempt))
+    assert columns("metric_summaries") == list(field_names(MetricSummary))
+    assert columns("resume_links") == list(field_names(ResumeLink))
+    assert columns("pod_placements") == list(field_names(PodPlacement))
+    assert columns("metric_points") == list(field_names(MetricPoint))
 
 
 def test_pragmas(index: ExperimentIndex) -> None:
@@ -433,10 +442,10 @@ def test_pragmas(index: ExperimentIndex) -> None:
 def test_reopening_keeps_the_data(tmp_path: Path) -> None:
     path = tmp_path / "index.sqlite"
     with ExperimentIndex(path) as ix:
-        ix.write(all_histories())
+        ix.write(ups(all_histories()))
     with ExperimentIndex(path) as ix:
         assert ix.history("run-fail") == finished_two_attempts()
-        assert ix.write(all_histories()) == 0
+        assert ix.write(ups(all_histories())) == 0
 
 
 def test_a_newer_schema_is_refused(tmp_path: Path) -> None:
@@ -466,12 +475,10 @@ def test_an_older_schema_is_migrated(tmp_path: Path, monkeypatch: pytest.MonkeyP
             pass
     # schema 1 has no reducer state tables nor GPU columns: write the rows it had, as it did
     with ExperimentIndex(tmp_path / "current.sqlite") as cur:
-        cur.write([pending_in_admission()])
+        cur.write(ups([pending_in_admission()]))
     conn = sqlite3.connect(path)
     conn.execute("ATTACH DATABASE ? AS cur", (str(tmp_path / "current.sqlite"),))
-    for table in ("runs", "transitions", "attempts", "metric_summaries", "resume_links", "pod_placements"):
-        cols = ", ".join(f'"{r[1]}"' for r in conn.execute(f"PRAGMA main.table_info({table})"))
-        conn.execute(f"INSERT INTO main.{table} ({cols}) SELECT {cols} FROM cur.{table}")
+    copy_into_older(conn)
     conn.commit()
     conn.close()
     assert "reducer_runs" not in dump(path)
@@ -487,7 +494,7 @@ def test_an_older_schema_is_migrated(tmp_path: Path, monkeypatch: pytest.MonkeyP
 def test_a_later_migration_runs_after_the_current_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "index.sqlite"
     with ExperimentIndex(path) as ix:
-        ix.write([pending_in_admission()])
+        ix.write(ups([pending_in_admission()]))
     later = "CREATE TABLE extra (run_id TEXT PRIMARY KEY);\n-- a trailing comment\n"
     monkeypatch.setattr(index_schema, "MIGRATIONS", {**index_schema.MIGRATIONS, SCHEMA_VERSION + 1: later})
     monkeypatch.setattr(index_schema, "SCHEMA_VERSION", SCHEMA_VERSION + 1)
@@ -508,11 +515,11 @@ def test_an_incomplete_migration_is_refused(tmp_path: Path, monkeypatch: pytest.
 def test_readers_keep_their_snapshot_and_do_not_block_the_writer(tmp_path: Path) -> None:
     path = tmp_path / "index.sqlite"
     with ExperimentIndex(path) as writer, ExperimentIndex(path) as reader:
-        writer.write([pending_in_admission()])
+        writer.write(ups([pending_in_admission()]))
         stellar = sqlite3.connect(path, isolation_level=None)
         stellar.execute("BEGIN")
         assert stellar.execute("SELECT COUNT(*) FROM runs").fetchone() == (1,)
-        writer.write(all_histories())  # not blocked by the open read transaction
+        writer.write(ups(all_histories()))  # not blocked by the open read transaction
         assert stellar.execute("SELECT COUNT(*) FROM transitions").fetchone() == (1,)  # still its snapshot
         stellar.execute("COMMIT")
         assert stellar.execute("SELECT COUNT(*) FROM runs").fetchone() == (3,)
@@ -530,16 +537,16 @@ def test_closed_index_says_so(tmp_path: Path) -> None:
 
 def test_metric_points_are_replaced_with_the_runs_other_rows(index: ExperimentIndex) -> None:
     h = resumed_with_metrics()
-    index.write([h])
+    index.write(ups([h]))
     rows = sqlite3.connect(index.path).execute("SELECT * FROM metric_points ORDER BY metric, step").fetchall()
     assert rows == [("run-resume", "accuracy", 0, 0.1, "2026-08-20T10:02:00Z"),
                     ("run-resume", "loss", 0, 2.31, "2026-08-20T10:02:00Z"),
                     ("run-resume", "loss", 1200, 0.42, "2026-08-20T10:30:30Z")]
-    coarser = [h.metric_points[0], h.metric_points[2].model_copy(update={"step": 1024, "value": 0.5})]
-    assert index.write([h.model_copy(update={"metric_points": coarser})]) == 2 + 1 + 1  # 2 gone, 1 new, updated_seq
+    coarser = [h.metric_points[0], replace(h.metric_points[2], step=1024, value=0.5)]
+    assert index.write(ups([replace(h, metric_points=coarser)])) == 2 + 1 + 1  # 2 gone, 1 new, updated_seq
     got = index.history(h.run.run_id)
     assert got is not None and got.metric_points == coarser
-    index.write([h.model_copy(update={"metric_points": []})])
+    index.write(ups([replace(h, metric_points=[])]))
     assert sqlite3.connect(index.path).execute("SELECT COUNT(*) FROM metric_points").fetchone() == (0,)
 
 
@@ -557,7 +564,7 @@ def test_meta_says_which_cluster_and_workspace_the_index_belongs_to(tmp_path: Pa
         assert (ix.meta("cluster"), ix.meta("workspace"), ix.meta("created_at")) == ("aks-west-2", "ws-a", created)
 
 
-def test_a_schema_4_index_is_read_as_it_is_and_migrated_to_5(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_schema_4_index_is_read_as_it_is_and_migrated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "index.sqlite"
     with monkeypatch.context() as m:  # an index written by the tracker of schema version 4
         m.setattr(index_schema, "MIGRATIONS", {k: v for k, v in index_schema.MIGRATIONS.items() if k <= 4})
@@ -565,21 +572,22 @@ def test_a_schema_4_index_is_read_as_it_is_and_migrated_to_5(tmp_path: Path, mon
         with ExperimentIndex(path):
             pass
     with ExperimentIndex(tmp_path / "current.sqlite") as cur:
-        cur.write([resumed_with_metrics()])
+        cur.write(ups([resumed_with_metrics()]))
     conn = sqlite3.connect(path)
     conn.execute("ATTACH DATABASE ? AS cur", (str(tmp_path / "current.sqlite"),))
-    for table in ("runs", "transitions", "attempts", "metric_summaries", "resume_links", "pod_placements"):
-        cols = ", ".join(f'"{r[1]}"' for r in conn.execute(f"PRAGMA main.table_info({table})"))
-        conn.execute(f"INSERT INTO main.{table} ({cols}) SELECT {cols} FROM cur.{table}")
+    copy_into_older(conn)
     conn.commit()
     conn.close()
     assert "metric_points" not in dump(path) and "created_at" not in dict(dump(path)["meta"])
-    without_points = resumed_with_metrics().model_copy(update={"metric_points": []})
+    h = resumed_with_metrics()
+    assert h.pods is not None
+    # its pods have no uids yet: 'v5:<attempt>:<pod>' until the run is written again
+    as_it_was = replace(h, metric_points=[], pods=[replace(p, uid=f"v5:{p.attempt}:{p.pod}") for p in h.pods])
     with ExperimentIndex(path, readonly=True) as reader:  # a reader reads it as it is
-        assert reader.history("run-resume") == without_points
+        assert reader.history("run-resume") == as_it_was
     with ExperimentIndex(path) as ix:  # a writer migrates it: the run has no points until written again
-        assert ix.history("run-resume") == without_points
-        ix.write([resumed_with_metrics()])
-        assert ix.history("run-resume") == resumed_with_metrics()
+        assert ix.history("run-resume") == as_it_was
+        ix.write(ups([h]))
+        assert ix.history("run-resume") == h
     meta = dict(dump(path)["meta"])
-    assert meta["schema_version"] == "5" and "created_at" in meta
+    assert meta["schema_version"] == str(SCHEMA_VERSION) and "created_at" in meta

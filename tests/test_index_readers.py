@@ -8,11 +8,13 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from rich.console import Console
 
+from tests.histories import copy_into_older, ups
 from tracker.cli import DEMO_CAPTURES, main, replay
 from tracker.shell import index as index_module
 from tracker.shell.index import ExperimentIndex
@@ -87,7 +89,7 @@ def test_a_reader_reads_while_a_writer_writes(demo_index: Path, tmp_path: Path) 
         with ExperimentIndex(index) as writer:
             history = writer.history(RUN)
             assert history is not None
-            writer.write([history.model_copy(update={"run": history.run.model_copy(update={"message": "edited"})})])
+            writer.write(ups([replace(history, run=replace(history.run, message="edited"))]))
             writer._db.execute("BEGIN IMMEDIATE")  # a write in progress does not block the reader
             writer._db.execute("UPDATE runs SET message = 'uncommitted' WHERE run_id = ?", (RUN,))
             seen = reader.history(RUN)
@@ -169,9 +171,7 @@ def test_an_index_of_the_previous_schema_is_read_as_it_is(demo_index: Path, tmp_
             pass
     conn = sqlite3.connect(old)
     conn.execute("ATTACH DATABASE ? AS cur", (str(demo_index),))
-    for table in ("runs", "transitions", "attempts", "metric_summaries", "resume_links", "pod_placements"):
-        cols = ", ".join(f'"{r[1]}"' for r in conn.execute(f"PRAGMA main.table_info({table})"))
-        conn.execute(f"INSERT INTO main.{table} ({cols}) SELECT {cols} FROM cur.{table}")
+    copy_into_older(conn)
     conn.commit()
     conn.close()
     assert "gpus" not in {r[1] for r in sqlite3.connect(old).execute("PRAGMA table_info(runs)")}

@@ -32,6 +32,7 @@ import urllib.request
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +49,7 @@ from tests.infra import kafka as infra_kafka
 from tests.infra.fixtures import unavailable
 from tests.infra.proc import Process, free_port, spawn
 from tracker.cli import replay
-from tracker.core.model import FINAL_STATUSES, RunHistory, Status
+from tracker.core.model import FINAL_STATUSES, HistoryUpdate, RunHistory, Status, adapter, load_json, pod_order
 from tracker.core.reducer import Reducer
 from tracker.core.stuck import Stuck, StuckRunAlert, stuck_candidate
 from tracker.core.timefmt import ts
@@ -61,6 +62,7 @@ from tracker.runtime.sinks import SinkRunner, index_sink_runner
 from tracker.samples import builders
 from tracker.settings import Settings, SettingsError, TopicSettings, load_settings, redacted
 from tracker.shell import kafka
+from tracker.shell import transitions as transitions_codec
 from tracker.shell.capture import Record
 from tracker.shell.index import ExperimentIndex
 from tracker.shell.watch.keying import RunKeyer
@@ -280,8 +282,8 @@ def index_rows(path: Path) -> dict[str, list[tuple[Any, ...]]]:
     out: dict[str, list[tuple[Any, ...]]] = {}
     with sqlite3.connect(path) as db:
         tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT IN "
-                                           "('meta', 'consumer_offsets', 'reducer_runs', 'reducer_held') "
-                                           "ORDER BY name")]
+                                           "('meta', 'consumer_offsets', 'reducer_runs', 'reducer_held', "
+                                           "'reducer_pods') ORDER BY name")]
         for table in tables:
             cols = [r[1] for r in db.execute(f"PRAGMA table_info({table})") if r[1] != "updated_seq"]
             columns = ", ".join(f'"{c}"' for c in cols)  # identifiers: double quotes (single ones are literals)
@@ -298,28 +300,43 @@ async def replay_index(records: Sequence[dict[str, Any]], path: Path) -> dict[st
 
 
 def fault_free(records: Sequence[dict[str, Any]]) -> dict[str, RunHistory]:
+    """Each run's complete history (metric points and pods included) after one fault-free fold."""
     red = Reducer()
     for i, rec in enumerate(records):
         red.apply(rec, f"synthetic:{i}")
-    return {h.run.run_id: h for h in red.flush().histories}
+    return {run_id: h for run_id in red.runs if (h := red.history(run_id)) is not None}
 
 
 def check_transitions(transitions: Sequence[ConsumerRecord], expected: dict[str, RunHistory]) -> None:
-    """No duplicate (see the module docstring), valid hashes, and the last record per run is the expected one."""
+    """No duplicate history or metric-points record (see the module docstring), valid hashes, and each run's
+    records (history, metric points, pods), applied in order, are its expected complete history."""
     previous: dict[bytes, str] = {}
-    last: dict[str, RunHistory] = {}
+    updates: dict[str, HistoryUpdate] = {}
     duplicates = []
-    for rec in transitions:
-        digest = dict(rec.headers)[CONTENT_HASH_HEADER].decode()
-        assert digest == hashlib.sha256(rec.value).hexdigest(), f"bad content hash at {rec.partition}@{rec.offset}"
-        if previous.get(rec.key) == digest:
-            duplicates.append((rec.key, rec.partition, rec.offset))
-        previous[rec.key] = digest
-        last[rec.key.decode()] = RunHistory.model_validate_json(rec.value)
+    for rec in sorted(transitions, key=lambda r: (r.partition, r.offset)):
+        headers = dict(rec.headers)
+        if CONTENT_HASH_HEADER in headers:  # a history or its metric points: published by content
+            digest = headers[CONTENT_HASH_HEADER].decode()
+            assert digest == hashlib.sha256(rec.value).hexdigest(), f"bad hash at {rec.partition}@{rec.offset}"
+            if previous.get(rec.key) == digest:
+                duplicates.append((rec.key, rec.partition, rec.offset))
+            previous[rec.key] = digest
+        else:
+            assert headers[transitions_codec.KIND_HEADER] == b"pod", f"{rec.partition}@{rec.offset}"
+        u = transitions_codec.decode(rec.key, rec.value, rec.headers)
+        updates[u.run_id] = updates[u.run_id].then(u) if u.run_id in updates else u
     assert not duplicates, f"{len(duplicates)} duplicated transitions records, e.g. {duplicates[:5]}"
-    assert sorted(last) == sorted(expected), "runs missing from (or extra in) the transitions topic"
-    wrong = [run_id for run_id, h in last.items() if h != expected[run_id]]
+    assert sorted(updates) == sorted(expected), "runs missing from (or extra in) the transitions topic"
+    got = {run_id: replace(u.history, metric_points=u.points or [], pods=sorted(u.pods, key=pod_order))
+           for run_id, u in updates.items() if u.history is not None}
+    wrong = [run_id for run_id, h in expected.items() if got.get(run_id) != h]
     assert not wrong, f"{len(wrong)} runs end with another history than a fault-free fold, e.g. {wrong[:5]}"
+
+
+def last_histories(transitions: Sequence[ConsumerRecord]) -> dict[str, tuple[int, RunHistory]]:
+    """The last history record of each run, with its partition."""
+    return {r.key.decode(): (r.partition, load_json(RunHistory, r.value)) for r in transitions
+            if dict(r.headers).get(transitions_codec.KIND_HEADER) == b"history"}
 
 
 def alert_keys(alerts: Sequence[ConsumerRecord]) -> list[tuple[str, int, str]]:
@@ -341,7 +358,7 @@ def check_alerts(alerts: Sequence[ConsumerRecord], transitions: Sequence[Consume
     transition time the partition published) has its alert."""
     keys = alert_keys(alerts)
     assert len(keys) == len(set(keys)), f"alerts repeated: {[k for k, n in Counter(keys).items() if n > 1][:5]}"
-    last = {r.key.decode(): (r.partition, RunHistory.model_validate_json(r.value)) for r in transitions}
+    last = last_histories(transitions)
     watermark: dict[int, int] = {}
     for partition, h in last.values():
         for t in h.transitions:
@@ -709,6 +726,8 @@ async def latest_run_state(settings: Settings) -> dict[str, dict[str, Any]]:
     latest: dict[str, dict[str, Any]] = {}
     for rec in await read_topic(settings, settings.kafka.topics.run_state, PARTITIONS):
         assert rec.key is not None
+        if b"/pod/" in rec.key:  # a pod's state, apart from its run's
+            continue
         if rec.value is None:
             latest.pop(rec.key.decode(), None)
         else:
@@ -779,8 +798,8 @@ async def test_a_deactivated_run_is_not_retired_and_its_reactivation_reopens_it(
     await drain_reducer(settings)
     assert (await latest_run_state(settings))[run_id].get("retired")  # succeeded: finished for good
     out = await read_topic(settings, settings.kafka.topics.transitions, PARTITIONS)
-    latest = RunHistory.model_validate_json([r.value for r in out if r.key == run_id.encode()][-1])
-    assert latest == expected
+    latest = last_histories(out)[run_id][1]
+    assert latest == replace(expected, metric_points=None, pods=None)
 
 
 class RefusingSink:
@@ -790,11 +809,11 @@ class RefusingSink:
         self.refused = refused
         self.written: dict[str, RunHistory] = {}
 
-    def write(self, histories: Sequence[RunHistory]) -> int:
-        if any(h.run.run_id == self.refused for h in histories):
+    def write(self, updates: Sequence[HistoryUpdate]) -> int:
+        if any(u.run_id == self.refused for u in updates):
             raise ValueError(f"run {self.refused} refused")
-        self.written.update((h.run.run_id, h) for h in histories)
-        return len(histories)
+        self.written.update((u.run_id, u.history) for u in updates if u.history is not None)
+        return len(updates)
 
 
 @pytest.mark.kafka
@@ -808,7 +827,9 @@ async def test_sink_without_offset_storage_commits_to_kafka_and_skips_refused_hi
     await kafka.start(producer, settings.kafka, what="test producer")
     try:
         for run_id, h in histories.items():
-            await producer.send(settings.kafka.topics.transitions, h.model_dump_json().encode(), key=run_id.encode())
+            value = adapter(RunHistory).dump_json(replace(h, metric_points=None, pods=None))
+            await producer.send(settings.kafka.topics.transitions, value, key=run_id.encode(),
+                                headers=[(transitions_codec.KIND_HEADER, b"history")])
         await producer.flush()
     finally:
         await kafka.stop(producer, settings.kafka, what="test producer")
@@ -824,7 +845,8 @@ async def test_sink_without_offset_storage_commits_to_kafka_and_skips_refused_hi
     runner.request_stop(drain=True)
     await asyncio.wait_for(task, 30)
 
-    assert sink.written == {run_id: h for run_id, h in histories.items() if run_id != refused}
+    assert sink.written == {run_id: replace(h, metric_points=None, pods=None) for run_id, h in histories.items()
+                            if run_id != refused}
     assert [s.value for m in metrics.sink_bad_records.collect() for s in m.samples if s.name.endswith("_total")] \
         == [1.0]
     admin = AIOKafkaAdminClient(**kafka.client_options(settings.kafka))

@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tracker.core.facts import METRIC_POINTS_PER_RUN, MetricPoints, RunFacts
+from tracker.core.model import to_json
 from tracker.core.reducer import Reducer, ReducerLimits
 
 T0 = datetime(2026, 8, 20, 10, 0, tzinfo=UTC)
@@ -60,7 +61,7 @@ def expected(rs: list[Report], cap: int) -> list[dict[str, Any]]:
 
 def points_of(red: Reducer) -> list[dict[str, Any]]:
     h = red.history("r")
-    return [] if h is None else [p.model_dump(mode="json") for p in h.metric_points]
+    return [] if h is None else [to_json(p) for p in h.metric_points]
 
 
 @settings(max_examples=150, deadline=None)

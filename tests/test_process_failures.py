@@ -78,7 +78,7 @@ async def test_embedded_serve_on_a_file_that_is_not_an_index_is_the_one_stopped_
             assert isinstance(rec, Record)
             red.apply(rec.value)
         with ExperimentIndex(index) as ix:
-            ix.write(red.flush().histories)
+            ix.write(red.flush().updates)
     opts = service.ServeOptions(captures=(DEMO_CAPTURES / "jobs.json",), index_path=index, exit_when_done=True)
     body = service.serve_body(Settings(), opts)
     assert await asyncio.wait_for(service.run_process(Settings(), "serve", body=body), 60) == 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
+from dataclasses import replace
 from datetime import datetime, timedelta
 from itertools import pairwise
 
@@ -13,8 +14,28 @@ from hypothesis import strategies as st
 
 from tests.test_reducer_laws import law_settings
 from tracker.core import entries
-from tracker.core.model import Phase, RunHistory, RunRecord, Status, Transition
-from tracker.core.publish import Limits, PartitionPolicy, RunShell, advance, content_hash
+from tracker.core.model import (
+    HistoryUpdate,
+    MetricPointsRecord,
+    Phase,
+    PodPlacement,
+    RunHistory,
+    RunRecord,
+    Status,
+    Transition,
+    adapter,
+)
+from tracker.core.publish import (
+    HISTORY,
+    POD,
+    POINTS,
+    Limits,
+    PartitionPolicy,
+    RunShell,
+    advance,
+    content_hash,
+    record_key,
+)
 from tracker.core.reducer import Flushed, Reducer
 from tracker.core.timefmt import ts
 from tracker.samples.lifecycles import generate_stream
@@ -45,7 +66,11 @@ def history(run_id: str, *phases: tuple[Phase, int], status: Status = Status.PEN
 
 
 def batch(*histories: RunHistory, retired: tuple[str, ...] = ()) -> Flushed:
-    return Flushed(histories=list(histories), retired=list(retired))
+    return Flushed(updates=[HistoryUpdate(run_id=h.run.run_id, history=h) for h in histories], retired=list(retired))
+
+
+def dump(h: RunHistory) -> bytes:
+    return adapter(RunHistory).dump_json(h)
 
 
 # ------------------------------------------------------------------------------------------ publishing
@@ -56,25 +81,25 @@ def test_a_history_is_published_once_per_content() -> None:
     h = history("a", (Phase.ADMISSION, 0))
     first = policy.decide(batch(h), LIMITS, now_us=None)
     [published] = first.publish
-    assert published.run_id == "a" and published.value == h.model_dump_json().encode()
+    assert published.run_id == "a" and published.value == dump(h)
     assert published.digest == content_hash(published.value) == hashlib.sha256(published.value).hexdigest()
     assert first.touched == ["a"] and first.phases == Counter({"Admission": 1})
     again = policy.decide(batch(h), LIMITS, now_us=None)  # folded again, nothing changed: nothing to publish
     assert again.publish == [] and not again.phases and again.touched == ["a"]
     moved = history("a", (Phase.ADMISSION, 0), (Phase.SCHEDULING, 5))
     [next_one] = policy.decide(batch(moved), LIMITS, now_us=None).publish
-    assert next_one.value == moved.model_dump_json().encode() and policy.runs["a"].content_hash == next_one.digest
+    assert next_one.value == dump(moved) and policy.runs["a"].content_hash == next_one.digest
 
 
 def test_a_history_too_large_is_a_dead_letter_once_and_is_not_published() -> None:
     policy = PartitionPolicy()
     h = history("big", (Phase.ADMISSION, 0))
-    size = len(h.model_dump_json().encode())
+    size = len(dump(h))
     small = Limits(max_value_bytes=size - 1, transitions_topic="tt", thresholds_s={}, clock="event")
     decided = policy.decide(batch(h), small, now_us=None)
     assert decided.publish == [] and decided.oversized == [("big", size)]
     [letter] = decided.dead_letters
-    assert (letter.source, letter.reason, letter.detail) == ("tt:big", "history too large to publish",
+    assert (letter.source, letter.reason, letter.detail) == ("tt:big", "history record too large to publish",
                                                              f"{size} bytes > {size - 1}")
     assert decided.phases == Counter({"Admission": 1}) and decided.touched == ["big"]
     assert policy.decide(batch(h), small, now_us=None).dead_letters == []  # not retried at every batch
@@ -165,7 +190,7 @@ def test_an_older_shell_without_phase_entries_counts_them_as_counted() -> None:
     policy.restore_shell("a", {"watermark_us": 0, "hash": "x", "alerted": [1]}, retired=False)
     h = history("a", (Phase.ADMISSION, 0), (Phase.SCHEDULING, 1))
     policy.restored([h])
-    assert policy.runs["a"] == RunShell("x", entries.phase_entries(h), [1], [], Status.PENDING)
+    assert policy.runs["a"] == RunShell("x", None, entries.phase_entries(h), [1], [], Status.PENDING)
 
 
 # ------------------------------------------------------------------------------------------ laws
@@ -201,13 +226,27 @@ def test_the_same_output_twice_publishes_once(seed: int, cuts: list[int]) -> Non
         a = once.decide(flushed, LIMITS, now_us=None)
         b = twice.decide(flushed, LIMITS, now_us=None)
         again = twice.decide(flushed, LIMITS, now_us=None)
-        assert again.publish == [] and not again.phases and again.alerts == []
+        # the history and the metric points, published by content, once; the pods that changed go as they come
+        # (the derivation says which changed: a redelivered batch sends them again, as upserts)
+        assert [p for p in again.publish if p.kind != POD] == [] and not again.phases and again.alerts == []
+        assert [p for p in again.publish if p.kind == POD] == [p for p in a.publish if p.kind == POD]
         assert b.publish == a.publish and [x.record for x in b.alerts] == [x.record for x in a.alerts]
         assert once.watermark_us >= before
         assert all(once.watermark_us >= advance(0, h) for h in flushed.histories)
-        published.update((p.run_id, p.value) for p in a.publish)
+        for p in a.publish:
+            if p.value is None:
+                published.pop(p.key, None)
+            else:
+                published[p.key] = p.value
         counted_once.update(a.phases)
         counted_twice.update(b.phases)
     assert counted_twice == counted_once
-    assert published == {run_id: h.model_dump_json().encode() for run_id, h in final.items()}
+    expected: dict[str, bytes] = {}
+    for run_id, h in final.items():  # the last publication of each part is the final history's
+        expected[record_key(run_id, HISTORY)] = dump(replace(h, metric_points=None, pods=None))
+        if h.metric_points:
+            expected[record_key(run_id, POINTS)] = adapter(MetricPointsRecord).dump_json(
+                MetricPointsRecord(run_id=run_id, metric_points=h.metric_points))
+        expected.update((record_key(run_id, POD, p.uid), adapter(PodPlacement).dump_json(p)) for p in h.pods or ())
+    assert published == expected
     assert once.runs == twice.runs and once.stuck == twice.stuck and once.watermark_us == twice.watermark_us

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.laws import by_object, fold
+from tracker.core.model import to_json
 from tracker.core.reducer import Reducer, ReducerLimits
 from tracker.samples.lifecycles import RunParams, RunPlan, generate_cluster
 
@@ -94,7 +95,7 @@ def _apply_one(red: Reducer, record: Any) -> bool:
 def _dump(red: Reducer, run_id: str) -> dict[str, Any]:
     h = red.history(run_id)
     assert h is not None
-    return h.model_dump(mode="json")
+    return to_json(h)
 
 
 @settings(max_examples=400, deadline=None)

@@ -29,6 +29,7 @@ import os
 import random
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -49,9 +50,9 @@ from tests.laws import (
     roundtrip,
     watch_with_gaps,
 )
+from tracker.core import derive as derive_module
 from tracker.core import reducer as reducer_module
-from tracker.core.derive import derive
-from tracker.core.model import Status
+from tracker.core.model import HistoryUpdate, Status, to_json
 from tracker.samples.builders import SECOND
 from tracker.samples.lifecycles import (
     RUN_SPACING,
@@ -165,15 +166,18 @@ def test_snapshot_and_resume_equals_one_fold(plan: list[RunPlan], seed: int) -> 
 def _flushed_state(order: list[Event], every: int) -> dict[str, Any]:
     """What a sink ends up with when the reducer flushes every ``every`` records."""
     red = reducer_module.Reducer()
-    last: dict[str, Any] = {}
+    last: dict[str, HistoryUpdate] = {}
+
+    def take(updates: list[HistoryUpdate]) -> None:
+        for u in updates:
+            last[u.run_id] = last[u.run_id].then(u) if u.run_id in last else u
+
     for n, ev in enumerate(order, start=1):
         red.apply(ev, "law")
         if n % every == 0:
-            for h in red.flush().histories:
-                last[h.run.run_id] = h.model_dump(mode="json")
-    for h in red.flush().histories:
-        last[h.run.run_id] = h.model_dump(mode="json")
-    return last
+            take(red.flush().updates)
+    take(red.flush().updates)
+    return {run_id: to_json(u.document()) for run_id, u in last.items()}
 
 
 @law_settings(60)
@@ -189,13 +193,19 @@ def _regressions(order: list[Event], final: dict[str, Any], red: reducer_module.
     each flush writes that differs from the final history (a sink would show it until the next flush)."""
     red.flush()
     bad = []
+    parts = ("run", "attempts", "transitions", "metrics", "resume_links")
     for n, ev in enumerate(order):
         red.apply(ev, "again")
-        for h in red.flush().histories:
-            got = h.model_dump(mode="json")
-            if got != final[h.run.run_id]:
-                diff = sorted(k for k in ("run", "attempts", "transitions") if got[k] != final[h.run.run_id][k])
-                bad.append(f"record {n} again: {h.run.run_id} {diff}")
+        for u in red.flush().updates:
+            assert u.history is not None
+            got, want = to_json(u.history), final[u.run_id]
+            diff = sorted(k for k in parts if got[k] != want[k])
+            pods = {p["uid"]: p for p in want["pods"]}
+            diff += [f"pod {p.uid}" for p in u.pods if to_json(p) != pods.get(p.uid)]
+            if u.points is not None and [to_json(p) for p in u.points] != want["metric_points"]:
+                diff.append("metric_points")
+            if diff:
+                bad.append(f"record {n} again: {u.run_id} {diff}")
     return bad
 
 
@@ -419,12 +429,14 @@ def _admitted_at(ev: Event) -> int | None:
 _FOLD_IN_CHILD = """
 import hashlib, json, sys
 from tests.laws import fold, histories
+from tracker.core.model import to_json
 out = []
 for order in json.load(open(sys.argv[1])):
     red = fold(order)
     flushed = red.flush()
     out.append([json.dumps(histories(red), sort_keys=True),
-                [h.model_dump_json() for h in flushed.histories], [d.model_dump_json() for d in flushed.dead_letters]])
+                [json.dumps(to_json(u), sort_keys=True) for u in flushed.updates],
+                [d.model_dump_json() for d in flushed.dead_letters]])
 print(hashlib.sha256(json.dumps(out).encode()).hexdigest())
 """
 
@@ -457,7 +469,8 @@ def test_determinism_across_processes_and_hash_seeds(tmp_path: Path) -> None:
     for order in orders:
         red = fold(order)
         flushed = red.flush()
-        out.append([json.dumps(histories(red), sort_keys=True), [h.model_dump_json() for h in flushed.histories],
+        out.append([json.dumps(histories(red), sort_keys=True),
+                    [json.dumps(to_json(u), sort_keys=True) for u in flushed.updates],
                     [d.model_dump_json() for d in flushed.dead_letters]])
     assert hashlib.sha256(json.dumps(out).encode()).hexdigest() == digests["0"]
 
@@ -506,19 +519,18 @@ def test_the_oracle_rejects_wrong_histories(plan: list[RunPlan]) -> None:
 
 
 def _dropping_evictions(derive: Any) -> Any:
-    def broken(facts: Any) -> Any:
-        h = derive(facts)
+    def broken(*args: Any) -> Any:
+        h = derive(*args)
         kept = [a for a in h.attempts if a.trigger in ("Submitted", "RayJobRetry")]
-        return h.model_copy(update={"run": h.run.model_copy(update={"evictions": 0, "attempts": len(kept)}),
-                                    "attempts": kept})
+        return replace(h, run=replace(h.run, evictions=0, attempts=len(kept)), attempts=kept)
     return broken
 
 
 def _constant(derive: Any) -> Any:
-    def broken(facts: Any) -> Any:
-        h = derive(facts)
-        return h.model_copy(update={"run": h.run.model_copy(update={"status": Status.SUCCEEDED, "reason": "Completed",
-                                                                    "evictions": 0, "retries": 0, "attempts": 1})})
+    def broken(*args: Any) -> Any:
+        h = derive(*args)
+        return replace(h, run=replace(h.run, status=Status.SUCCEEDED, reason="Completed", evictions=0, retries=0,
+                                      attempts=1))
     return broken
 
 
@@ -526,7 +538,7 @@ def _constant(derive: Any) -> Any:
 def test_a_broken_reducer_fails_the_oracle(breakage: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """A reducer that still agrees with itself (deterministic, idempotent, order-free) but drops evictions or
     gives every run the same outcome is caught."""
-    monkeypatch.setattr(reducer_module, "derive", breakage(derive))
+    monkeypatch.setattr(derive_module, "_derive", breakage(derive_module._derive))
     cluster = generate_cluster([RunPlan(RunParams(evictions=2, pod_failures=1)),
                                 RunPlan(RunParams(kind="RayJob", outcome="failed", evictions=1, ray_retries=1)),
                                 RunPlan(RunParams(outcome="deactivated", evictions=1))])

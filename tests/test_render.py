@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -21,6 +22,7 @@ from tracker.core.model import (
     RunRecord,
     Status,
     Transition,
+    field_names,
 )
 from tracker.render import history_json, human_duration, runs_json, runs_table, timeline
 
@@ -85,15 +87,17 @@ def failed_after_eviction() -> RunHistory:
                     ended_at=at(1200), end_reason="Preempted", end_message="Preempted to accommodate",
                     underlying_cause="InCohortReclamation", admission_wait_s=60.0, cluster_queue="cq", retries=1,
                     failures=[PodFailure(pod="train-0-a", at=at(600), reason="OOMKilled", exit_code=137)],
-                    pods=[PodPlacement(pod="train-0-a", node="node-1", created_at=at(60), scheduled_at=at(70),
-                                       finished_at=at(600))]),
+                    failed_pods=1, pod_count=1),
             attempt(rid, 2, trigger="Preempted", queued_at=at(1200), admitted_at=at(3912), scheduled_at=at(3912),
                     started_at=at(3960), ended_at=at(5400), end_reason="BackoffLimitExceeded",
                     end_message="Job has reached the limit", admission_wait_s=2712.0, cluster_queue="cq",
-                    failures=[PodFailure(pod="train-0-c", at=at(5300), reason="Error", exit_code=1)]),
+                    failures=[PodFailure(pod="train-0-c", at=at(5300), reason="Error", exit_code=1)], failed_pods=1),
         ],
         metrics=[],
         resume_links=[],
+        metric_points=[],
+        pods=[PodPlacement(run_id=rid, uid="uid-train-0-a", namespace="team-a", attempt=1, pod="train-0-a",
+                           node="node-1", created_at=at(60), scheduled_at=at(70), finished_at=at(600))],
     )
 
 
@@ -211,15 +215,15 @@ def test_timeline_shows_metrics_and_resume_link() -> None:
 
 
 def test_timeline_without_transitions() -> None:
-    h = pending().model_copy(update={"transitions": [], "attempts": []})
+    h = replace(pending(), transitions=[], attempts=[])
     assert "no phase transitions recorded yet" in text(timeline(h, width=WIDTH))
 
 
 def test_cluster_text_is_not_markup() -> None:
     h = pending()
-    h = h.model_copy(update={"transitions": [h.transitions[0].model_copy(update={"reason": "[bold]x[/bold]"})]})
+    h = replace(h, transitions=[replace(h.transitions[0], reason="[bold]x[/bold]")])
     assert "[bold]x[/bold]" in text(timeline(h, width=WIDTH))
-    assert "[red]" in text(runs_table([h.run.model_copy(update={"reason": "[red]"})]))
+    assert "[red]" in text(runs_table([replace(h.run, reason="[red]")]))
 
 
 @pytest.mark.parametrize("width", [60, 80, 200])
@@ -232,7 +236,7 @@ def test_timeline_fits_the_width(width: int) -> None:
 
 # ------------------------------------------------------------------------------------------ JSON
 
-RUN_KEYS = set(RunRecord.model_fields)
+RUN_KEYS = set(field_names(RunRecord))
 
 
 def is_iso_z(value: str) -> bool:
@@ -260,7 +264,7 @@ def test_history_json_shape() -> None:
     h = failed_after_eviction()
     out = history_json(h)
     json.dumps(out, allow_nan=False)
-    assert set(out) == RUN_KEYS | {"transitions", "attempt_details", "metrics", "resume_links"}
+    assert set(out) == RUN_KEYS | {"transitions", "attempt_details", "metrics", "resume_links", "pods"}
     assert out["attempts"] == 2  # the run object's count, as in runs_json
     assert [(t["phase"], t["attempt"]) for t in out["transitions"]] == [(t.phase.value, t.attempt) for t in
                                                                         h.transitions]
@@ -269,10 +273,11 @@ def test_history_json_shape() -> None:
                                      "reason": "Preempted", "message": h.transitions[3].message,
                                      "source": "Job/team-a/train"}
     first = out["attempt_details"][0]
-    assert set(first) == set(Attempt.model_fields) - {"run_id"}
+    assert set(first) == set(field_names(Attempt)) - {"run_id"}
     assert first["failures"] == [{"pod": "train-0-a", "at": "2026-08-20T10:10:00Z", "reason": "OOMKilled",
                                   "exit_code": 137, "message": ""}]
-    assert first["pods"][0]["scheduled_at"] == "2026-08-20T10:01:10Z"
+    assert first["pod_count"] == 1 and first["failed_pods"] == 1
+    assert out["pods"][0]["scheduled_at"] == "2026-08-20T10:01:10Z" and out["pods"][0]["attempt"] == 1
     assert out["metrics"] == [] and out["resume_links"] == []
 
 
@@ -281,6 +286,6 @@ def test_history_json_metrics_and_links() -> None:
     json.dumps(out, allow_nan=False)
     assert out["resume_links"] == [{"resume_of": "run-fail"}]
     loss, grad = out["metrics"]
-    assert set(loss) == set(MetricSummary.model_fields) - {"run_id"}
+    assert set(loss) == set(field_names(MetricSummary)) - {"run_id"}
     assert loss["latest_value"] == 0.42
     assert grad["latest_value"] is None and grad["max_value"] is None  # NaN and infinity are not JSON

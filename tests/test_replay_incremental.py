@@ -16,6 +16,7 @@ from rich.console import Console
 
 from tests.laws import object_key
 from tracker.cli import DEMO_CAPTURES, main, replay
+from tracker.core.model import HistoryUpdate
 from tracker.core.reducer import Reducer
 from tracker.render import history_json
 from tracker.samples.lifecycles import generate_stream
@@ -181,7 +182,7 @@ def test_replay_refuses_an_index_whose_runs_it_cannot_continue(tmp_path: Path,
         for rec in records:
             red.apply(rec)
     with ExperimentIndex(index) as ix:
-        ix.write(red.flush().histories, {("tracker-sink-index", "transitions", 0): 7})  # as the Kafka sink does
+        ix.write(red.flush().updates, {("tracker-sink-index", "transitions", 0): 7})  # as the Kafka sink does
     before = contents(index)
     assert main(["replay", str(DEMO_CAPTURES / "workloads.json"), "--index", str(index)]) == 2
     err = capsys.readouterr().err
@@ -197,7 +198,7 @@ def test_a_history_written_without_state_drops_the_state_kept_for_it(tmp_path: P
         assert ix.runs_without_state() == []
         one = ix.history("gpt-moe-6wz8r")
         assert one is not None
-        ix.write([one])
+        ix.write([HistoryUpdate.of(one)])
         assert ix.runs_without_state() == ["gpt-moe-6wz8r"]
 
 

@@ -22,7 +22,7 @@ from tests.laws import by_object, interleave
 from tests.test_reducer_laws import law_settings, plans, seeds
 from tests.test_replay_incremental import contents, cut
 from tracker.cli import DEMO_CAPTURES
-from tracker.core.model import FINAL_STATUSES
+from tracker.core.model import FINAL_STATUSES, to_json
 from tracker.core.reducer import Reducer, ReducerLimits
 from tracker.samples import builders
 from tracker.samples.lifecycles import generate_cluster
@@ -45,7 +45,7 @@ def sink_state(order: Sequence[Event], limits: ReducerLimits, every: int = 0,
 
     def flush() -> None:
         out = red.flush()
-        last.update((h.run.run_id, h.model_dump(mode="json")) for h in out.histories)
+        last.update((h.run.run_id, to_json(h)) for h in out.histories)
         retired.extend(out.retired)
 
     for n, ev in enumerate(order, start=1):

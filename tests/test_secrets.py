@@ -24,6 +24,7 @@ import pytest
 from tests.adx_standin import KustoStandIn
 from tests.test_kafka_pipeline import configure, create_topics, read_topic
 from tracker.cli import DEMO_CAPTURES
+from tracker.core.model import HistoryUpdate
 from tracker.settings import AdxSettings
 from tracker.shell.adx import AdxSink
 from tracker.shell.capture import Record, capture_files, read_capture
@@ -250,7 +251,7 @@ ops:
                                    retry_attempts=1, retry_initial_s=0.01, batch_max_delay_s=0.01))
         with ExperimentIndex(index) as ix:
             histories = [h for r in runs if (h := ix.history(r["run_id"])) is not None]
-        assert sink.write(histories) > 0 and sink.flush(60)
+        assert sink.write([HistoryUpdate.of(h) for h in histories]) > 0 and sink.flush(60)
         sink.close(30)
     finally:
         standin.down()

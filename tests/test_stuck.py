@@ -5,6 +5,7 @@ records against their published schemas; the reducer's run-state keeps what was 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -80,9 +81,9 @@ def test_candidates_carry_phase_age_and_the_reason_from_the_objects(
 def _in_runtime(h: RunHistory, waiting: str) -> RunHistory:
     """``h`` cut back to pods bound with containers not started (an image pull that does not end)."""
     cut = next(i for i, t in enumerate(h.transitions) if t.phase == Phase.RUNTIME) + 1
-    run = h.run.model_copy(update={"status": Status.PENDING, "phase": Phase.RUNTIME, "reason": waiting,
-                                   "message": "Back-off pulling image", "finished_at": None})
-    return h.model_copy(update={"run": run, "transitions": h.transitions[:cut]})
+    run = replace(h.run, status=Status.PENDING, phase=Phase.RUNTIME,
+                  reason=waiting, message="Back-off pulling image", finished_at=None)
+    return replace(h, run=run, transitions=h.transitions[:cut])
 
 
 def test_a_run_stuck_in_runtime_is_alerted_once_per_attempt_and_phase(

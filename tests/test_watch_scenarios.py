@@ -53,6 +53,7 @@ from tests.test_watch_kube import (  # noqa: F401  (module-scoped fixtures: one 
     wait_captured,
     watcher_api,
 )
+from tracker.core.model import to_json
 from tracker.samples.scenarios import SCENARIOS, _cluster
 from tracker.shell.watch import JsonlCapture, Watcher
 
@@ -286,7 +287,7 @@ def comparable(fields: Obj, transitions: list[tuple[Any, ...]], attempts: list[t
 
 def expected_of(h: Any) -> tuple[Obj, list[tuple[Any, ...]], list[tuple[Any, ...]]]:
     """A derived history in test_scenarios' shape."""
-    return (h.run.model_dump(mode="json"),
+    return (to_json(h.run),
             [(t.attempt, t.phase.value, t.at.strftime("%H:%M:%S"), t.reason) for t in h.transitions],
             [(a.trigger, a.end_reason, a.underlying_cause, a.retries, [f.reason for f in a.failures])
              for a in h.attempts])

@@ -286,8 +286,11 @@ async def test_v1beta2_workloads_are_discovered_captured_and_fold_to_the_written
     assert two["queued_at"] == one["ended_at"] == _ltt(evicted, "Evicted").strftime("%Y-%m-%dT%H:%M:%SZ")
     assert two["admission_wait_s"] == (_ltt(second, "Admitted") - _ltt(evicted, "Evicted")).total_seconds() >= 3
     pods = [w["object"]["metadata"]["name"] for w in c.written if w["type"] == "ADDED" and w["object"]["kind"] == "Pod"]
-    assert [p["pod"] for p in one["pods"]] == pods[:2] and [p["pod"] for p in two["pods"]] == pods[2:]
-    assert [p["finished_at"] is None for p in one["pods"] + two["pods"]] == [True, True, False, False]
+    ones = [p for p in history["pods"] if p["attempt"] == 1]
+    twos = [p for p in history["pods"] if p["attempt"] == 2]
+    assert [p["pod"] for p in ones] == pods[:2] and [p["pod"] for p in twos] == pods[2:]
+    assert [p["finished_at"] is None for p in ones + twos] == [True, True, False, False]
+    assert (one["pod_count"], two["pod_count"]) == (2, 2)
     assert [(t["attempt"], t["phase"], t["reason"]) for t in history["transitions"]] == [
         (1, "Admission", "Submitted"), (1, "Scheduling", "Admitted"), (1, "Runtime", "PodsScheduled"),
         (2, "Admission", "PodsReadyTimeout"), (2, "Scheduling", "Admitted"), (2, "Runtime", "PodsScheduled"),

@@ -130,7 +130,9 @@ def cmd_show(args: argparse.Namespace, console: object) -> int:
     if args.output in ("json", "yaml"):
         import json
 
-        data = json.loads(history.model_dump_json())  # the published history schema (schemas/history/)
+        from tracker.core.model import to_json
+
+        data = to_json(history)  # the published history schema (schemas/history/v2.schema.json)
         if args.output == "json":
             sys.stdout.write(json.dumps(data, indent=2) + "\n")
         else:

@@ -7,13 +7,13 @@ names) is always wrapped in ``Text``, never parsed as rich markup.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from enum import Enum
 from typing import Any
 
-from pydantic import BaseModel
 from rich import box
 from rich.console import Group, RenderableType
 from rich.table import Table
@@ -403,8 +403,8 @@ def _metrics(metrics: Sequence[MetricSummary]) -> Table:
 
 def _plain(value: Any) -> Any:
     """JSON-ready data: times as ISO-8601 UTC 'Z' strings, enums as their values, NaN and infinities as null."""
-    if isinstance(value, BaseModel):
-        return {k: _plain(getattr(value, k)) for k in type(value).model_fields}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, datetime):
         return _iso(value)
     if isinstance(value, Enum):
@@ -418,8 +418,8 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _without_run_id(model: BaseModel) -> dict[str, Any]:
-    data: dict[str, Any] = _plain(model)
+def _without_run_id(row: Any) -> dict[str, Any]:
+    data: dict[str, Any] = _plain(row)
     del data["run_id"]
     return data
 
@@ -430,12 +430,14 @@ def runs_json(records: Sequence[RunRecord]) -> list[dict[str, Any]]:
 
 
 def history_json(history: RunHistory) -> dict[str, Any]:
-    """The run object (as in ``runs_json``) plus its transitions (in order), attempt details, metrics and
-    resume links. The attempt objects are under ``attempt_details``: ``attempts`` is the run's attempt count."""
+    """The run object (as in ``runs_json``) plus its transitions (in order), attempt details, metrics, resume links
+    and pods (with their attempt numbers). The attempt objects are under ``attempt_details``: ``attempts`` is the
+    run's attempt count."""
     data: dict[str, Any] = _plain(history.run)
     data["transitions"] = [{"at": _iso(t.at), "phase": t.phase.value, "attempt": t.attempt, "reason": t.reason,
                             "message": t.message, "source": t.source} for t in history.transitions]
     data["attempt_details"] = [_without_run_id(a) for a in history.attempts]  # "attempts" is the count
     data["metrics"] = [_without_run_id(m) for m in history.metrics]
     data["resume_links"] = [_without_run_id(link) for link in history.resume_links]
+    data["pods"] = [_without_run_id(p) for p in history.pods or ()]
     return data

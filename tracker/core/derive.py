@@ -5,12 +5,17 @@ Theory of operation
 
 ``derive`` is a pure function of ``RunFacts``: the same facts always give the same history, whatever order the
 objects that produced them arrived in, and however often it is called. Times come only from the objects (and
-from TauGrid's intake events), never from a clock. Nothing here remembers anything between calls: the facts
-(``facts.py``) are merged commutatively as records arrive, and every history is computed again from all of them.
-That is why the rules below read sets of facts (every condition a Workload ever carried, keyed by type, status,
-reason and lastTransitionTime; every pod; every RayJob deployment) rather than a sequence of changes: a watch
-restarted after a ``410 Gone`` loses intermediate states, and streams of different kinds are not ordered with
-respect to each other (``shared/reference/lifecycle.md`` §5.1).
+from TauGrid's intake events), never from a clock. The facts (``facts.py``) are merged commutatively as records
+arrive, and a history is a function of all of them: the rules below read sets of facts (every condition a
+Workload ever carried, keyed by type, status, reason and lastTransitionTime; every pod; every RayJob deployment)
+rather than a sequence of changes: a watch restarted after a ``410 Gone`` loses intermediate states, and streams of
+different kinds are not ordered with respect to each other (``shared/reference/lifecycle.md`` §5.1).
+
+What is worked out from a run's pods is kept between changes (``Derivation``, ``derive_pods.PodSide``): per pod its
+row and what it adds to its attempt's sums, so that a change of one pod re-derives that pod and its attempt's sums,
+not every pod of the run; the cost of a change does not grow with the run's width. What is kept is itself a function
+of the facts (a pod's row of its own facts and of its attempt's layout; a change of the layout rebuilds every row),
+so an incremental derivation equals one from scratch (``derive``), which the laws check.
 
 A history is built in five steps, each a table or a function. ``derive`` (below) runs them and assembles the
 history and its run record (``_record``); the attempts of step 2 are worked out in ``derive_attempts.py``, and
@@ -22,7 +27,8 @@ the rule tables of steps 1, 3, 4 and 5, with the functions their rows name, are 
 2. **Attempts**: an attempt is one admission of the run. ``_kueue_attempts`` cuts the Workload's conditions into
    admission / eviction cycles (Kueue keeps one Workload through evictions and requeues: lifecycle.md §7, "cross
    object rules"); ``_split_ray_retries`` cuts an admission again where KubeRay retried the RayJob on a new
-   RayCluster; ``_assign_pods`` gives each pod to the attempt it ran in (``derive_attempts.py``).
+   RayCluster (``derive_attempts.py``); each pod ran in one attempt, and the attempts' sums over their pods are
+   what steps 4 and 5 and the GPU accounting read (``derive_pods.py``).
 3. **Final status** (``FINAL_STATUS_RULES``): the first rule whose evidence is present decides whether and how the
    run finished. The order is the precedence: an object's own terminal condition beats the Workload's
    ``Finished``, which beats a deactivation, which beats a deletion.
@@ -42,6 +48,9 @@ Each table is ordered and holds the rules of one decision; a reader can check ea
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import replace
+
 from tracker.core import gpu
 from tracker.core.derive_attempts import (
     CREATED,
@@ -52,12 +61,12 @@ from tracker.core.derive_attempts import (
     SUBMITTED,
     Cond,
     Reason,
-    _assign_pods,
-    _failures,
+    _Att,
     _kueue_attempts,
     _split_ray_retries,
     is_deactivation,
 )
+from tracker.core.derive_pods import _BEFORE_ALL, AttemptContext, AttemptPods, Layout, PodSide
 from tracker.core.derive_rules import (
     ATTEMPT_PHASES,
     FINAL_STATUS_RULES,
@@ -91,11 +100,13 @@ from tracker.core.model import (
     LABEL_PROJECT,
     LABEL_TARGET,
     LABEL_WORKSPACE,
+    MAX_FAILURES_LISTED,
     Attempt,
+    HistoryUpdate,
     MetricPoint,
     MetricSummary,
     Phase,
-    PodPlacement,
+    PodFailure,
     ResumeLink,
     RunHistory,
     RunRecord,
@@ -104,12 +115,12 @@ from tracker.core.model import (
     utc,
 )
 
-# the derivation's names, importable from here as before it was split in three modules
+# the derivation's names, importable from here as before it was split in several modules
 __all__ = [
     "ATTEMPT_PHASES", "CREATED", "DEACTIVATION_REASONS", "EVICTION_NOT_OBSERVED", "FINAL_STATUS_RULES", "INTAKE_PHASES",
     "INTAKE_SOURCE", "RAYJOB_RETRY", "REACTIVATED", "RUNNING_PHASES", "SUBMITTED", "WAIT_RULES", "AttemptPhase", "Cond",
-    "Entry", "FinalRule", "IntakePhase", "Reason", "WaitEvidence", "WaitRule", "derive", "is_deactivation",
-    "may_reopen",
+    "Derivation", "Entry", "FinalRule", "IntakePhase", "Reason", "WaitEvidence", "WaitRule", "derive",
+    "is_deactivation", "may_reopen",
 ]
 
 
@@ -124,14 +135,75 @@ def may_reopen(r: RunFacts, run: RunRecord) -> bool:
 
 
 def derive(r: RunFacts) -> RunHistory:
+    """The complete history of a run (with its metric points and pods), derived from scratch."""
+    d = Derivation()
+    d.update(r)
+    return d.document()
+
+
+class Derivation:
+    """One run's derivation, kept between changes: ``update`` after the run's facts changed gives its history (without
+    metric points and pods); ``take`` what changed since the previous take; ``document`` the complete history.
+
+    What an update costs does not grow with the run's width: the pod side (``derive_pods.PodSide``) recomputes only
+    the pods named as changed, and the metric curves, summaries and progress times are rebuilt only when a progress
+    report changed them (``RunFacts.progress_seq``). The rest (intake, attempts, final status, phase entries, the
+    run record) is recomputed from the facts at every update: it reads the run's conditions, deployments, events and
+    intake events, which do not grow with its pods."""
+
+    __slots__ = ("_facts", "_metrics", "_points", "_points_taken", "_progress", "_seq", "history", "pods")
+
+    def __init__(self) -> None:
+        self.pods = PodSide()
+        self.history: RunHistory | None = None
+        self._facts: RunFacts | None = None
+        self._seq = -1  # the progress_seq the cached metric parts are of
+        self._metrics: list[MetricSummary] = []
+        self._points: list[MetricPoint] = []
+        self._progress: list[int] = []
+        self._points_taken = False  # the current points went out with a take
+
+    def update(self, r: RunFacts, changed: Iterable[str] | None = None) -> RunHistory:
+        """Derive the history of ``r``; ``changed``: the uids of the pods whose facts changed since the last update
+        (None: anything may have; also when ``r`` is not the facts object of the last update)."""
+        if r is not self._facts or r.progress_seq != self._seq:
+            if r is not self._facts:
+                changed = None
+            self._facts, self._seq = r, r.progress_seq
+            metrics, points = _metrics(r), _points(r)
+            if points != self._points or self.history is None:
+                self._points_taken = False
+            self._metrics, self._points = metrics, points
+            self._progress = sorted(r.progress_buckets.values())
+        self.history = _derive(r, self.pods, changed, self._metrics, self._progress)
+        return self.history
+
+    def take(self) -> HistoryUpdate:
+        """The history of the last update, with the pods that changed since the last take and the metric points if
+        they did (the first take: all of them, ``full``)."""
+        assert self.history is not None, "update before take"
+        rows, removed, full = self.pods.take()
+        points = None if self._points_taken and not full else list(self._points)
+        self._points_taken = True
+        return HistoryUpdate(run_id=self.history.run.run_id, history=self.history, points=points, pods=rows,
+                             removed_pods=removed, full=full)
+
+    def document(self) -> RunHistory:
+        """The complete history of the last update."""
+        assert self.history is not None, "update before document"
+        return replace(self.history, metric_points=list(self._points), pods=self.pods.rows())
+
+
+def _derive(r: RunFacts, side: PodSide, changed: Iterable[str] | None, metrics: list[MetricSummary],
+            progress_times: list[int]) -> RunHistory:
     intake = _intake(r)
     atts = _split_ray_retries(r, _kueue_attempts(r))
-    _assign_pods(r, atts)
     run = _Run(r, atts, _source(r.kind, r.namespace, r.name), _source("Workload", r.namespace, r.wl_name))
     final = _final(run, intake)
     # close the last attempt at completion
     if final is not None and atts and atts[-1].end is None:
         atts[-1].end, atts[-1].end_reason, atts[-1].end_message = final.at, final.reason, final.message
+    side.update(r, _layout(r, atts, final), changed)
 
     transitions: list[Transition] = []
     last_attempt = last_at = 0  # of the last entry
@@ -152,27 +224,20 @@ def derive(r: RunFacts) -> RunHistory:
 
     attempts_out: list[Attempt] = []
     total_retries = 0
-    progress_times = sorted(r.progress_buckets.values())
     for i, a in enumerate(atts, start=1):
-        v = _view(run, i, a, progress_times)
+        pods = side.attempts[i - 1]
+        v = _view(run, i, a, pods, progress_times)
         for rule in ATTEMPT_PHASES:
             e = rule.enter(run, v)
             if e is not None:
                 add(i, rule.phase, e)
-        failures, retries = _failures(v.pods)
+        retries = pods.retries()
         total_retries += retries
-        placements = [PodPlacement(pod=p.name, node=p.node, created_at=utc(p.created), scheduled_at=utc(p.scheduled),
-                                   finished_at=utc(p.finished.at) if p.finished else None)
-                      for p in sorted(v.pods, key=lambda p: (p.created or 0, p.name))]
         wait = None
         if a.queued is not None and a.admitted is not None:
             wait = (a.admitted - a.queued) / 1_000_000
-        attempts_out.append(Attempt(
-            run_id=r.run_id, attempt=i, trigger=a.trigger, queued_at=utc(a.queued), admitted_at=utc(a.admitted),
-            scheduled_at=utc(a.start), started_at=utc(v.started_at), progress_at=utc(v.progress_at),
-            ended_at=utc(a.end), end_reason=a.end_reason, end_message=a.end_message, underlying_cause=a.cause,
-            admission_wait_s=wait, cluster_queue=a.cq, ray_cluster=a.ray_cluster, retries=retries,
-            failures=failures, pods=placements))
+        attempts_out.append(_attempt(r.run_id, i, a, v.started_at, v.progress_at, wait, retries, pods,
+                                     side.failures(i - 1, MAX_FAILURES_LISTED)))
 
     if final is not None:
         add(max(1, len(atts)), Phase.COMPLETION, Entry(final.at, final.reason, final.message, final.source))
@@ -187,16 +252,41 @@ def derive(r: RunFacts) -> RunHistory:
         status, reason, message = final.status, final.reason, final.message
     else:
         last_phase = transitions[-1].phase if transitions else Phase.ADMISSION
-        started = bool(attempts_out) and (attempts_out[-1].progress_at is not None or any(
-            r.pods[u].started is not None for u in atts[-1].pods))
+        started = bool(attempts_out) and (attempts_out[-1].progress_at is not None or side.attempts[-1].started > 0)
         status = Status.RUNNING if last_phase in RUNNING_PHASES and started else Status.PENDING
-        reason, message = _pending_reason(r, atts, last_phase, pending)
+        reason, message = _pending_reason(r, atts, side.attempts[-1] if side.attempts else None, last_phase, pending)
     phase = transitions[-1].phase if transitions else (Phase.ADMISSION if r.kind else Phase.RESOLUTION)
 
     record = _record(run, intake, final, attempts_out, status, reason, message, phase, pending, total_retries)
     links = [ResumeLink(run_id=r.run_id, resume_of=record.resume_of)] if record.resume_of else []
-    return gpu.account(RunHistory(run=record, transitions=transitions, attempts=attempts_out, metrics=_metrics(r),
-                                  resume_links=links, metric_points=_points(r)), r, [a.pods for a in atts])
+    return RunHistory(run=record, transitions=transitions, attempts=attempts_out, metrics=metrics, resume_links=links)
+
+
+def _layout(r: RunFacts, atts: list[_Att], final: _Final | None) -> Layout:
+    """What the pods read of the attempts (``derive_pods.Layout``)."""
+    losses = gpu.attempt_losses([a.trigger for a in atts], [a.end_reason for a in atts],
+                                [a.end is not None for a in atts], final.status if final else None,
+                                final.reason if final else None)
+    return Layout(r.kind == "RayJob", r.namespace, tuple(
+        AttemptContext(a.start if a.start is not None else (a.queued if a.queued is not None else _BEFORE_ALL),
+                       a.ray_cluster, a.end, loss) for a, loss in zip(atts, losses, strict=True)))
+
+
+_US_PER_HOUR = gpu.US_PER_HOUR
+
+
+def _attempt(run_id: str, i: int, a: _Att, started_at: int | None, progress_at: int | None, wait: float | None,
+             retries: int, pods: AttemptPods, failures: list[PodFailure]) -> Attempt:
+    open_gpus = pods.open_gpus
+    return Attempt(
+        run_id=run_id, attempt=i, trigger=a.trigger, queued_at=utc(a.queued), admitted_at=utc(a.admitted),
+        scheduled_at=utc(a.start), started_at=utc(started_at), progress_at=utc(progress_at),
+        ended_at=utc(a.end), end_reason=a.end_reason, end_message=a.end_message, underlying_cause=a.cause,
+        admission_wait_s=wait, cluster_queue=a.cq, ray_cluster=a.ray_cluster, retries=retries,
+        failures=failures, failed_pods=len(pods.failures), pod_count=pods.count,
+        gpus=pods.peak.peak(), gpu_hours=pods.held / _US_PER_HOUR, lost_gpu_hours=pods.lost / _US_PER_HOUR,
+        lost_gpu_hours_by={k: v[0] / _US_PER_HOUR for k, v in sorted(pods.by.items())}, gpus_open=open_gpus,
+        open_since=utc(pods.open_weight // open_gpus) if open_gpus else None)
 
 
 def _record(run: _Run, intake: _Intake, final: _Final | None, attempts_out: list[Attempt], status: Status,
@@ -235,6 +325,7 @@ def _record(run: _Run, intake: _Intake, final: _Final | None, attempts_out: list
         config_ref=ann.get(ANN_CONFIG_REF) or prov.get("config_ref"),
         input_refs=input_refs, output_uri=ann.get(ANN_OUTPUT) or prov.get("output_uri"),
         resume_of=ann.get(ANN_RESUME_OF), last_checkpoint=r.checkpoint[2] if r.checkpoint else None,  # (step, at, uri)
+        **gpu.totals(attempts_out),
     )
 
 

@@ -1,19 +1,18 @@
-"""Step 2 of ``derive`` (``derive.py``): a run's attempts, and the pods and pod failures of each.
+"""Step 2 of ``derive`` (``derive.py``): a run's attempts.
 
 An attempt is one admission of the run. ``_kueue_attempts`` cuts the Workload's conditions into admission /
-eviction cycles, ``_split_ray_retries`` cuts an admission again where KubeRay retried the RayJob on a new
-RayCluster, ``_assign_pods`` gives each pod to the attempt it ran in, and ``_failures`` lists an attempt's pod
-failures. Also here: the Kueue reasons and attempt triggers the rules (``derive_rules.py``) read, and the
-condition helpers. Pure, like the rest of the derivation.
+eviction cycles and ``_split_ray_retries`` cuts an admission again where KubeRay retried the RayJob on a new
+RayCluster; which pod ran in which attempt, and what the attempts' pods add up to, is ``derive_pods.py``'s. Also
+here: the Kueue reasons and attempt triggers the rules (``derive_rules.py``) read, and the condition helpers. Pure,
+like the rest of the derivation.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import NamedTuple
 
-from tracker.core.facts import CondFacts, PodFacts, RayAttemptFacts, RunFacts
-from tracker.core.model import PodFailure, utc
+from tracker.core.facts import CondFacts, RayAttemptFacts, RunFacts
 
 # Workload Evicted=True reasons (prefixes) of a deactivation (spec.active=false): Kueue's ``InactiveWorkload`` and
 # the ``Deactivated...`` reasons of newer versions. A deactivated run is stopped, unless a reactivation follows.
@@ -84,7 +83,6 @@ class _Att:
     cq: str | None = None
     ray_cluster: str | None = None
     ray_start: int | None = None  # the RayJob deployment (its status.startTime) this attempt ran
-    pods: list[str] = field(default_factory=list)
     # the reason of the Admission entry when it is not the trigger: a reactivation
     reopened: Reason | None = None
 
@@ -261,46 +259,3 @@ def _split_ray_retries(r: RunFacts, atts: list[_Att]) -> list[_Att]:
             cur.ray_cluster = r.ray[st].cluster
         out.append(cur)
     return out
-
-
-def _assign_pods(r: RunFacts, atts: list[_Att]) -> None:
-    """Each pod to an attempt: a RayCluster's pods to the attempt that ran that RayCluster; any other pod to the
-    last attempt that began (Scheduling, else Admission) no later than the pod was created."""
-    if not atts:
-        return
-    cluster_att = {a.ray_cluster: a for a in atts if a.ray_cluster}
-    bounds = [a.start if a.start is not None else (a.queued if a.queued is not None else -(1 << 62)) for a in atts]
-    for uid, p in sorted(r.pods.items(), key=lambda kv: (kv[1].created or 0, kv[0])):
-        target = cluster_att.get(p.ray_cluster) if p.ray_cluster else None
-        if target is None:
-            c = p.created if p.created is not None else 0
-            idx = 0
-            for j, b in enumerate(bounds):
-                if b is not None and b <= c:
-                    idx = j
-            target = atts[idx]
-        target.pods.append(uid)
-
-
-def _failures(pods: list[PodFacts]) -> tuple[list[PodFailure], int]:
-    """The pod failures of an attempt's pods (a pod killed from outside, by a disruption or a deletion, did not
-    fail), and how many of them the Job replaced (a pod of the attempt was created after the failure)."""
-    fails = []
-    last_created: int | None = None  # computed at the first failure
-    retries = 0
-    for p in pods:
-        end = p.finished
-        if end is None or end.phase != "Failed":
-            continue
-        killed = p.disrupted or (p.delete_requested is not None and p.delete_requested <= end.at)
-        if killed:
-            continue
-        fails.append((end.at, p.name, end.reason, end.exit_code, end.message))
-        if last_created is None:
-            last_created = max(q.created or 0 for q in pods)
-        if last_created > end.at:
-            retries += 1
-    fails.sort()
-    return [PodFailure(pod=n, at=utc(at), reason=reason, exit_code=None if code < 0 else code, message=msg)
-            for at, n, reason, code, msg in fails], retries
-

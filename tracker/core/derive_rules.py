@@ -21,7 +21,8 @@ from tracker.core.derive_attempts import (
     _first_true,
     is_deactivation,
 )
-from tracker.core.facts import PodFacts, RunFacts
+from tracker.core.derive_pods import AttemptPods
+from tracker.core.facts import RunFacts, Unschedulable
 from tracker.core.model import Phase, Status
 
 INTAKE_SOURCE = "TauGrid/intake"
@@ -82,7 +83,7 @@ class _AttemptView:
 
     number: int  # from 1
     att: _Att
-    pods: list[PodFacts]
+    pods: AttemptPods  # the sums over its pods
     scheduled: int  # pods of the attempt scheduled (RayJob: pods of its RayClusters)
     started_at: int | None  # the expected number of pods scheduled (or the RayCluster ready)
     runtime_at: int | None  # started_at if the attempt had not ended before: the Runtime entry
@@ -302,12 +303,10 @@ ATTEMPT_PHASES: tuple[AttemptPhase, ...] = (
 )
 
 
-def _view(run: _Run, number: int, a: _Att, progress_times: list[int]) -> _AttemptView:
+def _view(run: _Run, number: int, a: _Att, pods: AttemptPods, progress_times: list[int]) -> _AttemptView:
     r, atts = run.r, run.atts
-    pods = [r.pods[u] for u in a.pods]
-    # a RayJob's own pods (the submitter) do not count: its RayCluster's do
-    real_pods = [p for p in pods if r.kind != "RayJob" or p.ray_cluster]
-    sched_times = sorted(p.scheduled for p in real_pods if p.scheduled is not None)
+    # a RayJob's own pods (the submitter) do not count: its RayCluster's do (``pods.sched`` holds the others' binds)
+    sched_times = pods.sched
     started_at = sched_times[r.expected_pods - 1] if len(sched_times) >= r.expected_pods else None
     if started_at is None and a.ray_cluster and a.ray_cluster in r.ray_clusters:
         started_at = r.ray_clusters[a.ray_cluster].ready
@@ -343,7 +342,7 @@ class _Waiting:
     Warning Events since the attempt entered the phase it waits in."""
 
     r: RunFacts
-    pods: list[PodFacts]
+    pods: AttemptPods | None  # the current attempt's
     since: int | None
     quota: Reason | None
     warnings: tuple[str, ...]
@@ -358,17 +357,18 @@ def _quota_pending(w: _Waiting) -> Reason | None:
 
 def _unschedulable_pod(w: _Waiting) -> Reason | None:
     """The latest PodScheduled=False of a pod not scheduled since."""
-    unsched = [p.unschedulable for p in w.pods if p.unschedulable and p.scheduled is None]
-    if not unsched:
+    if w.pods is None or not w.pods.unschedulable.items:
         return None
-    latest = max(unsched)
+    latest = w.pods.unschedulable.items[-1]
+    assert isinstance(latest, Unschedulable)
     return Reason(latest.reason, latest.message)
 
 
 def _waiting_container(w: _Waiting) -> Reason | None:
     """A container's state.waiting.reason (ImagePullBackOff, CrashLoopBackOff, ...): the first by name."""
-    waiting = [p.waiting_reason for p in w.pods if p.waiting_reason]
-    return Reason(min(waiting), "") if waiting else None
+    if w.pods is None or not w.pods.waiting.items:
+        return None
+    return Reason(str(w.pods.waiting.items[0]), "")
 
 
 def _warning_event(w: _Waiting) -> Reason | None:
@@ -405,13 +405,14 @@ _WAIT_RULE = {w.phase: w for w in WAIT_RULES}
 _NO_REASON: tuple[str | None, str] = (None, "")
 
 
-def _pending_reason(r: RunFacts, atts: list[_Att], phase: Phase, quota: Reason | None) -> tuple[str | None, str]:
+def _pending_reason(r: RunFacts, atts: list[_Att], pods: AttemptPods | None, phase: Phase,
+                    quota: Reason | None) -> tuple[str | None, str]:
+    """Why an unfinished run waits in ``phase``; ``pods``: the sums over its current attempt's pods."""
     rule = _WAIT_RULE.get(phase)
     if rule is None:
         return _NO_REASON
     cur = atts[-1] if atts else None
     since = None if cur is None else (cur.queued if phase is Phase.ADMISSION else cur.start)
-    pods = [r.pods[u] for u in cur.pods] if cur else []
     w = _Waiting(r, pods, since, quota, rule.warnings)
     for evidence in rule.evidence:
         found = evidence(w)

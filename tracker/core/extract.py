@@ -322,9 +322,9 @@ def merge_workload(r: RunFacts, etype: str, obj: dict[str, Any]) -> None:
 
 
 def merge_pod(r: RunFacts, obj: dict[str, Any], owner_uid: str | None,
-              accelerators: Accelerators = DEFAULT_ACCELERATORS) -> None:
-    """A pod of the run. Whether the watch said DELETED does not matter: a deleted pod's last state says all.
-    ``accelerators``: the extended resources counted as its GPUs."""
+              accelerators: Accelerators = DEFAULT_ACCELERATORS) -> str:
+    """A pod of the run; returns its uid. Whether the watch said DELETED does not matter: a deleted pod's last state
+    says all. ``accelerators``: the extended resources counted as its GPUs."""
     meta = obj_at(obj, "metadata")
     spec = obj_at(obj, "spec")
     status = obj_at(obj, "status")
@@ -409,6 +409,7 @@ def merge_pod(r: RunFacts, obj: dict[str, Any], owner_uid: str | None,
     p.gpus = max(p.gpus, gpus)
     if waiting and newer(rv, p.waiting_rv):
         p.waiting_reason, p.waiting_rv = waiting, rv
+    return uid
 
 
 def merge_raycluster(r: RunFacts, obj: dict[str, Any]) -> None:

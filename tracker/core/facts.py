@@ -285,6 +285,9 @@ class RunFacts:
     metrics: dict[str, MetricFacts] = field(default_factory=dict)
     points: MetricPoints = field(default_factory=MetricPoints)  # the metrics' curves, downsampled
     checkpoint: tuple[int, int, str] | None = None  # the latest (step, at, uri)
+    # Not a fact (not kept in snapshots): counts the progress reports merged, so that the derivation rebuilds the
+    # metric curves, summaries and progress times only when one changed them (``derive.Derivation``).
+    progress_seq: int = 0
 
     # ---------------------------------------------------------------- merges used by the extractor
     def cond(self, conds: CondFacts, versions: CondVersions, key: CondKey, message: str, rv: int | None) -> None:
@@ -350,8 +353,10 @@ class RunFacts:
                 del self.progress_buckets[max(self.progress_buckets)]
 
     # ---------------------------------------------------------------- snapshot
-    def to_json(self) -> dict[str, Any]:
-        return {
+    def to_json(self, pods: bool = True) -> dict[str, Any]:
+        """The facts as JSON values; ``pods=False`` leaves the pods out (a per-pod changelog keeps them apart:
+        ``PodFacts.to_json``), and ``from_json`` then reads none."""
+        doc = {
             "run_id": self.run_id, "kind": self.kind, "uid": self.uid, "namespace": self.namespace,
             "name": self.name, "created": self.created, "labels": self.labels,
             "annotations": self.annotations, "expected_pods": self.expected_pods,
@@ -372,6 +377,9 @@ class RunFacts:
                         for k, m in self.metrics.items()},
             "checkpoint": self.checkpoint, "points": self.points.to_json(),
         }
+        if not pods:
+            del doc["pods"]
+        return doc
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> RunFacts:
@@ -386,7 +394,7 @@ class RunFacts:
         r.cq_by_admission = {k: v for k, v in d["cq_by_admission"]}
         r.wl_pending = tuple(d["wl_pending"]) if d["wl_pending"] else None
         r.wl_rv = d.get("wl_rv")  # older snapshots have no resourceVersions: the next version sets the values
-        r.pods = {k: PodFacts.from_json(v) for k, v in d["pods"].items()}
+        r.pods = {k: PodFacts.from_json(v) for k, v in d.get("pods", {}).items()}
         r.ray = {k: RayAttemptFacts.from_json(v) for k, v in d["ray"]}
         r.ray_clusters = {k: RayClusterFacts(v[0], v[1], v[2]) for k, v in d["ray_clusters"].items()}
         r.events = {k: EventFacts.from_json(v) for k, v in d["events"].items()}

@@ -23,8 +23,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from tracker.core.facts import PodFacts, RunFacts
-from tracker.core.model import Attempt, PodPlacement, RunHistory, Status, utc
+from tracker.core.facts import PodFacts
+from tracker.core.model import Attempt, Status, utc
 
 #: Extended resources counted as GPUs by default: NVIDIA and AMD GPUs, Intel and Habana accelerators, and NVIDIA MIG
 #: slices (``nvidia.com/mig-<profile>``, each counted as one). A name ending in ``*`` matches every resource that
@@ -45,7 +45,7 @@ LOST_REASONS = (LOST_POD_FAILURE, LOST_POD_EVICTED, LOST_PREEMPTED, LOST_PODS_RE
 
 _RAYJOB_RETRY_TRIGGER = "RayJobRetry"  # tracker.core.derive.RAYJOB_RETRY (not imported: derive calls this module)
 _DELETED = "Deleted"  # the final reason of a run stopped by deleting its Job/RayJob
-_US_PER_HOUR = 3_600_000_000
+US_PER_HOUR = 3_600_000_000  # GPU-µs in a GPU-hour
 
 
 MAX_GPUS = 1 << 16  # per resource of a container: a larger count is a malformed pod (ValueError)
@@ -108,11 +108,14 @@ def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _bind(p: PodFacts) -> int | None:
+def bind_time(p: PodFacts) -> int | None:
+    """When a pod began holding its GPUs: its bind (PodScheduled=True), else its first container start."""
     return p.scheduled if p.scheduled is not None else p.started
 
 
-def _end(p: PodFacts, attempt_end: int | None) -> int | None:
+def release_time(p: PodFacts, attempt_end: int | None) -> int | None:
+    """When a pod stopped holding its GPUs: its last container's finish, else the deletion asked for, else the end of
+    its attempt; None while it still holds them."""
     if p.finished is not None:
         return p.finished.at
     if p.delete_requested is not None:
@@ -120,20 +123,25 @@ def _end(p: PodFacts, attempt_end: int | None) -> int | None:
     return attempt_end
 
 
-def _attempt_loss(i: int, attempts: Sequence[Attempt], status: Status, reason: str | None) -> str | None:
-    """Why all of attempt ``i``'s remaining GPU-time was lost, if it was: by how the attempt ended, else the run."""
-    a = attempts[i]
-    if i + 1 < len(attempts):
-        nxt = attempts[i + 1].trigger
-        if nxt == _RAYJOB_RETRY_TRIGGER:
-            return LOST_RAYJOB_RETRY
-        return _eviction(a.end_reason or nxt)
-    if status is Status.FAILED:
-        return LOST_RUN_FAILED
-    if a.ended_at is not None and status not in (Status.SUCCEEDED, Status.FAILED) and \
-            not (status is Status.STOPPED and reason == _DELETED):
-        return _eviction(a.end_reason)  # evicted and not re-queued yet, or deactivated
-    return None
+def attempt_losses(triggers: Sequence[str], end_reasons: Sequence[str | None], ended: Sequence[bool],
+                   final_status: Status | None, final_reason: str | None) -> list[str | None]:
+    """Why all of each attempt's GPU-time not lost by its pods was lost, if it was: by how the attempt ended (the next
+    attempt's trigger, its own end reason), else, for the last one, by how the run ended (``final_status`` None: it
+    has not)."""
+    out: list[str | None] = []
+    n = len(triggers)
+    for i in range(n):
+        if i + 1 < n:
+            nxt = triggers[i + 1]
+            out.append(LOST_RAYJOB_RETRY if nxt == _RAYJOB_RETRY_TRIGGER else _eviction(end_reasons[i] or nxt))
+        elif final_status is Status.FAILED:
+            out.append(LOST_RUN_FAILED)
+        elif ended[i] and final_status is not Status.SUCCEEDED and \
+                not (final_status is Status.STOPPED and final_reason == _DELETED):
+            out.append(_eviction(end_reasons[i]))  # evicted and not re-queued yet, or deactivated
+        else:
+            out.append(None)
+    return out
 
 
 def _eviction(reason: str | None) -> str:
@@ -144,84 +152,18 @@ def _eviction(reason: str | None) -> str:
     return LOST_EVICTED
 
 
-class _Acc:
-    """One attempt's sums, in GPU-microseconds."""
-
-    __slots__ = ("by", "held", "intervals", "lost", "open_gpus", "open_weight")
-
-    def __init__(self) -> None:
-        self.held = 0
-        self.lost = 0
-        self.by: dict[str, int] = {}
-        self.open_gpus = 0
-        self.open_weight = 0  # sum of gpus x bind over the pods still holding GPUs
-        self.intervals: list[tuple[int, int]] = []  # (time, +gpus / -gpus)
+def loss_reads_last_created(p: PodFacts) -> bool:
+    """Whether ``pod_loss`` depends on the latest creation time in the pod's attempt: the pod failed, or was deleted
+    before it ended."""
+    if p.finished is not None:
+        return p.finished.phase == "Failed"
+    return p.delete_requested is not None
 
 
-def _peak(events: list[tuple[int, int]]) -> int:
-    cur = peak = 0
-    for _, delta in sorted(events):  # at equal times releases (negative) come first
-        cur += delta
-        peak = max(peak, cur)
-    return peak
-
-
-def account(history: RunHistory, r: RunFacts, attempt_pods: Sequence[Sequence[str]]) -> RunHistory:
-    """``history`` with GPUs, GPU-hours held and lost filled in per pod placement, attempt and run.
-
-    ``attempt_pods`` lists, per attempt, the uids of its pods (the order of ``Attempt.pods`` is rebuilt here)."""
-    run = history.run
-    if not any(p.gpus for p in r.pods.values()):
-        return history
-    attempts_out: list[Attempt] = []
-    for i, (a, uids) in enumerate(zip(history.attempts, attempt_pods, strict=True)):
-        pods = sorted((r.pods[u] for u in uids), key=lambda p: (p.created or 0, p.name))
-        end_us = _us(a.ended_at)
-        attempt_loss = _attempt_loss(i, history.attempts, run.status, run.reason)
-        last_created = max((p.created or 0 for p in pods), default=0)
-        acc = _Acc()
-        placements: list[PodPlacement] = []
-        for p, placed in zip(pods, a.pods, strict=True):
-            placements.append(_pod(p, placed, end_us, attempt_loss, last_created, acc))
-        attempts_out.append(a.model_copy(update={
-            "pods": placements, "gpus": _peak(acc.intervals), "gpu_hours": acc.held / _US_PER_HOUR,
-            "lost_gpu_hours": acc.lost / _US_PER_HOUR,
-            "lost_gpu_hours_by": {k: v / _US_PER_HOUR for k, v in sorted(acc.by.items())},
-            "gpus_open": acc.open_gpus,
-            "open_since": utc(acc.open_weight // acc.open_gpus) if acc.open_gpus else None,
-        }))
-    return history.model_copy(update={"attempts": attempts_out, "run": run.model_copy(update=totals(attempts_out))})
-
-
-def _pod(p: PodFacts, placed: PodPlacement, end_us: int | None, attempt_loss: str | None, last_created: int,
-         acc: _Acc) -> PodPlacement:
-    bind = _bind(p)
-    if not p.gpus or bind is None:
-        return placed.model_copy(update={"gpus": p.gpus, "gpu_hours": 0.0})
-    end = _end(p, end_us)
-    if end is None:
-        acc.open_gpus += p.gpus
-        acc.open_weight += p.gpus * bind
-        acc.intervals.append((bind, p.gpus))
-        return placed.model_copy(update={"gpus": p.gpus, "gpu_hours": None})
-    end = max(end, bind)
-    held = p.gpus * (end - bind)
-    acc.held += held
-    acc.intervals += [(bind, p.gpus), (end, -p.gpus)]
-    lost = _pod_loss(p, end, last_created) or attempt_loss
-    if lost is not None:
-        acc.lost += held
-        acc.by[lost] = acc.by.get(lost, 0) + held
-    return placed.model_copy(update={"gpus": p.gpus, "released_at": utc(end), "gpu_hours": held / _US_PER_HOUR,
-                                     "lost": lost})
-
-
-def _pod_loss(p: PodFacts, end: int, last_created: int) -> str | None:
-    """A pod that ended abnormally and was replaced by a later pod of its attempt."""
-    if p.finished is not None and p.finished.phase != "Failed":
-        return None
-    if p.finished is None and p.delete_requested is None:
-        return None  # ended with its attempt
+def pod_loss(p: PodFacts, end: int, last_created: int) -> str | None:
+    """A pod that ended abnormally and was replaced by a later pod of its attempt (one created after ``end``)."""
+    if not loss_reads_last_created(p):
+        return None  # it succeeded, or ended with its attempt
     if last_created <= end:
         return None
     killed = p.finished is None or p.disrupted or (p.delete_requested is not None and p.delete_requested <= end)

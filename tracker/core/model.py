@@ -6,11 +6,13 @@ that the JSON Schemas under ``schemas/`` are generated from exactly these classe
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields, replace
+from dataclasses import field as dc_field
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar, cast, overload
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
 from tracker.core.redact import redact_inline, redact_text
 
@@ -58,6 +60,14 @@ class Status(StrEnum):
 
 
 FINAL_STATUSES = frozenset({Status.SUCCEEDED, Status.FAILED, Status.STOPPED})
+
+
+@overload
+def utc(ts_us: int) -> datetime: ...
+@overload
+def utc(ts_us: None) -> None: ...
+@overload
+def utc(ts_us: int | None) -> datetime | None: ...
 
 
 def utc(ts_us: int | None) -> datetime | None:
@@ -143,28 +153,45 @@ class IntakeEnvelope(BaseModel):
 
 # --------------------------------------------------------------------------------------------------
 # Output: the run history, as written to the experiment index and to Azure Data Explorer.
+#
+# Plain frozen dataclasses, not pydantic models: the reducer builds them for every change it derives, and a
+# dataclass is built several times faster than a model is validated. pydantic still describes them (the JSON
+# Schemas under schemas/ come from ``TypeAdapter``s over these classes, with the ``Field`` constraints in their
+# annotations) and validates them where they come in from outside (``load``: the transitions topic, the index).
+# The reducer's own output is correct by construction and is not validated again.
+
+_FORBID = ConfigDict(extra="forbid")
+_LOST_BY = ("lost_gpu_hours by reason (PodFailure, PodEvicted, Preempted, PodsReadyTimeout, Evicted, RayJobRetry, "
+            "RunFailed).")
+_OPEN = ("GPUs still held by pods that have not released them: held at time T = gpu_hours + gpus_open x "
+         "(T - open_since).")
 
 
-class _Row(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Transition(_Row):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Transition:
     """One phase entry of one attempt of a run. Keyed by (run_id, attempt, phase).
 
     Completion is the last entry of a finished run, or of an attempt stopped by a Kueue deactivation that a
     reactivation later undid (the run is then in Completion until the next attempt's Admission)."""
 
+    __pydantic_config__ = _FORBID
+
     run_id: str
-    attempt: int = Field(ge=1)
+    attempt: Annotated[int, Field(ge=1)]
     phase: Phase
     at: datetime
-    reason: str = Field(description="Machine-readable cause, e.g. Queued, Admitted, Preempted, Reactivated, OOMKilled.")
+    reason: Annotated[str, Field(description="Machine-readable cause, e.g. Queued, Admitted, Preempted, Reactivated, "
+                                             "OOMKilled.")]
     message: str = ""
-    source: str = Field(description="Object that evidences it, as Kind/namespace/name.")
+    source: Annotated[str, Field(description="Object that evidences it, as Kind/namespace/name.")]
 
 
-class PodFailure(_Row):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PodFailure:
+    """A pod of an attempt that failed (not one killed from outside). Keyed by (run_id, attempt, pod)."""
+
+    __pydantic_config__ = _FORBID
+
     pod: str
     at: datetime | None
     reason: str
@@ -172,56 +199,86 @@ class PodFailure(_Row):
     message: str = ""
 
 
-class PodPlacement(_Row):
-    pod: str
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PodPlacement:
+    """One pod of a run: where and when it ran, in which attempt, and its GPU accounting. Keyed by (run_id, uid).
+
+    A run's pods are records of their own (``RunHistory.pods`` in a complete history, one record per pod on the
+    transitions topic), so that a change of one pod of a wide run rewrites that pod's row only."""
+
+    __pydantic_config__ = _FORBID
+
+    run_id: str
+    uid: Annotated[str, Field(description="The pod's metadata.uid ('v5:<attempt>:<pod>' for a row an index of "
+                                          "schema 5 held, until its run is written again).")]
+    namespace: Annotated[str | None, Field(description="The run's (and so the pod's) namespace: a pod record stands "
+                                                       "alone, for joins with GPU telemetry on namespace and pod.")]
+    attempt: Annotated[int, Field(ge=1, description="The attempt the pod ran in.")]
+    pod: Annotated[str, Field(description="The pod's name.")]
     node: str | None
     created_at: datetime | None
     scheduled_at: datetime | None
     finished_at: datetime | None
-    gpus: int = Field(default=0, ge=0, description="GPUs the pod requested (schemas/gpu-accounting.md).")
-    released_at: datetime | None = Field(default=None, description="When the pod stopped holding its GPUs.")
-    gpu_hours: float | None = Field(default=0.0, description="GPU-hours held from bind to release; null while the "
-                                                             "pod still holds its GPUs.")
-    lost: str | None = Field(default=None, description="Why its GPU-time was lost (schemas/gpu-accounting.md), "
-                                                       "null if it was not.")
+    gpus: Annotated[int, Field(ge=0, description="GPUs the pod requested (schemas/gpu-accounting.md).")] = 0
+    released_at: Annotated[datetime | None, Field(description="When the pod stopped holding its GPUs.")] = None
+    gpu_hours: Annotated[float | None, Field(description="GPU-hours held from bind to release; null while the pod "
+                                                         "still holds its GPUs.")] = 0.0
+    lost: Annotated[str | None, Field(description="Why its GPU-time was lost (schemas/gpu-accounting.md), null if "
+                                                  "it was not.")] = None
 
 
-class Attempt(_Row):
-    """One admission (or RayJob retry) of a run. Keyed by (run_id, attempt)."""
+def pod_order(p: PodPlacement) -> tuple[int, bool, datetime, str, str]:
+    """The order of a run's pods in a complete history: by attempt, then creation time (none first), name and uid."""
+    return p.attempt, p.created_at is not None, p.created_at or _EPOCH, p.pod, p.uid
+
+
+MAX_FAILURES_LISTED = 64  # pod failures an attempt lists (the earliest); ``failed_pods`` counts them all
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Attempt:
+    """One admission (or RayJob retry) of a run. Keyed by (run_id, attempt). Its pods are the run's ``pods`` with
+    this attempt number."""
+
+    __pydantic_config__ = _FORBID
 
     run_id: str
-    attempt: int = Field(ge=1)
-    trigger: str = Field(description="Why this attempt began: Submitted, a Kueue eviction reason (a deactivation "
-                                     "when the Workload was reactivated), RayJobRetry.")
+    attempt: Annotated[int, Field(ge=1)]
+    trigger: Annotated[str, Field(description="Why this attempt began: Submitted, a Kueue eviction reason (a "
+                                              "deactivation when the Workload was reactivated), RayJobRetry.")]
     queued_at: datetime | None
     admitted_at: datetime | None
     scheduled_at: datetime | None
     started_at: datetime | None
     progress_at: datetime | None
     ended_at: datetime | None
-    end_reason: str | None = Field(description="Eviction or terminal reason that ended the attempt.")
+    end_reason: Annotated[str | None, Field(description="Eviction or terminal reason that ended the attempt.")]
     end_message: str = ""
     underlying_cause: str | None = None
     admission_wait_s: float | None
     cluster_queue: str | None = None
     ray_cluster: str | None = None
-    retries: int = Field(ge=0, description="Pod failures the Job replaced within this attempt.")
-    failures: list[PodFailure] = Field(default_factory=list)
-    pods: list[PodPlacement] = Field(default_factory=list)
+    retries: Annotated[int, Field(ge=0, description="Pod failures the Job replaced within this attempt.")]
+    failures: Annotated[list[PodFailure], Field(description=f"Its pod failures, the earliest first: at most "
+                                                            f"{MAX_FAILURES_LISTED} (failed_pods counts them all).")
+                        ] = dc_field(default_factory=list)
     # GPU accounting (tracker.core.gpu; the definitions are in schemas/gpu-accounting.md)
-    gpus: int = Field(default=0, ge=0, description="The most GPUs held at once (a run: by any attempt).")
-    gpu_hours: float = Field(default=0.0, ge=0, description="GPU-hours held by pods that released them.")
-    lost_gpu_hours: float = Field(default=0.0, ge=0, description="Of gpu_hours, the GPU-hours lost.")
-    lost_gpu_hours_by: dict[str, float] = Field(default_factory=dict,
-                                                description="lost_gpu_hours by reason (PodFailure, PodEvicted, "
-                                                            "Preempted, PodsReadyTimeout, Evicted, RayJobRetry, "
-                                                            "RunFailed).")
-    gpus_open: int = Field(default=0, ge=0, description="GPUs still held by pods that have not released them: "
-                                                        "held at time T = gpu_hours + gpus_open x (T - open_since).")
-    open_since: datetime | None = Field(default=None, description="GPU-weighted mean bind time of those pods.")
+    gpus: Annotated[int, Field(ge=0, description="The most GPUs held at once (a run: by any attempt).")] = 0
+    gpu_hours: Annotated[float, Field(ge=0, description="GPU-hours held by pods that released them.")] = 0.0
+    lost_gpu_hours: Annotated[float, Field(ge=0, description="Of gpu_hours, the GPU-hours lost.")] = 0.0
+    lost_gpu_hours_by: Annotated[dict[str, float], Field(description=_LOST_BY)] = dc_field(default_factory=dict)
+    gpus_open: Annotated[int, Field(ge=0, description=_OPEN)] = 0
+    open_since: Annotated[datetime | None, Field(description="GPU-weighted mean bind time of those pods.")] = None
+    pod_count: Annotated[int, Field(ge=0, description="How many pods ran in it (the run's pods of this "
+                                                      "attempt).")] = 0
+    failed_pods: Annotated[int, Field(ge=0, description="How many of its pods failed (those listed in failures "
+                                                        "and the rest).")] = 0
 
 
-class MetricSummary(_Row):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MetricSummary:
+    __pydantic_config__ = _FORBID
+
     run_id: str
     metric: str
     first_step: int
@@ -233,25 +290,34 @@ class MetricSummary(_Row):
     points: int
 
 
-class MetricPoint(_Row):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MetricPoint:
     """One point of a training metric's curve, as the run reported it. A run keeps a bounded, downsampled set of
     its points (at most ``reduce.metric_points_per_run`` over all its metrics, default 512): the rule is in
     ``schemas/index/README.md`` ("Metric points"). Keyed by (run_id, metric, step)."""
+
+    __pydantic_config__ = _FORBID
 
     run_id: str
     metric: str
     step: int
     value: float
-    at: datetime = Field(description="The time of the progress event that reported the point.")
+    at: Annotated[datetime, Field(description="The time of the progress event that reported the point.")]
 
 
-class ResumeLink(_Row):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResumeLink:
+    __pydantic_config__ = _FORBID
+
     run_id: str
     resume_of: str
 
 
-class RunRecord(_Row):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunRecord:
     """The current summary of a run. Keyed by run_id."""
+
+    __pydantic_config__ = _FORBID
 
     run_id: str
     kind: str | None
@@ -281,33 +347,31 @@ class RunRecord(_Row):
     git_commit: str | None = None
     config_digest: str | None = None
     config_ref: str | None = None
-    input_refs: list[str] = Field(default_factory=list)
+    input_refs: list[str] = dc_field(default_factory=list)
     output_uri: str | None = None
     resume_of: str | None = None
     last_checkpoint: str | None = None
     # GPU accounting (tracker.core.gpu; the definitions are in schemas/gpu-accounting.md)
-    gpus: int = Field(default=0, ge=0, description="The most GPUs held at once (a run: by any attempt).")
-    gpu_hours: float = Field(default=0.0, ge=0, description="GPU-hours held by pods that released them.")
-    lost_gpu_hours: float = Field(default=0.0, ge=0, description="Of gpu_hours, the GPU-hours lost.")
-    lost_gpu_hours_by: dict[str, float] = Field(default_factory=dict,
-                                                description="lost_gpu_hours by reason (PodFailure, PodEvicted, "
-                                                            "Preempted, PodsReadyTimeout, Evicted, RayJobRetry, "
-                                                            "RunFailed).")
-    gpus_open: int = Field(default=0, ge=0, description="GPUs still held by pods that have not released them: "
-                                                        "held at time T = gpu_hours + gpus_open x (T - open_since).")
-    open_since: datetime | None = Field(default=None, description="GPU-weighted mean bind time of those pods.")
+    gpus: Annotated[int, Field(ge=0, description="The most GPUs held at once (a run: by any attempt).")] = 0
+    gpu_hours: Annotated[float, Field(ge=0, description="GPU-hours held by pods that released them.")] = 0.0
+    lost_gpu_hours: Annotated[float, Field(ge=0, description="Of gpu_hours, the GPU-hours lost.")] = 0.0
+    lost_gpu_hours_by: Annotated[dict[str, float], Field(description=_LOST_BY)] = dc_field(default_factory=dict)
+    gpus_open: Annotated[int, Field(ge=0, description=_OPEN)] = 0
+    open_since: Annotated[datetime | None, Field(description="GPU-weighted mean bind time of those pods.")] = None
 
 
 EXCERPT_MAX = 2048  # characters of a dead letter's excerpt
 
 
-class DeadLetter(_Row):
+class DeadLetter(BaseModel):
     """An input the tracker could not use, with the reason. Nothing else is affected.
 
     It keeps what identifies the record and never a secret: whoever makes one, the excerpt and the detail are
     redacted when it is made (``tracker.core.redact``: values of secret-looking keys, environment variable values,
     token-like annotation values, credentials inside text), and the identity is read from the excerpt when it is
     not given."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     source: str = Field(description="Where the record was: path:line of a capture, topic/partition@offset, a watch.")
     reason: str
@@ -341,23 +405,131 @@ class DeadLetter(_Row):
         return data
 
 
-class RunHistory(_Row):
-    """Everything known about one run: what the sinks write."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunHistory:
+    """Everything known about one run: what the sinks write.
+
+    A complete history (``tracker show -o json``, ``ExperimentIndex.history``, ``Reducer.history``) holds the run's
+    metric points and pods. On the transitions topic a run's history leaves both out (``null``): its metric points
+    are a record of their own, and so is each of its pods, so that a record's size does not grow with the run's width
+    (deploy/kafka/topics.md)."""
+
+    __pydantic_config__ = _FORBID
 
     run: RunRecord
     transitions: list[Transition]
     attempts: list[Attempt]
     metrics: list[MetricSummary]
     resume_links: list[ResumeLink]
-    metric_points: list[MetricPoint] = Field(
-        default_factory=list, description="The metrics' curves, bounded and downsampled per run (by metric, then "
-                                          "step); absent from histories written before they were kept.")
+    metric_points: Annotated[list[MetricPoint] | None, Field(
+        description="The metrics' curves, bounded and downsampled per run (by metric, then step); null where they "
+                    "are a record of their own (the transitions topic).")] = None
+    pods: Annotated[list[PodPlacement] | None, Field(
+        description="The run's pods, by attempt, then creation time and name; null where each pod is a record of "
+                    "its own (the transitions topic).")] = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HistoryUpdate:
+    """What changed in one run: its history, its metric points, its pods; what the sinks write.
+
+    The reducer makes one per changed run at each flush: ``history`` (always, without metric points and pods),
+    ``points``, the run's complete set of metric points when it changed (None: unchanged), ``pods``, the pod rows that
+    changed, and ``removed_pods``, the uids of pods that are no longer the run's (a root that lost the run id to
+    another took them along). ``full``: ``pods`` and ``points`` hold all of the run's, and a sink drops any other
+    row it holds for the run (the first update of a run the reducer did not know, or restored). A sink reading
+    the transitions topic, where each part is a record of its own, makes updates that hold only some of the parts
+    (``history`` None: unchanged)."""
+
+    run_id: str
+    history: RunHistory | None = None
+    points: list[MetricPoint] | None = None
+    pods: tuple[PodPlacement, ...] = ()
+    removed_pods: tuple[str, ...] = ()
+    full: bool = False
+
+    @classmethod
+    def of(cls, document: RunHistory) -> HistoryUpdate:
+        """The update that writes a complete history (its metric points and pods, all of them)."""
+        return cls(run_id=document.run.run_id, history=replace(document, metric_points=None, pods=None),
+                   points=list(document.metric_points or ()), pods=tuple(document.pods or ()), full=True)
+
+    def then(self, later: HistoryUpdate) -> HistoryUpdate:
+        """This update followed by a later one of the same run, as one update."""
+        if later.run_id != self.run_id:
+            raise ValueError(f"updates of two runs ({self.run_id!r}, {later.run_id!r}) do not combine")
+        if later.full:
+            pods = {p.uid: p for p in later.pods}
+            removed = set(self.removed_pods) | {p.uid for p in self.pods}
+        else:
+            pods = {p.uid: p for p in self.pods}
+            removed = set(self.removed_pods)
+            for uid in later.removed_pods:
+                pods.pop(uid, None)
+            removed |= set(later.removed_pods)
+            pods.update((p.uid, p) for p in later.pods)
+        return HistoryUpdate(run_id=self.run_id, history=later.history or self.history,
+                             points=later.points if later.points is not None else self.points,
+                             pods=tuple(pods[u] for u in sorted(pods)), removed_pods=tuple(sorted(removed - set(pods))),
+                             full=self.full or later.full)
+
+    def document(self) -> RunHistory:
+        """The complete history, of a ``full`` update with its history."""
+        assert self.history is not None and self.full, "only a full update with its history is a whole history"
+        return replace(self.history, metric_points=list(self.points or ()), pods=sorted(self.pods, key=pod_order))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MetricPointsRecord:
+    """A run's complete set of metric points, as the transitions topic carries it (a record of its own)."""
+
+    __pydantic_config__ = _FORBID
+
+    run_id: str
+    metric_points: list[MetricPoint]
+
+
+HISTORY_SCHEMA = "taugrid.io/run-history/v2"
+POD_SCHEMA = "taugrid.io/pod-placement/v1"
+METRIC_POINTS_SCHEMA = "taugrid.io/metric-points/v1"
+
+_T = TypeVar("_T")
+
+
+_ADAPTERS: dict[type[Any], TypeAdapter[Any]] = {}
+
+
+def adapter(cls: type[_T]) -> TypeAdapter[_T]:
+    """The pydantic adapter of a row class (built once, on first use: readers that never validate never pay)."""
+    found = _ADAPTERS.get(cls)
+    if found is None:
+        found = _ADAPTERS[cls] = TypeAdapter(cls)
+    return cast("TypeAdapter[_T]", found)
+
+
+def load(cls: type[_T], data: Any) -> _T:
+    """Validate plain data (JSON values, or an index row's columns) as a ``cls``; pydantic's ValidationError (a
+    ValueError) when it is not one."""
+    return adapter(cls).validate_python(data)
+
+
+def load_json(cls: type[_T], data: bytes | str) -> _T:
+    """Validate JSON text as a ``cls``."""
+    return adapter(cls).validate_json(data)
+
+
+def field_names(cls: type[Any]) -> tuple[str, ...]:
+    """A row class's fields, in order (the columns of its table in the experiment index)."""
+    return tuple(f.name for f in fields(cls))
+
+
+def to_json(value: Any) -> Any:
+    """A row (or a history) as JSON values: times as ISO-8601 UTC strings with a Z, enums as their values."""
+    return adapter(type(value)).dump_python(value, mode="json")
 
 
 def schema_documents() -> dict[str, dict[str, Any]]:
     """The JSON Schemas published under ``schemas/`` (path relative to schemas/ -> schema)."""
-    from pydantic import TypeAdapter
-
     from tracker.core import stuck  # it builds on this module
 
     intake = TypeAdapter(IntakeEvent).json_schema()
@@ -365,7 +537,9 @@ def schema_documents() -> dict[str, dict[str, Any]]:
     intake["title"] = "TauGrid intake event"
     return {
         "intake/v1.schema.json": intake,
-        "history/v1.schema.json": RunHistory.model_json_schema() | {"$id": "taugrid.io/run-history/v1"},
+        "history/v2.schema.json": adapter(RunHistory).json_schema() | {"$id": HISTORY_SCHEMA},
+        "pod/v1.schema.json": adapter(PodPlacement).json_schema() | {"$id": POD_SCHEMA},
+        "metric-points/v1.schema.json": adapter(MetricPointsRecord).json_schema() | {"$id": METRIC_POINTS_SCHEMA},
         "dead-letter/v1.schema.json": DeadLetter.model_json_schema() | {"$id": "taugrid.io/dead-letter/v1"},
         **stuck.schema_documents(),
     }

@@ -4,10 +4,13 @@
 partition from ``run-state``); every decision it takes about what to write is made here, from the reducer's
 ``Flushed`` output and the partition's ``PartitionPolicy``, with the time passed in (no clock, no I/O):
 
-- **publish or not**: a run's history is published to ``transitions`` when the sha256 of its JSON (its *content
-  hash*) differs from the hash last published for the run; folding records that change nothing publishes
-  nothing, and the same output twice publishes once. A history larger than the topic allows is a dead letter
-  instead (the hash is remembered all the same, so that it is not retried at every batch);
+- **publish or not**: a run's history (without its pods and metric points) is published to ``transitions`` when
+  the sha256 of its JSON (its *content hash*) differs from the hash last published for the run; folding records
+  that change nothing publishes nothing, and the same output twice publishes once. Its metric points are a record of
+  their own, published when they changed (by their own content hash), and so is each of its pods, published when its
+  row changed (the derivation tells which: ``HistoryUpdate.pods``), with a tombstone for a pod no longer the run's.
+  So what a change publishes does not grow with the run's width. A record larger than the topic allows is a dead
+  letter instead (its hash is remembered all the same, so that it is not retried at every batch);
 - **the watermark**: the partition's event time, the latest transition time of any history it produced. It only
   advances (a batch of older histories holds it); the event clock of the stuck alerts reads it;
 - **stuck runs**: a live run in Admission, Scheduling or Runtime before its application started is a candidate
@@ -31,7 +34,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tracker.core import entries, stuck
-from tracker.core.model import DeadLetter, Phase, RunHistory, Status
+from tracker.core.model import (
+    DeadLetter,
+    HistoryUpdate,
+    MetricPointsRecord,
+    Phase,
+    PodPlacement,
+    RunHistory,
+    Status,
+    adapter,
+)
 from tracker.core.reducer import Flushed
 from tracker.core.stuck import Clock, Stuck, StuckRunAlert
 from tracker.core.timefmt import ts
@@ -47,6 +59,7 @@ class RunShell:
     """What the reducer process keeps per live run besides the reducer's facts (persisted in run-state)."""
 
     content_hash: str | None = None  # of the history last published
+    points_hash: str | None = None  # of the metric points last published
     entries: tuple[int, ...] | None = None  # phase entries already counted in the metrics (core.entries)
     alerted: list[int] = field(default_factory=list)  # attempts already alerted stuck in Admission
     alerted_stuck: list[tuple[int, Phase]] = field(default_factory=list)  # (attempt, phase) alerted, other phases
@@ -62,13 +75,28 @@ class RunShell:
             self.alerted_stuck.append((attempt, phase))
 
 
+HISTORY, POINTS, POD = "history", "points", "pod"  # the kinds of record on transitions (header ``kind``)
+
+
+def record_key(run_id: str, kind: str, uid: str = "") -> str:
+    """The key of a transitions record: the run id for its history, ``<run id>/points``, ``<run id>/pod/<uid>`` (a run
+    id is a label value or a uid: it holds no ``/``). Compaction keeps the latest record of each."""
+    if kind == HISTORY:
+        return run_id
+    if kind == POINTS:
+        return f"{run_id}/points"
+    return f"{run_id}/pod/{uid}"
+
+
 @dataclass(frozen=True, slots=True)
 class Publication:
-    """A history to publish on ``transitions``: its JSON and the content hash of it."""
+    """A record to publish on ``transitions``: its kind, key, JSON (None: a tombstone) and the content hash of it."""
 
     run_id: str
-    value: bytes
-    digest: str
+    kind: str  # HISTORY, POINTS or POD
+    key: str
+    value: bytes | None
+    digest: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +117,7 @@ class Decisions:
     touched: list[str] = field(default_factory=list)  # runs whose run-state record is written, each once, in order
     forgotten: list[str] = field(default_factory=list)
     dead_letters: list[DeadLetter] = field(default_factory=list)  # the fold's, then histories too large
-    oversized: list[tuple[str, int]] = field(default_factory=list)  # (run id, bytes) of histories too large
+    oversized: list[tuple[str, int]] = field(default_factory=list)  # (record key, bytes) of records too large
     phases: Counter[str] = field(default_factory=Counter)  # phase entries to count
     finished: Counter[str] = field(default_factory=Counter)  # retired runs, by final status
 
@@ -120,10 +148,12 @@ class PartitionPolicy:
         ``now_us`` is the wall clock; None for the event clock (the watermark, once the batch advanced it)."""
         out = Decisions(dead_letters=list(flushed.dead_letters), forgotten=list(flushed.forgotten))
         touched: list[str] = []
-        for h in flushed.histories:
+        for u in flushed.updates:
+            h = u.history
+            assert h is not None, "the reducer's updates hold their history"
             touched.append(h.run.run_id)
             self.watermark_us = advance(self.watermark_us, h)
-            self._publish(h, limits, out)
+            self._publish(u, limits, out)
             self.track(h)
         for run_id in flushed.retired:  # their run-state record becomes the retired marker
             gone = self.runs.pop(run_id, None)
@@ -135,24 +165,41 @@ class PartitionPolicy:
         out.touched = list(dict.fromkeys(touched))
         return out
 
-    def _publish(self, h: RunHistory, limits: Limits, out: Decisions) -> None:
+    def _publish(self, u: HistoryUpdate, limits: Limits, out: Decisions) -> None:
+        h = u.history
+        assert h is not None
         run_id = h.run.run_id
         shell = self.runs.setdefault(run_id, RunShell())
         shell.status = h.run.status
-        value = h.model_dump_json().encode()
+        value = adapter(RunHistory).dump_json(h)
         digest = content_hash(value)
-        if digest == shell.content_hash:
+        if digest != shell.content_hash:
+            self._add(out, limits, Publication(run_id, HISTORY, record_key(run_id, HISTORY), value, digest))
+            now = entries.phase_entries(h)
+            out.phases.update({p.value: n for p, n in entries.added(shell.entries or entries.NONE, now).items()})
+            shell.content_hash, shell.entries = digest, now
+        if u.points is not None and (u.points or shell.points_hash is not None):  # none yet: no record either
+            value = adapter(MetricPointsRecord).dump_json(MetricPointsRecord(run_id=run_id, metric_points=u.points))
+            digest = content_hash(value)
+            if digest != shell.points_hash:
+                self._add(out, limits, Publication(run_id, POINTS, record_key(run_id, POINTS), value, digest))
+                shell.points_hash = digest
+        pod_json = adapter(PodPlacement).dump_json
+        for row in u.pods:
+            self._add(out, limits, Publication(run_id, POD, record_key(run_id, POD, row.uid), pod_json(row), None))
+        for uid in u.removed_pods:
+            out.publish.append(Publication(run_id, POD, record_key(run_id, POD, uid), None, None))
+
+    @staticmethod
+    def _add(out: Decisions, limits: Limits, p: Publication) -> None:
+        assert p.value is not None
+        if len(p.value) <= limits.max_value_bytes:
+            out.publish.append(p)
             return
-        if len(value) > limits.max_value_bytes:
-            out.oversized.append((run_id, len(value)))
-            out.dead_letters.append(DeadLetter(
-                source=f"{limits.transitions_topic}:{run_id}", reason="history too large to publish",
-                detail=f"{len(value)} bytes > {limits.max_value_bytes}", excerpt=value[:2048].decode(errors="replace")))
-        else:
-            out.publish.append(Publication(run_id, value, digest))
-        now = entries.phase_entries(h)
-        out.phases.update({p.value: n for p, n in entries.added(shell.entries or entries.NONE, now).items()})
-        shell.content_hash, shell.entries = digest, now
+        out.oversized.append((p.key, len(p.value)))
+        out.dead_letters.append(DeadLetter(
+            source=f"{limits.transitions_topic}:{p.key}", reason=f"{p.kind} record too large to publish",
+            detail=f"{len(p.value)} bytes > {limits.max_value_bytes}", excerpt=p.value[:2048].decode(errors="replace")))
 
     def due_alerts(self, now_us: int, limits: Limits) -> list[Alert]:
         """The stuck runs due an alert at ``now_us`` (each remembered as alerted: it is due only once)."""
@@ -177,7 +224,7 @@ class PartitionPolicy:
         shell = self.runs.get(run_id)
         if shell is None:
             return {"watermark_us": self.watermark_us}
-        return {"watermark_us": self.watermark_us, "hash": shell.content_hash,
+        return {"watermark_us": self.watermark_us, "hash": shell.content_hash, "points_hash": shell.points_hash,
                 "entries": None if shell.entries is None else list(shell.entries),
                 "alerted": shell.alerted, "alerted_stuck": [[a, p.value] for a, p in shell.alerted_stuck]}
 
@@ -185,8 +232,8 @@ class PartitionPolicy:
         """Read back a run-state record's ``shell`` field (``doc``); a retired run keeps no shell."""
         self.watermark_us = max(self.watermark_us, doc.get("watermark_us", 0))
         if not retired:
-            self.runs[run_id] = RunShell(doc.get("hash"), tuple(doc.get("entries") or ()) or None,
-                                         list(doc.get("alerted", ())),
+            self.runs[run_id] = RunShell(doc.get("hash"), doc.get("points_hash"),
+                                         tuple(doc.get("entries") or ()) or None, list(doc.get("alerted", ())),
                                          [(int(a), Phase(p)) for a, p in doc.get("alerted_stuck", ())])
 
     def restored(self, histories: Iterable[RunHistory]) -> None:

@@ -3,7 +3,9 @@
 ``Reducer`` is the functional core of the tracker. It does no I/O, reads no clock, draws no random numbers
 and logs nothing: its output is a deterministic function of the records given to it (and of a snapshot it
 was restored from). The shell (replay, the Kafka consumer) feeds it records, calls ``flush`` to collect
-the histories of runs that changed, and persists ``snapshot`` when it commits.
+what changed in each run (``HistoryUpdate``: its history, and the pods and metric points that changed), and
+persists ``snapshot`` (or ``snapshot_run`` per run) when it commits. Each live run's derivation is kept between
+flushes (``derive.Derivation``), so that a change costs the same whatever the run's width.
 
 Laws (proved by the hypothesis tests in ``tests/test_reducer_laws.py``):
 - determinism: the same records give the same histories;
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import heapq
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,23 +27,26 @@ from pydantic import ValidationError
 from tracker.core import extract as x
 from tracker.core import validate as v
 from tracker.core.correlate import KINDS, ROOT_KINDS, Correlator, Link, link, lost_key, taken_run_id
-from tracker.core.derive import derive, may_reopen
-from tracker.core.facts import METRIC_POINTS_PER_RUN, MetricFacts, RunFacts
+from tracker.core.derive import Derivation, may_reopen
+from tracker.core.facts import METRIC_POINTS_PER_RUN, MetricFacts, PodFacts, RunFacts
 from tracker.core.gpu import ACCELERATOR_RESOURCES, Accelerators
 from tracker.core.model import (
     EXCERPT_MAX,
     FINAL_STATUSES,
     INTAKE_SCHEMA,
     DeadLetter,
+    HistoryUpdate,
     IntakeEnvelope,
     ProgressEvent,
     RunHistory,
     iso,
+    load,
+    to_json,
 )
 from tracker.core.redact import identity
 from tracker.core.timefmt import BadTimestamp, ts
 
-SNAPSHOT_VERSION = 1
+SNAPSHOT_VERSION = 2  # 2: a run's snapshot holds its pods apart (``snapshot_run``: "pods"); 1 inside its facts
 _EXCERPT_READ = 2 * EXCERPT_MAX  # of a record's text, what a dead letter redacts (then keeps EXCERPT_MAX of)
 
 
@@ -81,10 +87,15 @@ class Stats:
 
 @dataclass(slots=True)
 class Flushed:
-    histories: list[RunHistory] = field(default_factory=list)
+    updates: list[HistoryUpdate] = field(default_factory=list)  # one per changed run, by run id
     dead_letters: list[DeadLetter] = field(default_factory=list)
     retired: list[str] = field(default_factory=list)  # runs retired since the last flush, in retirement order
     forgotten: list[str] = field(default_factory=list)  # retired runs no longer remembered (``max_retired``)
+
+    @property
+    def histories(self) -> list[RunHistory]:
+        """The updates' histories (without metric points and pods), by run id."""
+        return [u.history for u in self.updates if u.history is not None]
 
 
 class Reducer:
@@ -107,7 +118,14 @@ class Reducer:
         self.quiet: dict[str, int] = {}
         self._due_heap: list[tuple[int, str]] = []  # (quiet + grace, run id); stale unless it matches ``quiet``
         self._touched: list[str] = []  # runs changed by the record being folded
-        self._retired_histories: dict[str, RunHistory] = {}  # final histories of runs retired before a flush
+        self._retired_updates: dict[str, HistoryUpdate] = {}  # final updates of runs retired before a flush
+        # each live run's derivation, and the pods merged since it was last updated
+        self.derivations: dict[str, Derivation] = {}
+        self._pods_changed: dict[str, set[str]] = {}
+        # for ``snapshot_run``: the pods whose facts changed since the run's last snapshot, and the pods it no
+        # longer has (a root that lost the run id took them; a retired run's)
+        self._state_pods: dict[str, set[str]] = {}
+        self._state_removed: dict[str, set[str]] = {}
         self._retired_now: list[str] = []
         self._forgotten_now: list[str] = []
 
@@ -244,7 +262,10 @@ class Reducer:
         elif kind == "Workload":
             x.merge_workload(r, etype, obj)
         elif kind == "Pod":
-            x.merge_pod(r, obj, ln.owner, self.accelerators)
+            uid = x.merge_pod(r, obj, ln.owner, self.accelerators)
+            if r.run_id not in self.retired:  # not the scratch facts a late record of a retired run is checked on
+                self._pods_changed.setdefault(r.run_id, set()).add(uid)
+                self._state_pods.setdefault(r.run_id, set()).add(uid)
         elif kind == "RayCluster":
             x.merge_raycluster(r, obj)
         elif kind == "Event":
@@ -286,6 +307,10 @@ class Reducer:
         fresh.intake, fresh.progress_seen, fresh.progress_buckets = r.intake, r.progress_seen, r.progress_buckets
         fresh.metrics, fresh.checkpoint, fresh.points = r.metrics, r.checkpoint, r.points
         self.corr.rebind_run(r.run_id, lost_key(r.run_id))
+        # the displaced root's pods are no longer the run's (the derivation sees the new facts and drops their rows)
+        self._state_removed.setdefault(r.run_id, set()).update(r.pods)
+        self._state_pods.pop(r.run_id, None)
+        self._pods_changed.pop(r.run_id, None)
         self._conflict(source, {"object": {"kind": r.kind, "metadata": {
             "namespace": r.namespace, "name": r.name, "uid": r.uid}}},
             f"taugrid.io/run-id {r.run_id!r} belongs to {newcomer}, not to {holder}, which had it until then: {rule}; "
@@ -323,6 +348,7 @@ class Reducer:
             return
         r = self._run(ev.run_id)
         if isinstance(ev, ProgressEvent):
+            r.progress_seq += 1
             cap = self.limits.metric_points_per_run
             for name, value in ev.metrics.items():  # idempotent on its own: before the repeat check
                 r.points.add(name, ev.step, value, at, cap)
@@ -373,10 +399,10 @@ class Reducer:
             if quiet is None or quiet + grace != due:
                 continue  # stale: the run changed since, or was retired
             r = self.runs[run_id]
-            h = derive(r)
+            h = self._update(run_id)
             if h.run.status in FINAL_STATUSES and not may_reopen(r, h.run):
-                if run_id in self.dirty:
-                    self._retired_histories[run_id] = h  # its final history still goes out at the next flush
+                if run_id in self.dirty:  # its final history still goes out at the next flush
+                    self._retired_updates[run_id] = self.derivations[run_id].take()
                 self.retire(run_id)
                 self._retired_now.append(run_id)
                 self.stats.retired += 1
@@ -403,29 +429,53 @@ class Reducer:
 
     # ------------------------------------------------------------------------------------ output
     def flush(self) -> Flushed:
-        """Histories of every run changed since the last flush (sorted by run id), dead letters, and the runs
-        retired since (their last histories are among the histories)."""
-        histories = {k: derive(self.runs[k]) for k in self.dirty}
-        histories.update(self._retired_histories)
-        out = Flushed([histories[k] for k in sorted(histories)], self.dead, self._retired_now, self._forgotten_now)
+        """What changed in every run changed since the last flush (sorted by run id), dead letters, and the runs
+        retired since (their last updates are among the updates)."""
+        updates = {}
+        for k in self.dirty:
+            self._update(k)
+            updates[k] = self.derivations[k].take()
+        updates.update(self._retired_updates)
+        out = Flushed([updates[k] for k in sorted(updates)], self.dead, self._retired_now, self._forgotten_now)
         self.dirty = set()
         self.dead = []
-        self._retired_histories = {}
+        self._retired_updates = {}
         self._retired_now = []
         self._forgotten_now = []
         return out
 
+    def _update(self, run_id: str) -> RunHistory:
+        """The run's derivation brought up to date with its facts."""
+        d = self.derivations.get(run_id)
+        if d is None:
+            d = self.derivations[run_id] = Derivation()
+        return d.update(self.runs[run_id], self._pods_changed.pop(run_id, ()))
+
+    def current(self, run_id: str) -> RunHistory | None:
+        """The current history of a live run, without its metric points and pods (cheap: ``Derivation.update``)."""
+        if run_id not in self.runs:
+            return None
+        return self._update(run_id)
+
     def history(self, run_id: str) -> RunHistory | None:
-        r = self.runs.get(run_id)
-        return derive(r) if r is not None else None
+        """The complete current history of a live run (with its metric points and pods)."""
+        if run_id not in self.runs:
+            return None
+        self._update(run_id)
+        return self.derivations[run_id].document()
 
     def retire(self, run_id: str) -> None:
         """Free a finished run's facts once its history is written. Its id and owner bindings are remembered
         (bounded by ``max_retired``) so that late records (TTL deletions, expiring Events) are recognised and
         ignored instead of starting a partial history that would overwrite the real one."""
-        self.runs.pop(run_id, None)
+        r = self.runs.pop(run_id, None)
         self.dirty.discard(run_id)
         self.quiet.pop(run_id, None)
+        self.derivations.pop(run_id, None)
+        self._pods_changed.pop(run_id, None)
+        self._state_pods.pop(run_id, None)
+        if r is not None and r.pods:  # its pods' state goes with it
+            self._state_removed.setdefault(run_id, set()).update(r.pods)
         self.retirements += 1
         self.retired.pop(run_id, None)
         self.retired[run_id] = self.retirements
@@ -437,33 +487,45 @@ class Reducer:
             self.corr.forget_run(lost_key(oldest))
 
     def snapshot_run(self, run_id: str) -> dict[str, Any] | None:
-        """One run's state (facts and owner bindings, and the uids of roots that lost its run id to another and of
-        their objects, when there are any), for a per-run changelog."""
+        """One run's state, for a per-run changelog: its facts without its pods, its owner bindings (and the uids of
+        roots that lost its run id to another and of their objects, when there are any), and apart, in ``pods``,
+        the facts of each pod that changed since the run's previous ``snapshot_run`` (uid -> ``PodFacts.to_json``)
+        and in ``pods_removed`` the uids of pods it no longer has. A changelog keeps each pod in a record of its
+        own (``restore_run`` takes them back), so that a change of one pod of a wide run rewrites that pod only.
+        Taking a snapshot clears what it reports of the pods."""
         owners = self.corr.owners_of(run_id)
         lost = self.corr.owners_of(lost_key(run_id))
+        changed = self._state_pods.pop(run_id, set())
+        removed = self._state_removed.pop(run_id, set())
         if run_id in self.retired:
             snap = {"version": SNAPSHOT_VERSION, "run_id": run_id, "retired": True, "owners": owners,
-                    "retired_seq": self.retired[run_id], "marks": self.marks}
+                    "retired_seq": self.retired[run_id], "marks": self.marks, "pods": {}}
         else:
             r = self.runs.get(run_id)
             if r is None:
                 return None
-            snap = {"version": SNAPSHOT_VERSION, "run_id": run_id, "facts": r.to_json(), "owners": owners,
-                    "marks": self.marks}
+            snap = {"version": SNAPSHOT_VERSION, "run_id": run_id, "facts": r.to_json(pods=False), "owners": owners,
+                    "marks": self.marks, "pods": {u: r.pods[u].to_json() for u in sorted(changed) if u in r.pods}}
+            removed -= r.pods.keys()
             if run_id in self.quiet:
                 snap["quiet"] = self.quiet[run_id]
+        snap["pods_removed"] = sorted(removed)
         if lost:
             snap["lost"] = lost
         return snap
 
-    def restore_run(self, snap: dict[str, Any]) -> None:
-        """Load one run's state written by ``snapshot_run`` (replacing what was known of it)."""
-        if snap.get("version") != SNAPSHOT_VERSION:
-            raise ValueError(f"unsupported run snapshot version {snap.get('version')!r}")
+    def restore_run(self, snap: dict[str, Any], pods: Mapping[str, Any] | None = None) -> None:
+        """Load one run's state written by ``snapshot_run`` (replacing what was known of it): ``pods`` holds the
+        run's pods, uid -> facts, as the changelog kept them (a version-1 snapshot holds them in its facts)."""
+        version = snap.get("version")
+        if version not in (1, SNAPSHOT_VERSION):
+            raise ValueError(f"unsupported run snapshot version {version!r}")
         run_id = snap["run_id"]
         marks = snap.get("marks")
         if isinstance(marks, list) and len(marks) == len(self.marks):  # the watermark when the state was kept
             self.marks = [max(a, b) if isinstance(b, int) else a for a, b in zip(self.marks, marks, strict=True)]
+        self.derivations.pop(run_id, None)
+        self._pods_changed.pop(run_id, None)
         if snap.get("retired"):
             self.runs.pop(run_id, None)
             self.quiet.pop(run_id, None)
@@ -474,7 +536,12 @@ class Reducer:
             self.retired.pop(run_id, None)
             self.retired[run_id] = seq
         else:
-            self.runs[run_id] = RunFacts.from_json(snap["facts"])
+            r = self.runs[run_id] = RunFacts.from_json(snap["facts"])
+            kept = pods if pods is not None else snap.get("pods") if version != 1 else None
+            if kept:
+                r.pods.update((uid, PodFacts.from_json(v)) for uid, v in kept.items())
+            if version == 1 and r.pods:  # its pods were in its facts: the next snapshot keeps each apart
+                self._state_pods[run_id] = set(r.pods)
             if self.limits.retire_after_us is not None and self.watermark:
                 quiet = snap.get("quiet")  # none: kept by a tracker that did not retire; quiet from now
                 self._schedule(run_id, quiet if isinstance(quiet, int) else self.watermark)
@@ -485,6 +552,7 @@ class Reducer:
 
     # ------------------------------------------------------------------------------------ snapshot
     def snapshot(self) -> dict[str, Any]:
+        """The whole reducer, pods inside their runs' facts (``restore`` takes it back)."""
         return {
             "version": SNAPSHOT_VERSION,
             "runs": [r.to_json() for r in self.runs.values()],
@@ -494,9 +562,11 @@ class Reducer:
             "dirty": sorted(self.dirty),
             "marks": self.marks,
             "quiet": sorted(self.quiet.items()),
-            "retired_histories": [h.model_dump(mode="json") for _k, h in sorted(self._retired_histories.items())],
+            "retired_updates": [to_json(u) for _k, u in sorted(self._retired_updates.items())],
             "retired_now": self._retired_now,
             "forgotten_now": self._forgotten_now,
+            "state_pods": {k: sorted(v) for k, v in sorted(self._state_pods.items())},
+            "state_removed": {k: sorted(v) for k, v in sorted(self._state_removed.items())},
         }
 
     @classmethod
@@ -513,10 +583,11 @@ class Reducer:
         if red.limits.retire_after_us is not None:
             for run_id, quiet in snap["quiet"]:
                 red._schedule(run_id, quiet)
-        red._retired_histories = {h.run.run_id: h for h in
-                                  (RunHistory.model_validate(d) for d in snap["retired_histories"])}
+        red._retired_updates = {u.run_id: u for u in (load(HistoryUpdate, d) for d in snap["retired_updates"])}
         red._retired_now = list(snap["retired_now"])
         red._forgotten_now = list(snap["forgotten_now"])
+        red._state_pods = {k: set(v) for k, v in snap["state_pods"].items()}
+        red._state_removed = {k: set(v) for k, v in snap["state_removed"].items()}
         return red
 
 

@@ -44,7 +44,7 @@ class EmbeddedMetrics:
     def restored(self, reducer: Reducer) -> None:
         """Start from the runs a restored reducer holds (their phase entries were counted by an earlier process)."""
         for run_id in list(reducer.runs):
-            h = reducer.history(run_id)
+            h = reducer.current(run_id)
             if h is not None:
                 self._seen(h)
 
@@ -54,9 +54,10 @@ class EmbeddedMetrics:
         if folded:
             m.changes_consumed.labels(PARTITION).inc(folded)
         counted: Counter[Phase] = Counter()
-        for h in out.histories:
-            before = self.entries.get(h.run.run_id, entries.NONE)
-            counted.update(entries.added(before, self._seen(h)))
+        for u in out.updates:
+            if u.history is not None:
+                before = self.entries.get(u.run_id, entries.NONE)
+                counted.update(entries.added(before, self._seen(u.history)))
         for phase, n in counted.items():
             m.transitions.labels(phase.value).inc(n)
         for reason, n in Counter(dl.reason for dl in out.dead_letters).items():

@@ -1,8 +1,8 @@
 """The embedded pipeline: captures (or watchers) -> bus -> reducer -> bus -> sinks, in one process.
 
 Every stage is connected by a bounded ``InProcessBus``; a slow sink back-pressures the reducer, which
-back-pressures the source. The reducer flushes the histories of changed runs every ``flush_every`` records
-and whenever its input runs dry, so a live run's history reaches the index without waiting for a batch.
+back-pressures the source. The reducer flushes what changed in each run (``HistoryUpdate``) every ``flush_every``
+records and whenever its input runs dry, so a live run's history reaches the index without waiting for a batch.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import BinaryIO, Protocol
 
 from tracker import errors
-from tracker.core.model import DeadLetter, RunHistory
+from tracker.core.model import DeadLetter, HistoryUpdate
 from tracker.core.reducer import Flushed, Reducer
 from tracker.settings import DEAD_LETTER_FILE_BYTES, DEAD_LETTER_FILES
 from tracker.shell import tasks
@@ -26,13 +26,13 @@ from tracker.shell.reducer_state import StateTracker
 
 
 class HistorySink(Protocol):
-    def write(self, histories: Sequence[RunHistory]) -> int: ...
+    def write(self, updates: Sequence[HistoryUpdate]) -> int: ...
 
 
 class StateStore(Protocol):
     """A sink that keeps the reducer's state with the histories, in one transaction (``ExperimentIndex``)."""
 
-    def write(self, histories: Sequence[RunHistory], offsets: None = None, *,
+    def write(self, updates: Sequence[HistoryUpdate], offsets: None = None, *,
               state: StateRows | None = None) -> int: ...
 
 
@@ -163,7 +163,7 @@ async def run_pipeline(
     with what it flushed, the records folded since the previous flush and the reducer's watermark (metrics)."""
     lim = limits or PipelineLimits()
     changes: InProcessBus[Record | BadRecord] = InProcessBus(lim.change_queue)
-    batches: InProcessBus[tuple[list[RunHistory], list[DeadLetter], StateRows | None]] = \
+    batches: InProcessBus[tuple[list[HistoryUpdate], list[DeadLetter], StateRows | None]] = \
         InProcessBus(lim.history_queue)
     report = PipelineReport()
     state = StateTracker(reducer) if store is not None else None
@@ -176,10 +176,10 @@ async def run_pipeline(
         if on_flush is not None:
             on_flush(out, folded, reducer.watermark)
         folded = 0
-        rows = None if state is None else state.capture([*(h.run.run_id for h in out.histories), *out.retired])
-        if out.histories or out.dead_letters or (rows is not None and (rows.held is not None or rows.retired
-                                                                       or rows.clock is not None)):
-            await batches.put((out.histories, out.dead_letters, rows))
+        rows = None if state is None else state.capture([*(u.run_id for u in out.updates), *out.retired])
+        if out.updates or out.dead_letters or (rows is not None and (rows.held is not None or rows.retired
+                                                                     or rows.clock is not None)):
+            await batches.put((out.updates, out.dead_letters, rows))
 
     def stopping() -> bool:
         if stop is not None and stop.is_set():
@@ -224,12 +224,12 @@ async def run_pipeline(
             await batches.close()
 
     async def sink() -> None:
-        async for histories, letters, rows in batches:
+        async for updates, letters, rows in batches:
             if store is not None:
-                report.rows_changed += store.write(histories, state=rows)
+                report.rows_changed += store.write(updates, state=rows)
             for s in sinks:
-                report.rows_changed += s.write(histories)
-            report.runs_written += len(histories)
+                report.rows_changed += s.write(updates)
+            report.runs_written += len(updates)
             report.dead_letters += len(letters)
             if dead_letters is not None:
                 dead_letters.write_dead_letters(letters)

@@ -60,10 +60,13 @@ from tracker.runtime.ops import Health, Metrics
 from tracker.settings import Settings
 from tracker.shell import jsonio, kafka
 from tracker.shell.kafka import SOURCE_HEADER
+from tracker.shell.transitions import KIND_HEADER
 
 log = structlog.get_logger("tracker.reduce")
 
 CONTENT_HASH_HEADER = "content-hash"
+_POD_KEY = "/pod/"  # a pod's record key: <run id>/pod/<uid>
+_POD_STATE = ((KIND_HEADER, b"pod"),)  # the header of a pod's run-state record
 ALERT_SCHEMA: Literal["taugrid.io/stuck-run-alert/v1"] = STUCK_RUN_SCHEMA
 __all__ = ["ALERT_SCHEMA", "ReduceFatal", "ReduceService", "StalledAdmissionAlert", "StuckRunAlert", "content_hash"]
 _OUTPUT_MARGIN = 1_024  # bytes kept free under max.message.bytes for the record's key, headers and framing
@@ -264,14 +267,21 @@ class ReduceService:
         latest = await kafka.read_to_end(self._restorer, TopicPartition(self.topics.run_state, tp.partition),
                                          ks=self.ks, timeout_s=self.s.reduce.restore_timeout_s)
         part = _Partition(tp, producer, Reducer(self.limits))
-        for value in latest.values():
+        docs: list[dict[str, Any]] = []
+        pods: dict[str, dict[str, Any]] = {}
+        for key, value in latest.items():
             if value is None:
                 continue
-            doc = jsonio.loads(value)
+            run_id, sep, uid = key.decode(errors="replace").partition(_POD_KEY)
+            if sep:
+                pods.setdefault(run_id, {})[uid] = jsonio.loads(value)
+            else:
+                docs.append(jsonio.loads(value))
+        for doc in docs:
             shell = doc.pop("shell", {})
-            part.reducer.restore_run(doc)
+            part.reducer.restore_run(doc, pods.get(doc["run_id"], {}))
             part.policy.restore_shell(doc["run_id"], shell, retired=bool(doc.get("retired")))
-        part.policy.restored([h for run_id in part.policy.runs if (h := part.reducer.history(run_id)) is not None])
+        part.policy.restored([h for run_id in part.policy.runs if (h := part.reducer.current(run_id)) is not None])
         return part
 
     async def _drop(self, tp: TopicPartition) -> None:
@@ -346,12 +356,13 @@ class ReduceService:
         """The records and counts of one transaction, from the policy's decisions (``tracker.core.publish``)."""
         decided = part.policy.decide(flushed, self._limits(), now_us=now_us)
         topics, partition = self.topics, part.tp.partition
-        for run_id, size in decided.oversized:
-            with structlog.contextvars.bound_contextvars(run_id=run_id):
-                log.error("history_too_large_to_publish", bytes=size, limit=self._limits().max_value_bytes)
+        for key, size in decided.oversized:
+            log.error("record_too_large_to_publish", key=key, bytes=size, limit=self._limits().max_value_bytes)
         plan = _Plan(phases=decided.phases, finished=decided.finished)
-        plan.records.extend(_Out(topics.transitions, partition, p.run_id.encode(), p.value,
-                                 ((CONTENT_HASH_HEADER, p.digest.encode()),)) for p in decided.publish)
+        for p in decided.publish:
+            headers = ((KIND_HEADER, p.kind.encode()),) + \
+                (((CONTENT_HASH_HEADER, p.digest.encode()),) if p.digest is not None else ())
+            plan.records.append(_Out(topics.transitions, partition, p.key.encode(), p.value, headers))
         self._alert_records(decided, plan)
         dead = decided.dead_letters
         for run_id in decided.touched:
@@ -363,19 +374,26 @@ class ReduceService:
         return plan
 
     def _state_record(self, part: _Partition, run_id: str, dead: list[DeadLetter]) -> list[_Out]:
+        """The run's run-state records: its own (facts without pods, and the shell), one per pod that changed, and a
+        tombstone per pod it no longer has (``Reducer.snapshot_run``)."""
         snap = part.reducer.snapshot_run(run_id)
         if snap is None:
             return []
+        topic, partition = self.topics.run_state, part.tp.partition
+        pods, removed = snap.pop("pods"), snap.pop("pods_removed")
         snap["shell"] = part.policy.shell_doc(run_id)
-        value = jsonio.dumps(snap)
+        out = [_Out(topic, partition, f"{run_id}{_POD_KEY}{uid}".encode(), None, _POD_STATE) for uid in removed]
         limit = self.topics.max_message_bytes - _OUTPUT_MARGIN
-        if len(value) > limit:
-            with structlog.contextvars.bound_contextvars(run_id=run_id):
-                log.error("run_state_too_large", bytes=len(value), limit=limit)
-            dead.append(DeadLetter(source=f"{self.topics.run_state}:{run_id}", reason="run state too large to persist",
-                                   detail=f"{len(value)} bytes > {limit}"))
-            return []
-        return [_Out(self.topics.run_state, part.tp.partition, run_id.encode(), value)]
+        for key, value, headers in [(run_id, jsonio.dumps(snap), ()),
+                                    *((f"{run_id}{_POD_KEY}{uid}", jsonio.dumps(doc), _POD_STATE)
+                                      for uid, doc in pods.items())]:
+            if len(value) > limit:
+                log.error("run_state_too_large", key=key, bytes=len(value), limit=limit)
+                dead.append(DeadLetter(source=f"{topic}:{key}", reason="run state too large to persist",
+                                       detail=f"{len(value)} bytes > {limit}"))
+                continue
+            out.append(_Out(topic, partition, key.encode(), value, headers))
+        return out
 
     # ------------------------------------------------------------------------------------ stuck runs
     def _wall_clock(self) -> int | None:

@@ -1,9 +1,9 @@
 """History sinks fed from the ``transitions`` topic: ``tracker sink index`` and a runner for any other sink.
 
 Each sink is its own consumer group, so a slow or failed sink never stalls the reducer or another sink: it only
-falls behind (``tracker_consumer_lag``) and catches up from where it stopped. Transitions records carry a run's
-complete history, so a batch is reduced to the last history per run before it is written, and writing one again
-is harmless.
+falls behind (``tracker_consumer_lag``) and catches up from where it stopped. Transitions records carry the parts of
+a run (its history, its metric points, each of its pods: ``tracker.shell.transitions``), so a batch is combined
+into one update per run before it is written, and writing one again is harmless (rows are upserted).
 
 Where a sink stores its consumer offsets decides the guarantee:
 
@@ -11,12 +11,12 @@ Where a sink stores its consumer offsets decides the guarantee:
   in the same transaction as the rows, and on start the runner seeks to the offsets the sink holds, never to the
   Kafka-committed ones: the sink reflects every transaction of the reducer exactly once;
 - any other ``HistorySink`` (e.g. Azure Data Explorer) is written first and the offsets are committed to Kafka
-  after: at least once, which full-history records make idempotent.
+  after: at least once, which upserts keyed by each part make idempotent.
 
 The sink object is opened, used and closed on one dedicated thread (SQLite connections belong to their thread),
 so a slow write never blocks the event loop's heartbeats. A failing write is retried (capped, with backoff); a
 ValueError is the sink refusing data, not a transient failure: the batch is then written run by run and only the
-refused histories are skipped (``tracker_sink_bad_records_total``), so one bad history cannot stall a sink.
+refused updates are skipped (``tracker_sink_bad_records_total``), so one bad update cannot stall a sink.
 """
 
 from __future__ import annotations
@@ -36,11 +36,11 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from pydantic import ValidationError
 
 from tracker import errors
-from tracker.core.model import RunHistory
+from tracker.core.model import HistoryUpdate
 from tracker.runtime.ops import Health, Metrics
 from tracker.runtime.pipeline import HistorySink
 from tracker.settings import Settings
-from tracker.shell import kafka
+from tracker.shell import kafka, transitions
 
 if TYPE_CHECKING:
     from tracker.shell.adx import AdxSink
@@ -55,7 +55,7 @@ OffsetKey = tuple[str, str, int]  # (consumer group, topic, partition)
 class OffsetStoringSink(Protocol):
     """A sink that stores consumer offsets atomically with the histories (``ExperimentIndex`` is one)."""
 
-    def write(self, histories: Sequence[RunHistory], offsets: Mapping[OffsetKey, int] | None = None) -> int: ...
+    def write(self, updates: Sequence[HistoryUpdate], offsets: Mapping[OffsetKey, int] | None = None) -> int: ...
 
     def offsets(self, group: str) -> dict[tuple[str, int], int]: ...
 
@@ -209,7 +209,7 @@ class SinkRunner:
 
     # ------------------------------------------------------------------------------------ writing
     async def _write(self, consumer: AIOKafkaConsumer, batches: dict[TopicPartition, list[ConsumerRecord]]) -> None:
-        histories: dict[str, RunHistory] = {}
+        updates: list[HistoryUpdate] = []
         offsets: dict[TopicPartition, int] = {}
         for tp, records in batches.items():
             if tp in self._pending or tp not in self._positions:
@@ -217,19 +217,18 @@ class SinkRunner:
             fresh = [r for r in records if r.offset >= self._positions[tp]]
             for rec in fresh:
                 try:
-                    history = RunHistory.model_validate_json(rec.value)
+                    updates.append(transitions.decode(rec.key, rec.value, rec.headers))
                 except (ValidationError, ValueError, TypeError) as exc:
                     self.metrics.sink_bad_records.labels(self.name).inc()
                     log.error("transitions_record_undecodable", sink=self.name, partition=tp.partition,
                               offset=rec.offset, error=str(exc)[:500])
-                    continue
-                histories[history.run.run_id] = history
             if fresh:
                 offsets[tp] = fresh[-1].offset + 1
         if not offsets:
             return
         stored = {(self.group, tp.topic, tp.partition): off for tp, off in offsets.items()}
-        changed = await self._write_with_retries(list(histories.values()), stored if self._stores_offsets else {})
+        combined = transitions.combine(updates)
+        changed = await self._write_with_retries(combined, stored if self._stores_offsets else {})
         if not self._stores_offsets:
             try:
                 await kafka.bounded(consumer.commit(offsets), self.ks.call_timeout_s, what="committing sink offsets")
@@ -239,25 +238,25 @@ class SinkRunner:
                             error=str(exc))
         self._positions.update(offsets)
         self.metrics.sink_rows.labels(self.name).inc(changed)
-        self.metrics.sink_histories.labels(self.name).inc(len(histories))
+        self.metrics.sink_histories.labels(self.name).inc(sum(1 for u in combined if u.history is not None))
 
-    async def _write_with_retries(self, histories: list[RunHistory], stored: dict[OffsetKey, int]) -> int:
+    async def _write_with_retries(self, updates: list[HistoryUpdate], stored: dict[OffsetKey, int]) -> int:
         """Write with capped retries. A ValueError is the sink refusing the data (not a transient failure): the
-        batch is written run by run and only the refused histories are skipped, so one bad history cannot stall
+        batch is written run by run and only the refused updates are skipped, so one bad update cannot stall
         the sink."""
         attempt = 0
         while True:
             attempt += 1
             started = time.perf_counter()
             try:
-                changed = await self._write_once(histories, stored)
+                changed = await self._write_once(updates, stored)
             except ValueError as exc:
-                if len(histories) > 1:
-                    return await self._isolate(histories, stored)
+                if len(updates) > 1:
+                    return await self._isolate(updates, stored)
                 self.metrics.sink_bad_records.labels(self.name).inc()
                 log.error("history_refused", sink=self.name,
-                          run_id=histories[0].run.run_id if histories else None, error=str(exc)[:500])
-                return await self._write_with_retries([], stored) if histories else 0
+                          run_id=updates[0].run_id if updates else None, error=str(exc)[:500])
+                return await self._write_with_retries([], stored) if updates else 0
             except Exception as exc:  # any sink's failure (SQLite, network, service): retried, then fatal
                 self.metrics.errors.labels(f"sink-{self.name}", "write").inc()
                 if attempt > self.s.sink.max_retries:
@@ -268,16 +267,16 @@ class SinkRunner:
             self.metrics.sink_write_seconds.labels(self.name).observe(time.perf_counter() - started)
             return changed
 
-    async def _isolate(self, histories: list[RunHistory], stored: dict[OffsetKey, int]) -> int:
-        changed = sum([await self._write_with_retries([h], {}) for h in histories])
+    async def _isolate(self, updates: list[HistoryUpdate], stored: dict[OffsetKey, int]) -> int:
+        changed = sum([await self._write_with_retries([u], {}) for u in updates])
         return changed + await self._write_with_retries([], stored)
 
-    async def _write_once(self, histories: list[RunHistory], stored: dict[OffsetKey, int]) -> int:
+    async def _write_once(self, updates: list[HistoryUpdate], stored: dict[OffsetKey, int]) -> int:
         sink = self._sink
         if isinstance(sink, OffsetStoringSink):
-            return await self._call(lambda: sink.write(histories, stored))
+            return await self._call(lambda: sink.write(updates, stored))
         assert sink is not None
-        return await self._call(lambda: sink.write(histories)) if histories else 0
+        return await self._call(lambda: sink.write(updates)) if updates else 0
 
     async def _tick(self, consumer: AIOKafkaConsumer) -> None:
         now = time.monotonic()

@@ -1,8 +1,9 @@
 """Azure Data Explorer sink: run histories as rows of the TauGrid tables next to adx-mon's GPU telemetry.
 
-``AdxSink.write`` turns each ``RunHistory`` (the complete current history of one run) into rows of the five
-tables declared in ``schemas/kusto/010-tables.kql`` and queues only the rows this process has not sent yet: a
-bounded per-run memo keeps, for every row key of a run, the digest of the row last queued. Nothing blocks the
+``AdxSink.write`` turns each ``HistoryUpdate`` (what changed in one run: its history, its metric points, the pods
+that changed) into rows of the tables declared in ``schemas/kusto/010-tables.kql`` and queues only the rows this
+process has not sent yet: a bounded per-run memo keeps, for every row key of a run, the digest of the row last
+queued. Nothing blocks the
 event loop on the network: a worker thread batches the queued rows by size and time and ingests them with the
 SDK's managed streaming ingestion, which falls back to queued ingestion for large payloads or when streaming
 keeps failing. Transient failures (throttling, 5xx, network, timeouts) are retried with capped exponential
@@ -31,7 +32,7 @@ import re
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -59,7 +60,7 @@ from azure.kusto.ingest import (
 from azure.kusto.ingest.exceptions import KustoQueueError
 
 from tracker import errors
-from tracker.core.model import RunHistory, RunRecord
+from tracker.core.model import HistoryUpdate, MetricPoint, PodPlacement, RunHistory, RunRecord
 from tracker.settings import AdxSettings
 from tracker.shell.deadline import call_with_deadline
 
@@ -133,7 +134,23 @@ def _digest(text: str) -> str:
 
 
 def history_rows(h: RunHistory, cluster: str) -> Iterator[tuple[str, RowKey, Row]]:
-    """(table, key within the run, row without EventId/Revision/IngestedAt) for every row of a history."""
+    """(table, key within the run, row without EventId/Revision/IngestedAt) for every row of a history, its metric
+    points and pods included when it holds them."""
+    yield from _history_rows(h, cluster)
+    yield from _pod_rows(h.pods or (), cluster)
+    yield from _point_rows(h.metric_points or (), cluster)
+
+
+def update_rows(u: HistoryUpdate, cluster: str) -> Iterator[tuple[str, RowKey, Row]]:
+    """The rows of what an update holds: its history's, its pods' and its metric points' (when they changed)."""
+    if u.history is not None:
+        yield from _history_rows(u.history, cluster)
+    yield from _pod_rows(u.pods, cluster)
+    if u.points is not None:
+        yield from _point_rows(u.points, cluster)
+
+
+def _history_rows(h: RunHistory, cluster: str) -> Iterator[tuple[str, RowKey, Row]]:
     run = h.run
     workload = {"Kind": run.kind, "Namespace": run.namespace, "Name": run.name}
     owner = {"Workspace": run.workspace, "Project": run.project}
@@ -154,20 +171,26 @@ def history_rows(h: RunHistory, cluster: str) -> Iterator[tuple[str, RowKey, Row
             "AdmissionWaitSec": a.admission_wait_s, "Retries": a.retries,
             "Failures": [{"Pod": f.pod, "At": _ts(f.at), "Reason": f.reason, "ExitCode": f.exit_code,
                           "Message": f.message} for f in a.failures],
-            "Pods": len(a.pods), **{STATE_COLUMNS[f]: _jsonable(getattr(a, f)) for f in _GPU_FIELDS}}
-        for p in a.pods:
-            yield PODS, ("P", a.attempt, p.pod), {
-                "RunId": a.run_id, "Attempt": a.attempt, "Cluster": cluster, "Namespace": run.namespace,
-                "Pod": p.pod, "Node": p.node, "CreatedAt": _ts(p.created_at),
-                "StartTime": _ts(p.scheduled_at or p.created_at), "EndTime": _ts(p.finished_at), "Gpus": p.gpus,
-                "ReleasedAt": _ts(p.released_at), "GpuHours": p.gpu_hours, "Lost": p.lost}
+            "Pods": a.pod_count, **{STATE_COLUMNS[f]: _jsonable(getattr(a, f)) for f in _GPU_FIELDS}}
     yield STATE, ("S",), {"Cluster": cluster, **_state(run)}
     for m in h.metrics:
         yield METRICS, ("M", m.metric), {
             "Cluster": cluster, "RunId": m.run_id, "Metric": m.metric, "FirstStep": m.first_step,
             "FirstValue": m.first_value, "LatestStep": m.latest_step, "LatestValue": m.latest_value,
             "MinValue": m.min_value, "MaxValue": m.max_value, "Points": m.points}
-    for pt in h.metric_points:
+
+
+def _pod_rows(pods: Iterable[PodPlacement], cluster: str) -> Iterator[tuple[str, RowKey, Row]]:
+    for p in pods:
+        yield PODS, ("P", p.uid), {
+            "RunId": p.run_id, "Attempt": p.attempt, "Cluster": cluster, "Namespace": p.namespace,
+            "Pod": p.pod, "Node": p.node, "CreatedAt": _ts(p.created_at),
+            "StartTime": _ts(p.scheduled_at or p.created_at), "EndTime": _ts(p.finished_at), "Gpus": p.gpus,
+            "ReleasedAt": _ts(p.released_at), "GpuHours": p.gpu_hours, "Lost": p.lost}
+
+
+def _point_rows(points: Iterable[MetricPoint], cluster: str) -> Iterator[tuple[str, RowKey, Row]]:
+    for pt in points:
         yield POINTS, ("MP",), {"Cluster": cluster, "RunId": pt.run_id, "Metric": pt.metric, "Step": pt.step,
                                 "Value": pt.value, "At": _ts(pt.at)}
 
@@ -340,11 +363,11 @@ class AdxSink:
         self._worker.start()
 
     # ------------------------------------------------------------------------------------ producer side
-    def write(self, histories: Sequence[RunHistory]) -> int:
-        """Queues the rows of ``histories`` not sent before; returns their number. Blocks only when full."""
+    def write(self, updates: Sequence[HistoryUpdate]) -> int:
+        """Queues the rows of ``updates`` not sent before; returns their number. Blocks only when full."""
         lines: list[tuple[str, bytes]] = []
-        for h in histories:
-            lines.extend(self._new_rows(h))
+        for u in updates:
+            lines.extend(self._new_rows(u))
         with self._cond:
             if self._closing.is_set():
                 raise RuntimeError("AdxSink is closed")
@@ -359,17 +382,26 @@ class AdxSink:
             self._cond.notify_all()
         return len(lines)
 
-    def _new_rows(self, h: RunHistory) -> list[tuple[str, bytes]]:
-        run_id = h.run.run_id
+    def _new_rows(self, u: HistoryUpdate) -> list[tuple[str, bytes]]:
+        run_id = u.run_id
         sent = self._memo.pop(run_id, {})
-        memo: dict[RowKey, str | bytes] = {}
+        memo = dict(sent)  # what this update leaves: the rows it replaces go, its own rows come
+        if u.history is not None:  # its rows replace those of the run's previous history
+            memo = {k: v for k, v in memo.items() if k[0] in ("P", "MP")}
+        if u.full:  # every pod of the run: the others are gone
+            memo = {k: v for k, v in memo.items() if k[0] != "P"}
+        for uid in u.removed_pods:
+            memo.pop(("P", uid), None)
         self._revision = max(self._revision + 1, time.time_ns() // 1_000)
         out = []
-        old = sent.get(("MP",), b"")
-        sent_points = {old[i:i + 8] for i in range(0, len(old), 8)}
+        sent_points: set[bytes] | None = None
         points: list[bytes] = []  # the run's points, 8 bytes each (hundreds per run: a digest each would be large)
-        for table, key, row in history_rows(h, self.settings.source_cluster):
+        for table, key, row in update_rows(u, self.settings.source_cluster):
             if table == POINTS:  # a fact, like a transition
+                if sent_points is None:
+                    old = sent.get(("MP",), b"")
+                    assert isinstance(old, bytes)
+                    sent_points = {old[i:i + 8] for i in range(0, len(old), 8)}
                 fact = f"{run_id}|{row['Metric']}|{row['Step']}|{row['Value']!r}|{row['At']}"
                 points.append(hashlib.blake2b(fact.encode(), digest_size=8).digest())
                 if points[-1] not in sent_points:
@@ -380,10 +412,10 @@ class AdxSink:
             else:
                 digest = _digest(json.dumps(row, sort_keys=True, separators=(",", ":")))
                 event_id = _digest(f"{digest}|{self._revision}")
-            memo[key] = digest
             if sent.get(key) != digest:
                 out.append((table, _line({"EventId": event_id, "Revision": self._revision, **row})))
-        if points:
+            memo[key] = digest
+        if u.points is not None:
             memo[("MP",)] = b"".join(sorted(points))
         self._memo[run_id] = memo
         while len(self._memo) > self.settings.memo_max_runs:

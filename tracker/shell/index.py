@@ -1,8 +1,10 @@
 """The experiment index: run histories in SQLite (WAL), read directly by Stellar, TauGrid's experiment UI.
 
-This is the I/O shell around the pure reducer. ``ExperimentIndex.write`` stores the complete current history
-of each given run in one transaction, replacing what the index held for those runs; rows whose content is
-unchanged are not touched, so re-writing the same histories is a no-op. The schema is a contract: it is
+This is the I/O shell around the pure reducer. ``ExperimentIndex.write`` stores what changed in each given run
+(``HistoryUpdate``) in one transaction: its history replaces the run's rows (the run, its transitions, attempts,
+metric summaries and resume links), its metric points replace the run's points when they changed, and each pod
+that changed is written as its own row; rows whose content is unchanged are not touched, so re-writing the same
+updates is a no-op. The schema is a contract: it is
 documented in ``schemas/index/README.md`` and its DDL is ``schemas/index/schema.sql`` (``SCHEMA_SQL`` of
 ``tracker.shell.index_schema``, with the migrations and the opening checks, must stay identical to that file;
 a test checks it).
@@ -10,10 +12,11 @@ a test checks it).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import sqlite3
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import Enum
@@ -21,19 +24,21 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
-from pydantic import BaseModel
-
 from tracker.core.model import (
     Attempt,
+    HistoryUpdate,
     MetricPoint,
     MetricSummary,
     Phase,
+    PodPlacement,
     ResumeLink,
     RunHistory,
     RunRecord,
     Status,
     Transition,
+    field_names,
     iso,
+    load,
 )
 from tracker.core.timefmt import ts
 from tracker.shell.index_schema import (
@@ -95,33 +100,31 @@ def _names(columns: Sequence[str]) -> str:
     return ", ".join(f'"{c}"' for c in columns)
 
 
-def _fields(model: type[BaseModel]) -> tuple[str, ...]:
-    return tuple(model.model_fields)
-
-
-_PLACEMENT_COLUMNS = ("run_id", "attempt", "pod", "node", "created_at", "scheduled_at", "finished_at", "gpus",
-                      "released_at", "gpu_hours", "lost")
-_RUNS = _table("runs", (*_fields(RunRecord), "updated_seq"), ("run_id",), unversioned=("updated_seq",))
-_TRANSITIONS = _table("transitions", (*_fields(Transition), "ordinal"), ("run_id", "attempt", "phase"))
-_ATTEMPTS = _table("attempts", _fields(Attempt), ("run_id", "attempt"))
-_PLACEMENTS = _table("pod_placements", _PLACEMENT_COLUMNS, ("run_id", "attempt", "pod"))
-_METRICS = _table("metric_summaries", _fields(MetricSummary), ("run_id", "metric"))
-_LINKS = _table("resume_links", _fields(ResumeLink), ("run_id", "resume_of"))
-_POINTS = _table("metric_points", _fields(MetricPoint), ("run_id", "metric", "step"))  # since schema 5
+_RUNS = _table("runs", (*field_names(RunRecord), "updated_seq"), ("run_id",), unversioned=("updated_seq",))
+_TRANSITIONS = _table("transitions", (*field_names(Transition), "ordinal"), ("run_id", "attempt", "phase"))
+_ATTEMPTS = _table("attempts", field_names(Attempt), ("run_id", "attempt"))
+_PLACEMENTS = _table("pod_placements", field_names(PodPlacement), ("run_id", "uid"))  # keyed by uid since schema 6
+_METRICS = _table("metric_summaries", field_names(MetricSummary), ("run_id", "metric"))
+_LINKS = _table("resume_links", field_names(ResumeLink), ("run_id", "resume_of"))
+_POINTS = _table("metric_points", field_names(MetricPoint), ("run_id", "metric", "step"))  # since schema 5
 _OFFSETS = _table("consumer_offsets", ("consumer_group", "topic", "partition", "next_offset"),
                   ("consumer_group", "topic", "partition"))
-# A run's rows beside its runs row, parents before children (deletes run in the reverse order).
-_CHILDREN = (_TRANSITIONS, _ATTEMPTS, _PLACEMENTS, _METRICS, _LINKS, _POINTS)
+# A run's rows that its history replaces, beside its runs row (parents before children: deletes run in reverse).
+_CHILDREN = (_TRANSITIONS, _ATTEMPTS, _METRICS, _LINKS)
 _NAN_COLUMNS = ("first_value", "latest_value", "min_value", "max_value")  # NaN is stored as NULL
 
 
 @dataclass(frozen=True, slots=True)
 class _Encoded:
-    """One run's history as table rows, ready to write."""
+    """One run's update as table rows, ready to write."""
 
     run_id: str
-    run: Row  # without updated_seq
+    run: Row | None  # without updated_seq; None: the history did not change (not in the update)
     children: tuple[list[Row], ...]  # aligned with _CHILDREN
+    points: list[Row] | None  # None: unchanged
+    pods: list[Row]  # changed pod rows
+    removed: list[str]  # uids of pods no longer the run's
+    full: bool  # pods (and points) are all of the run's
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +134,7 @@ class ReducerState:
     runs: list[tuple[str, bytes]]  # retired markers first, oldest retirement first; then the live runs
     held: list[tuple[int, str, bytes]]
     clock: list[int]  # the reducer's watermark state (``Reducer.marks``); empty for none
+    pods: dict[str, dict[str, bytes]] = field(default_factory=dict)  # run id -> uid -> the pod's encoded state
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,15 +142,18 @@ class StateRows:
     """The reducer's state to store with one write (see ``tracker.shell.reducer_state``).
 
     ``runs``: each written run's encoded state (None for a run whose state is no longer kept). ``retired``: the
-    retirement ordinal of the runs among them whose state is a retired marker. ``held``: every record waiting for
+    retirement ordinal of the runs among them whose state is a retired marker. ``pods``: (run id, pod uid) -> the
+    pod's encoded state, of the pods whose state changed (None: no longer kept). ``held``: every record waiting for
     its owner as (seq, owner uid, encoded record), or None when they did not change. ``clock``: the reducer's
-    event-time watermark state (``Reducer.marks``), or None when it did not change.
+    event-time watermark state (``Reducer.marks``), or None when it did not change. A run whose state is None or a
+    retired marker keeps no pod state.
     """
 
     runs: Mapping[str, bytes | None]
     held: Sequence[tuple[int, str, bytes]] | None = None
     retired: Mapping[str, int] = field(default_factory=dict)
     clock: Sequence[int] | None = None
+    pods: Mapping[tuple[str, str], bytes | None] = field(default_factory=dict)
 
 
 class ExperimentIndex:
@@ -267,48 +274,50 @@ class ExperimentIndex:
         return self._conn
 
     # ------------------------------------------------------------------------------------ write
-    def write(self, histories: Sequence[RunHistory],
+    def write(self, updates: Sequence[HistoryUpdate],
               offsets: Mapping[OffsetKey, int] | None = None, *, state: StateRows | None = None) -> int:
-        """Store each run's complete history (replacing the run's rows), the consumer offsets and the reducer's
-        state, atomically.
+        """Store what changed in each run (its history replacing its rows, its metric points when they changed, the
+        pods that changed, the pods removed), the consumer offsets and the reducer's state, atomically.
 
-        A run given twice is written as its last history. Rows whose content is unchanged are left alone and
-        a run's ``updated_seq`` moves only when one of its rows changed, so writing the same histories again
-        changes nothing. Without ``state`` the written runs' reducer state is dropped (their histories now come
-        from elsewhere, e.g. the Kafka reducer, so a replay must not continue from it). Returns the number of
-        history rows inserted, updated or deleted (offsets included; reducer state is not counted).
+        Updates of one run apply in order. Rows whose content is unchanged are left alone and a run's
+        ``updated_seq`` moves only when one of its rows changed, so writing the same updates again changes nothing.
+        Without ``state`` the written runs' reducer state is dropped (their histories now come from elsewhere, e.g.
+        the Kafka reducer, so a replay must not continue from it). Returns the number of history rows inserted,
+        updated or deleted (offsets included; reducer state is not counted).
 
-        With ``state``, the history of a run this index holds as retired (its state row a retirement marker) is
-        not written: it comes from records that arrived after the reducer forgot the retirement, and would replace
+        With ``state``, an update of a run this index holds as retired (its state row a retirement marker) is not
+        written: it comes from records that arrived after the reducer forgot the retirement, and would replace
         the run's whole history with their part of it (counted in ``refused_after_retirement``). Its marker
         stays (renewed when the state retires the run again).
         """
         if self.readonly:
             raise RuntimeError(f"experiment index {self.path} was opened read-only")
         conn = self._db
-        latest = {h.run.run_id: h for h in histories}
-        if state is not None and latest:
-            refused = self._retired_before(latest)
+        if state is not None and updates:
+            refused = self._retired_before({u.run_id for u in updates})
             if refused:
-                self.refused_after_retirement += len(refused)
-                latest = {k: h for k, h in latest.items() if k not in refused}
+                self.refused_after_retirement += len({u.run_id for u in updates if u.run_id in refused})
+                updates = [u for u in updates if u.run_id not in refused]
                 state = StateRows({k: v for k, v in state.runs.items() if k not in refused or k in state.retired},
-                                  state.held, state.retired, state.clock)
-        encoded = [_encode(h) for h in latest.values()]
+                                  state.held, state.retired, state.clock,
+                                  {k: v for k, v in state.pods.items() if k[0] not in refused})
+        encoded = [_encode(u) for u in updates]
         offset_rows = _offset_rows(offsets or {})
         with transaction(conn, "BEGIN IMMEDIATE"):
             seq = int(conn.execute("SELECT COALESCE(MAX(updated_seq), 0) + 1 FROM runs").fetchone()[0])
             changed = sum(self._write_run(e, seq) for e in encoded)
             changed += self._write_offsets(offset_rows)
             if state is None:
-                conn.executemany("DELETE FROM reducer_runs WHERE run_id = ?", [(e.run_id,) for e in encoded])
+                gone = [(r,) for r in dict.fromkeys(e.run_id for e in encoded)]
+                conn.executemany("DELETE FROM reducer_runs WHERE run_id = ?", gone)
+                conn.executemany("DELETE FROM reducer_pods WHERE run_id = ?", gone)
             else:
                 self._write_state(state)
         return changed
 
-    def _retired_before(self, histories: Mapping[str, RunHistory]) -> set[str]:
-        """The runs of ``histories`` that this index holds as retired."""
-        live = list(histories)
+    def _retired_before(self, run_ids: Iterable[str]) -> set[str]:
+        """The runs of ``run_ids`` that this index holds as retired."""
+        live = list(run_ids)
         found: set[str] = set()
         for i in range(0, len(live), 500):
             chunk = live[i:i + 500]
@@ -329,6 +338,13 @@ class ExperimentIndex:
                          (json.dumps(list(state.clock)),))
         conn.executemany("DELETE FROM reducer_runs WHERE run_id = ?",
                          [(k,) for k, v in state.runs.items() if v is None])
+        conn.executemany("INSERT INTO reducer_pods (run_id, uid, state) VALUES (?, ?, ?) "
+                         "ON CONFLICT (run_id, uid) DO UPDATE SET state = excluded.state",
+                         [(*k, v) for k, v in state.pods.items() if v is not None])
+        conn.executemany("DELETE FROM reducer_pods WHERE run_id = ? AND uid = ?",
+                         [k for k, v in state.pods.items() if v is None])
+        conn.executemany("DELETE FROM reducer_pods WHERE run_id = ?",
+                         [(k,) for k, v in state.runs.items() if v is None or k in state.retired])
         if state.held is not None:
             kept = {seq for seq, _owner, _record in state.held}
             stale = [(seq,) for (seq,) in conn.execute("SELECT seq FROM reducer_held") if seq not in kept]
@@ -338,14 +354,24 @@ class ExperimentIndex:
 
     def _write_run(self, e: _Encoded, seq: int) -> int:
         conn = self._db
-        run_changed = conn.execute(_RUNS.upsert, (*e.run, seq)).rowcount
+        run_changed = 0
         changed = 0
-        for table, rows in reversed(list(zip(_CHILDREN, e.children, strict=True))):
-            kept = {r[1:len(table.key)] for r in rows}
-            stale = sorted({tuple(r) for r in conn.execute(table.run_keys, (e.run_id,))} - kept)
-            changed += conn.executemany(table.delete, [(e.run_id, *k) for k in stale]).rowcount
-        for table, rows in zip(_CHILDREN, e.children, strict=True):
-            changed += conn.executemany(table.upsert, rows).rowcount
+        if e.run is not None:
+            run_changed = conn.execute(_RUNS.upsert, (*e.run, seq)).rowcount
+            for table, rows in reversed(list(zip(_CHILDREN, e.children, strict=True))):
+                changed += _delete_stale(conn, table, e.run_id, {r[1:len(table.key)] for r in rows})
+            for table, rows in zip(_CHILDREN, e.children, strict=True):
+                changed += conn.executemany(table.upsert, rows).rowcount
+        if e.points is not None:
+            changed += _delete_stale(conn, _POINTS, e.run_id, {r[1:3] for r in e.points})
+            changed += conn.executemany(_POINTS.upsert, e.points).rowcount
+        if e.full:
+            changed += _delete_stale(conn, _PLACEMENTS, e.run_id, {(r[_UID],) for r in e.pods})
+        changed += conn.executemany(_PLACEMENTS.delete, [(e.run_id, uid) for uid in e.removed]).rowcount
+        # a pod's row migrated from an index of schema 5 (uid 'v5:<attempt>:<pod>') gives way to its row with its uid
+        changed += conn.executemany(_PLACEMENTS.delete, [(e.run_id, f"v5:{r[_ATTEMPT]!s}:{r[_POD]!s}")
+                                                         for r in e.pods]).rowcount
+        changed += conn.executemany(_PLACEMENTS.upsert, e.pods).rowcount
         if changed and not run_changed:
             run_changed = conn.execute("UPDATE runs SET updated_seq = ? WHERE run_id = ?",
                                        (seq, e.run_id)).rowcount
@@ -378,10 +404,13 @@ class ExperimentIndex:
             held = [(r[0], r[1], r[2]) for r in conn.execute("SELECT seq, owner, record FROM reducer_held "
                                                              "ORDER BY seq")]
             row = conn.execute("SELECT value FROM meta WHERE key = 'reducer_clock'").fetchone()
+            pods: dict[str, dict[str, bytes]] = {}
+            for run_id, uid, blob in conn.execute("SELECT run_id, uid, state FROM reducer_pods ORDER BY run_id, uid"):
+                pods.setdefault(run_id, {})[uid] = blob
         clock = json.loads(row[0]) if row else []
         if not (isinstance(clock, list) and all(isinstance(v, int) for v in clock)):
             clock = []
-        return ReducerState(retired + runs, held, clock)
+        return ReducerState(retired + runs, held, clock, pods)
 
     def runs_without_state(self) -> list[str]:
         """Runs whose reducer state this index does not keep (written by the Kafka sink, or before schema 2)."""
@@ -445,15 +474,19 @@ class ExperimentIndex:
             row = conn.execute("SELECT * FROM runs WHERE run_id = ?", (run_id,)).fetchone()
             if row is None:
                 return None
-            transitions = [Transition.model_validate({c: r[c] for c in _fields(Transition)})
+            version = schema_version(conn, self.path)
+            transitions = [load(Transition, {c: r[c] for c in field_names(Transition)})
                            for r in _of_run(conn, _TRANSITIONS, run_id, "ordinal")]
             attempts = [_attempt(r) for r in _of_run(conn, _ATTEMPTS, run_id, "attempt")]
             metrics = [_metric(r) for r in _of_run(conn, _METRICS, run_id, "metric")]
-            links = [ResumeLink.model_validate(dict(r)) for r in _of_run(conn, _LINKS, run_id, "resume_of")]
-            points = [MetricPoint.model_validate(dict(r)) for r in _of_run(conn, _POINTS, run_id, "metric, step")] \
-                if schema_version(conn, self.path) >= 5 else []  # an older index, read as it is, has none
+            links = [load(ResumeLink, dict(r)) for r in _of_run(conn, _LINKS, run_id, "resume_of")]
+            points = [load(MetricPoint, dict(r)) for r in _of_run(conn, _POINTS, run_id, "metric, step")] \
+                if version >= 5 else []  # an older index, read as it is, has none
+            # by attempt, then creation time (none first, as the reducer orders them), name and uid
+            order = f"attempt, created_at IS NOT NULL, {_exact('created_at')}, pod" + (", uid" if version >= 6 else "")
+            pods = [_pod(r, row["namespace"]) for r in _of_run(conn, _PLACEMENTS, run_id, order)]
         return RunHistory(run=_record(row), transitions=transitions, attempts=attempts, metrics=metrics,
-                          resume_links=links, metric_points=points)
+                          resume_links=links, metric_points=points, pods=pods)
 
     def counts_by_status(self) -> dict[Status, int]:
         """Number of runs per status (every status present, zeros included)."""
@@ -478,9 +511,9 @@ def _when(dt: datetime | None) -> str | None:
 
 
 def _plain(value: Any) -> Any:
-    """A model value as JSON-ready data, with times in the index's text format."""
-    if isinstance(value, BaseModel):
-        return {k: _plain(getattr(value, k)) for k in type(value).model_fields}
+    """A row value as JSON-ready data, with times in the index's text format."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, datetime):
         return _when(value)
     if isinstance(value, list):
@@ -510,34 +543,48 @@ def _cell(value: object) -> SqlValue:
     raise TypeError(f"cannot store a {type(value).__name__} in the experiment index")
 
 
-def _row(model: BaseModel, columns: Sequence[str]) -> Row:
-    return tuple(_cell(getattr(model, c)) for c in columns)
+def _row(value: Any, columns: Sequence[str]) -> Row:
+    return tuple(_cell(getattr(value, c)) for c in columns)
 
 
-def _encode(h: RunHistory) -> _Encoded:
-    """A history as rows; ValueError if it is not one run's consistent history."""
-    run_id = h.run.run_id
-    owners = [*(t.run_id for t in h.transitions), *(a.run_id for a in h.attempts),
-              *(m.run_id for m in h.metrics), *(link.run_id for link in h.resume_links),
-              *(p.run_id for p in h.metric_points)]
+_UID, _ATTEMPT, _POD = (_PLACEMENTS.columns.index(c) for c in ("uid", "attempt", "pod"))
+
+
+def _encode(u: HistoryUpdate) -> _Encoded:
+    """An update as rows; ValueError if it is not one run's consistent update."""
+    run_id = u.run_id
+    h = u.history
+    owners = [*(p.run_id for p in u.points or ()), *(p.run_id for p in u.pods)]
+    if h is not None:
+        owners += [h.run.run_id, *(t.run_id for t in h.transitions), *(a.run_id for a in h.attempts),
+                   *(m.run_id for m in h.metrics), *(link.run_id for link in h.resume_links)]
     foreign = sorted({o for o in owners if o != run_id})
     if foreign:
-        raise ValueError(f"history of run {run_id!r} holds rows of other runs: {foreign[:5]}")
-    transitions = [(*_row(t, _fields(Transition)), i) for i, t in enumerate(h.transitions)]
-    attempts = [_row(a, _ATTEMPTS.columns) for a in h.attempts]
-    # A pod name seen twice in one attempt (deleted and recreated) keeps its last placement.
-    placements = list({(a.attempt, p.pod): (run_id, a.attempt, *_row(p, _PLACEMENT_COLUMNS[2:]))
-                       for a in h.attempts for p in a.pods}.values())
-    metrics = [_row(m, _METRICS.columns) for m in h.metrics]
-    links = [_row(link, _LINKS.columns) for link in h.resume_links]
-    rows = (transitions, attempts, placements, metrics, links, [_row(p, _POINTS.columns) for p in h.metric_points])
-    for table, table_rows in zip(_CHILDREN, rows, strict=True):
+        raise ValueError(f"update of run {run_id!r} holds rows of other runs: {foreign[:5]}")
+    children: tuple[list[Row], ...] = ()
+    run = None
+    if h is not None:
+        children = ([(*_row(t, field_names(Transition)), i) for i, t in enumerate(h.transitions)],
+                    [_row(a, _ATTEMPTS.columns) for a in h.attempts],
+                    [_row(m, _METRICS.columns) for m in h.metrics],
+                    [_row(link, _LINKS.columns) for link in h.resume_links])
+        run = _row(h.run, _RUNS.columns[:-1])
+    points = None if u.points is None else [_row(p, _POINTS.columns) for p in u.points]
+    pods = [_row(p, _PLACEMENTS.columns) for p in u.pods]
+    for table, table_rows in (*zip(_CHILDREN, children, strict=False), (_POINTS, points or []),
+                              (_PLACEMENTS, pods)):
         width = len(table.key)
         keys = [r[:width] for r in table_rows]
         if len(set(keys)) != len(keys):
             dup = next(k for k in keys if keys.count(k) > 1)
-            raise ValueError(f"history of run {run_id!r} has two {table.name} rows with key {dup[1:]}")
-    return _Encoded(run_id, _row(h.run, _RUNS.columns[:-1]), rows)
+            raise ValueError(f"update of run {run_id!r} has two {table.name} rows with key {dup[1:]}")
+    return _Encoded(run_id, run, children, points, pods, list(u.removed_pods), u.full)
+
+
+def _delete_stale(conn: sqlite3.Connection, table: _Table, run_id: str, kept: set[tuple[SqlValue, ...]]) -> int:
+    """Delete the run's rows of ``table`` whose key (without run_id) is not in ``kept``."""
+    stale = sorted({tuple(r) for r in conn.execute(table.run_keys, (run_id,))} - kept)
+    return conn.executemany(table.delete, [(run_id, *k) for k in stale]).rowcount
 
 
 def _offset_rows(offsets: Mapping[OffsetKey, int]) -> list[Row]:
@@ -571,25 +618,34 @@ def _columns(row: sqlite3.Row, fields: Sequence[str]) -> dict[str, Any]:
 
 
 def _record(row: sqlite3.Row) -> RunRecord:
-    data = _columns(row, _fields(RunRecord))
+    data = _columns(row, field_names(RunRecord))
     data["input_refs"] = json.loads(data["input_refs"])
     if "lost_gpu_hours_by" in data:
         data["lost_gpu_hours_by"] = json.loads(data["lost_gpu_hours_by"])
-    return RunRecord.model_validate(data)
+    return load(RunRecord, data)
 
 
 def _attempt(row: sqlite3.Row) -> Attempt:
-    data = _columns(row, _fields(Attempt))
+    data = _columns(row, field_names(Attempt))
     data["failures"] = json.loads(data["failures"])
-    data["pods"] = json.loads(data["pods"])
+    if "pods" in row.keys():  # noqa: SIM118 (a Row's `in` looks at its values)  an index of schema 5 or older
+        data["pod_count"] = len(json.loads(row["pods"]))
+        data["failed_pods"] = len(data["failures"])
     if "lost_gpu_hours_by" in data:
         data["lost_gpu_hours_by"] = json.loads(data["lost_gpu_hours_by"])
-    return Attempt.model_validate(data)
+    return load(Attempt, data)
+
+
+def _pod(row: sqlite3.Row, namespace: str | None) -> PodPlacement:
+    data = _columns(row, field_names(PodPlacement))
+    data.setdefault("uid", f"v5:{row['attempt']}:{row['pod']}")  # an index of schema 5 or older, read as it is
+    data.setdefault("namespace", namespace)
+    return load(PodPlacement, data)
 
 
 def _metric(row: sqlite3.Row) -> MetricSummary:
-    data = {c: row[c] for c in _fields(MetricSummary)}
+    data = {c: row[c] for c in field_names(MetricSummary)}
     for c in _NAN_COLUMNS:
         if data[c] is None:
             data[c] = math.nan
-    return MetricSummary.model_validate(data)
+    return load(MetricSummary, data)

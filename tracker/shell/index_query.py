@@ -26,7 +26,7 @@ from typing import Any, NamedTuple, TypeVar
 
 from tracker import errors
 
-KNOWN_SCHEMA_VERSION = 5  # the newest schema this module reads on its own (tracker.shell.index_schema.SCHEMA_VERSION)
+KNOWN_SCHEMA_VERSION = 6  # the newest schema this module reads on its own (tracker.shell.index_schema.SCHEMA_VERSION)
 READ_RETRIES = 3
 BUSY_TIMEOUT_MS = 10_000
 

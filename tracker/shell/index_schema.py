@@ -219,9 +219,70 @@ INSERT INTO meta (key, value) VALUES ('created_at', strftime('%Y-%m-%dT%H:%M:%SZ
     ON CONFLICT (key) DO NOTHING;
 """
 
+_V6 = """\
+
+-- Bounded writes (schema 6): each pod is a row of its own, keyed by its uid and written when it changes, so that a
+-- change of one pod of a wide run rewrites that row only. Rows written before version 6 keep 'v5:<attempt>:<pod>'
+-- as uid until their run is written again. attempts.pods (every pod of the attempt as JSON) is gone: the attempt's
+-- pods are the pod_placements rows with its number, and attempts.pod_count counts them. A run's pods and metric
+-- points are written apart from its history (on the transitions topic they are records of their own), so their rows
+-- no longer reference runs: an index built from a compacted topic may hold them before the run's row.
+CREATE TABLE pod_placements_v6 (
+    run_id       TEXT NOT NULL, -- no foreign key: built from a compacted topic, a pod may come before its run
+    uid          TEXT NOT NULL, -- the pod's metadata.uid
+    namespace    TEXT, -- the run's
+    attempt      INTEGER NOT NULL CHECK (attempt >= 1),
+    pod          TEXT NOT NULL,
+    node         TEXT,
+    created_at   TEXT,
+    scheduled_at TEXT,
+    finished_at  TEXT,
+    gpus         INTEGER NOT NULL DEFAULT 0,
+    released_at  TEXT,
+    gpu_hours    REAL, -- NULL while the pod holds its GPUs
+    lost         TEXT,
+    PRIMARY KEY (run_id, uid)
+) WITHOUT ROWID;
+INSERT INTO pod_placements_v6 (run_id, uid, namespace, attempt, pod, node, created_at, scheduled_at, finished_at,
+                               gpus, released_at, gpu_hours, lost)
+    SELECT p.run_id, 'v5:' || p.attempt || ':' || p.pod, r.namespace, p.attempt, p.pod, p.node, p.created_at,
+           p.scheduled_at, p.finished_at, p.gpus, p.released_at, p.gpu_hours, p.lost
+    FROM pod_placements p JOIN runs r ON r.run_id = p.run_id;
+DROP TABLE pod_placements;
+ALTER TABLE pod_placements_v6 RENAME TO pod_placements;
+CREATE INDEX pod_placements_by_attempt ON pod_placements (run_id, attempt);
+CREATE INDEX pod_placements_by_node ON pod_placements (node, scheduled_at);
+CREATE INDEX pod_placements_by_pod ON pod_placements (pod);
+ALTER TABLE attempts ADD COLUMN pod_count INTEGER NOT NULL DEFAULT 0; -- its pods (pod_placements rows)
+ALTER TABLE attempts ADD COLUMN failed_pods INTEGER NOT NULL DEFAULT 0; -- its failed pods (failures lists <= 64)
+UPDATE attempts SET pod_count = json_array_length(pods), failed_pods = json_array_length(failures);
+ALTER TABLE attempts DROP COLUMN pods;
+CREATE TABLE metric_points_v6 (
+    run_id TEXT NOT NULL, -- no foreign key, as pod_placements
+    metric TEXT NOT NULL,
+    step   INTEGER NOT NULL,
+    value  REAL NOT NULL,
+    at     TEXT NOT NULL, -- the time of the progress event that reported the point
+    PRIMARY KEY (run_id, metric, step)
+) WITHOUT ROWID;
+INSERT INTO metric_points_v6 (run_id, metric, step, value, at)
+    SELECT run_id, metric, step, value, at FROM metric_points;
+DROP TABLE metric_points;
+ALTER TABLE metric_points_v6 RENAME TO metric_points;
+CREATE INDEX metric_points_by_metric ON metric_points (metric, run_id);
+
+-- The reducer's state of each pod, apart from its run's (reducer_runs): zlib-compressed JSON.
+CREATE TABLE reducer_pods (
+    run_id TEXT NOT NULL,
+    uid    TEXT NOT NULL,
+    state  BLOB NOT NULL,
+    PRIMARY KEY (run_id, uid)
+) WITHOUT ROWID;
+"""
+
 # Migration n turns a schema of version n - 1 into version n. A new version appends a migration here (and so
 # changes schemas/index/schema.sql, generated from SCHEMA_SQL) and updates the README.
-MIGRATIONS: Mapping[int, str] = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5}
+MIGRATIONS: Mapping[int, str] = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6}
 SCHEMA_VERSION = max(MIGRATIONS)
 SCHEMA_SQL = f"""\
 -- TauGrid experiment index, schema version {SCHEMA_VERSION}.

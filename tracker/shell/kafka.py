@@ -434,10 +434,12 @@ def topic_specs(ts: TopicSettings) -> list[TopicSpec]:
                   "Watch events and TauGrid intake events; key: run id; header source."),
         TopicSpec("transitions", ts.transitions, ts.partitions, rf,
                   {**compacted, "min.compaction.lag.ms": str(ts.transitions_min_compaction_lag_ms)},
-                  "A run's complete current RunHistory JSON, each time it changes; key: run id; "
-                  "header content-hash."),
+                  "A run's parts, each a record of its own when it changes: its RunHistory (history/v2, key: run "
+                  "id, header content-hash), its metric points (key: <run id>/points) and each of its pods (key: "
+                  "<run id>/pod/<uid>, a tombstone when it is no longer the run's); header kind."),
         TopicSpec("run_state", ts.run_state, ts.partitions, rf, compacted,
-                  "The reducer's per-run changelog (Reducer.snapshot_run JSON plus shell state); key: run id."),
+                  "The reducer's per-run changelog (Reducer.snapshot_run JSON plus shell state; key: run id), "
+                  "each pod's state apart (key: <run id>/pod/<uid>, header kind: pod)."),
         TopicSpec("dead_letters", ts.dead_letters, ts.side_partitions, rf, kept,
                   "Inputs that could not be used: DeadLetter JSON (source, reason, detail, excerpt)."),
         TopicSpec("alerts", ts.alerts, ts.side_partitions, rf, kept,

@@ -2,7 +2,9 @@
 from what earlier calls folded instead of replacing their histories with what its own records alone give.
 
 The index stores, in the same transaction as the history rows (``ExperimentIndex.write(..., state=...)``):
-- each written run's state as ``Reducer.snapshot_run`` gives it (facts and owner uids), zlib-compressed JSON;
+- each written run's state as ``Reducer.snapshot_run`` gives it (facts and owner uids), zlib-compressed JSON, and
+  apart, one row per pod, the state of each of its pods that changed (so that a change of one pod of a wide run
+  rewrites that pod's row, not the run's every pod);
 - the records still waiting for their owner object (a Pod seen in one capture, its Job in the next).
 
 ``StateTracker.capture`` encodes what changed at a flush; ``restore`` loads it all into a new reducer. Runs the
@@ -47,11 +49,19 @@ class StateTracker:
 
     def capture(self, run_ids: Iterable[str]) -> StateRows:
         red = self.reducer
-        runs = {}
+        runs: dict[str, bytes | None] = {}
         retired = {}
-        for run_id in run_ids:
+        pods: dict[tuple[str, str], bytes | None] = {}
+        for run_id in dict.fromkeys(run_ids):
             snap = red.snapshot_run(run_id)
-            runs[run_id] = None if snap is None else _encode(snap)
+            if snap is None:
+                runs[run_id] = None
+                continue
+            for uid, pod in snap.pop("pods").items():
+                pods[(run_id, uid)] = _encode(pod)
+            for uid in snap.pop("pods_removed"):
+                pods[(run_id, uid)] = None
+            runs[run_id] = _encode(snap)
             if run_id in red.retired:
                 retired[run_id] = red.retired[run_id]
         clock = None
@@ -64,7 +74,7 @@ class StateTracker:
             # held objects are stored slimmed to what the reducer reads (no env values, no managedFields)
             held = [(seq, owner, _encode([etype, slim(obj), source]))
                     for seq, owner, (etype, obj, source) in red.corr.held_items()]
-        return StateRows(runs, held, retired, clock)
+        return StateRows(runs, held, retired, clock, pods)
 
 
 def restore(index: ExperimentIndex, limits: ReducerLimits | None = None) -> Reducer:
@@ -83,11 +93,11 @@ def restore(index: ExperimentIndex, limits: ReducerLimits | None = None) -> Redu
                 raise ValueError("a held record is not [type, object, source]")
             items.append((seq, owner, (str(record[0]), record[1], str(record[2]))))
         reducer.corr.load_held(items)
-        for _run_id, blob in runs:
+        for run_id, blob in runs:
             snap = _decode(blob)
             if not isinstance(snap, dict):
                 raise ValueError("a run's state is not a JSON object")
-            reducer.restore_run(snap)
+            reducer.restore_run(snap, {uid: _decode(b) for uid, b in stored.pods.get(run_id, {}).items()})
     except (ValueError, TypeError, KeyError, IndexError, zlib.error) as exc:
         raise StateError(f"the reducer state kept in {index.path} cannot be read ({exc}); replay every capture "
                          "into a new index") from exc
