@@ -2,6 +2,7 @@
 
     uv run python -m tests.infra up --components kafka      # or any broker: --bootstrap HOST:PORT
     uv run python bench/kafka_pipeline.py [--runs 2000] [--rates 50 200 500] [--seconds 10] [--scale-out 1 2]
+                                          [--sink inprocess|process] [--poll 0.01]
 
 Figures, in one run against the same broker and topic layout (4 partitions):
 
@@ -12,7 +13,12 @@ Figures, in one run against the same broker and topic layout (4 partitions):
 3. end to end: progress changes offered at fixed rates (one phase per rate) while ``tracker reduce`` and the index
    sink run; latency from a change produced to the experiment-index row that reflects it committed (p50/p95/p99).
    A change not indexed within ``--miss-after`` seconds (default 60) of the phase's last send is a miss: it counts
-   as an infinite latency in the percentiles, and the misses are reported;
+   as an infinite latency in the percentiles, and the misses are reported. Beside them, per phase: the rate the
+   changes were really sent at, the reducer's backlog (``tracker_consumer_lag``) right after the last send, the CPU
+   time of the processes over the phase, in cores, and the reducer's transactions (changes and records each, fold
+   and begin..commit time). ``--sink inprocess`` (the default) runs the index sink in this process, which notes its
+   own commits; ``--sink process`` runs ``tracker sink index`` as a process of its own, as it is deployed, and
+   reads the index read-only every ``--poll`` seconds (latencies late by up to that);
 4. memory per active run: tracemalloc growth of a Reducer holding runs that are
    still running, divided by their number.
 5. scale-out: N ``tracker reduce`` processes in one consumer group (default 1 and 2), each N on fresh topics
