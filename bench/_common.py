@@ -385,6 +385,33 @@ async def read_topic(bootstrap: str, topic: str, partitions: int, timeout_s: flo
     return totals
 
 
+async def keep_every_version(bootstrap: str, topics: Sequence[str], timeout_s: float = 60.0) -> None:
+    """Keep the log cleaner off the records of the compacted ``topics`` for a day (``min.compaction.lag.ms``), so
+    that every record the benchmark made can be counted after it: a compacted topic otherwise loses the older
+    versions of a key once a segment rolls (1 GiB by default, a few minutes of a wide run's run-state)."""
+    from aiokafka.admin import AIOKafkaAdminClient
+    from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await asyncio.wait_for(admin.start(), timeout_s)
+    try:
+        for topic in topics:
+            described = await asyncio.wait_for(admin.describe_configs(
+                [ConfigResource(ConfigResourceType.TOPIC, topic)]), timeout_s)
+            entries = described[0].to_object()["resources"][0]["config_entries"]
+            own = {e["config_names"]: e["config_value"] for e in entries if e["config_source"] == 1}  # the topic's
+            own["min.compaction.lag.ms"] = str(24 * 3_600_000)
+            # AlterConfigs replaces the topic's own settings with the ones given: all of them are given again
+            done = await asyncio.wait_for(admin.alter_configs(
+                [ConfigResource(ConfigResourceType.TOPIC, topic, configs=own)]), timeout_s)
+            for response in done:
+                for res in response.to_object()["resources"]:
+                    if res["error_code"]:
+                        raise RuntimeError(f"altering {topic}: {res['error_message'] or res['error_code']}")
+    finally:
+        await asyncio.wait_for(admin.close(), timeout_s)
+
+
 async def group_committed(bootstrap: str, group: str, timeout_s: float = 30.0) -> int:
     """The sum of a consumer group's committed offsets (0 if it has none yet)."""
     from aiokafka.admin import AIOKafkaAdminClient

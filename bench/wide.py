@@ -65,6 +65,7 @@ from bench._common import (  # noqa: E402
     environment,
     free_port,
     http_get,
+    keep_every_version,
     load_average,
     memory_kib,
     metric_sums,
@@ -272,6 +273,7 @@ class KafkaResult:
     changes_topic: TopicTotals
     dead_letters: TopicTotals
     rss_kib: dict[str, int]
+    topics: dict[str, str]  # "transitions", "run-state" -> topic name
 
 
 async def run_kafka(inp: Input, bootstrap: str, partitions: int, rate: float, idle_s: float, tmp: Path,
@@ -284,6 +286,7 @@ async def run_kafka(inp: Input, bootstrap: str, partitions: int, rate: float, id
     topics = {k: env[f"TRACKER_KAFKA__TOPICS__{k}"] for k in ("CHANGES", "TRANSITIONS", "RUN_STATE", "DEAD_LETTERS")}
     await asyncio.to_thread(lambda: run_timed([*tracker_command(), "topics", "create"], env=env,
                                               timeout_s=120).check("tracker topics create"))
+    await keep_every_version(bootstrap, [topics["TRANSITIONS"], topics["RUN_STATE"]])
     log_path = tmp / f"{prefix}-reduce.log"
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True, linger_ms=5)
     await asyncio.wait_for(producer.start(), 60)
@@ -326,7 +329,8 @@ async def run_kafka(inp: Input, bootstrap: str, partitions: int, rate: float, id
                                                               else partitions)
                                              for k in ("TRANSITIONS", "RUN_STATE", "CHANGES", "DEAD_LETTERS")]
     return KafkaResult(inp.changes, inp.changes / max(t_sent - t1, 1e-9), c2 - c1, t2 - t1, idle_rate, t2 - t_sent, m,
-                       transitions, run_state, changes, dead, rss)
+                       transitions, run_state, changes, dead, rss,
+                       {"transitions": topics["TRANSITIONS"], "run-state": topics["RUN_STATE"]})
 
 
 def print_kafka(inputs: Sequence[Input], results: Sequence[KafkaResult], rate: float, partitions: int) -> None:
@@ -335,7 +339,7 @@ def print_kafka(inputs: Sequence[Input], results: Sequence[KafkaResult], rate: f
     ref = next((i for i, inp in enumerate(inputs) if inp.pods is not None), 0)
     ref_cpu = results[ref].cpu_s / results[ref].changes
     print(f"  {'input':<22} {'changes':>8} {'sent/s':>7} {'CPU us/chg':>10} {'ratio':>6} {'idle us/chg':>11} "
-          f"{'transitions B/chg':>17} {'run-state B/chg':>15} {'records/chg':>11} {'txns':>6} "
+          f"{'transitions B/chg':>17} {'run-state B/chg':>15} {'records/chg':>11} {'txns':>6} {'chg/txn':>7} "
           f"{'largest history':>15} {'input B/chg':>11} {'drain s':>7} {'peak RSS':>8}")
     for inp, r in zip(inputs, results, strict=True):
         n = r.changes
@@ -345,12 +349,18 @@ def print_kafka(inputs: Sequence[Input], results: Sequence[KafkaResult], rate: f
                              r.metrics.get("tracker_transactions_total", 0))
         print(f"  {inp.label:<22} {n:>8,} {r.achieved_rate:>7,.0f} {cpu * 1e6:>10.1f} {cpu / ref_cpu:>5.2f}x "
               f"{idle * 1e6:>11.1f} {r.transitions.bytes / n:>17,.0f} {r.run_state.bytes / n:>15,.0f} "
-              f"{(r.transitions.records + r.run_state.records) / n:>11.2f} {txns:>6,.0f} "
+              f"{(r.transitions.records + r.run_state.records) / n:>11.2f} {txns:>6,.0f} {n / max(txns, 1):>7.1f} "
               f"{r.transitions.largest_value / 1024:>11,.0f} KiB {r.changes_topic.bytes / n:>11,.0f} "
               f"{r.drain_s:>7.2f} {r.rss_kib.get('VmHWM', 0) / 1024:>4.0f} MiB")
     print(f"  (ratio to {inputs[ref].label}; idle: the reducer's CPU while polling an empty topic, per second, "
-          "times the span, per change: the part of the CPU figure that is not folding)")
+          "times the span, per change: the part of the CPU figure that is not folding; chg/txn: changes per "
+          "transaction, which grow when the reducer falls behind the offered rate and lower the cost per change)")
     for inp, r in zip(inputs, results, strict=True):
+        for what, totals in (("transitions", r.transitions), ("run-state", r.run_state)):
+            counted = r.metrics.get(f'tracker_records_produced_total{{topic="{r.topics[what]}"}}')
+            if counted is not None and counted != totals.records:
+                print(f"  WARNING {inp.label}: {totals.records:,} {what} records read, the reducer counted "
+                      f"{counted:,.0f} produced")
         fold = r.metrics.get("tracker_fold_seconds_sum", 0.0)
         txn = r.metrics.get("tracker_transaction_seconds_sum", 0.0)
         print(f"  {inp.label}: transitions {r.transitions.records:,} records {r.transitions.bytes / 1e6:,.1f} MB, "
