@@ -46,7 +46,8 @@ def load_average() -> str:
 
 @dataclass(frozen=True)
 class Finished:
-    """A finished subprocess: exit code, wall time, its own CPU time (user, system), peak RSS, output."""
+    """A finished subprocess: exit code, wall time, its own CPU time (user, system), peak RSS (``VmHWM``, sampled
+    while it ran: its last 50 ms may be missed), output."""
 
     rc: int
     wall_s: float
@@ -77,25 +78,29 @@ def run_timed(args: Sequence[str], *, timeout_s: float, env: Mapping[str, str] |
         proc = subprocess.Popen(list(args), stdin=inp, stdout=out, stderr=err, cwd=cwd,
                                 env=dict(env) if env is not None else None)
         try:
-            status, usage = _wait4(proc, started + timeout_s)
+            status, usage, peak = _wait4(proc, started + timeout_s)
         except BaseException:
             stop_process(proc)
             raise
         wall = time.perf_counter() - started
         out.seek(0)
         err.seek(0)
-        return Finished(os.waitstatus_to_exitcode(status), wall, usage.ru_utime, usage.ru_stime, usage.ru_maxrss,
+        return Finished(os.waitstatus_to_exitcode(status), wall, usage.ru_utime, usage.ru_stime, peak,
                         out.read(), err.read())
 
 
-def _wait4(proc: subprocess.Popen[bytes], deadline: float) -> tuple[int, Any]:
-    """Reap ``proc`` with its resource usage, polling until ``deadline`` (perf_counter)."""
+def _wait4(proc: subprocess.Popen[bytes], deadline: float) -> tuple[int, Any, int]:
+    """Reap ``proc`` with its resource usage, polling until ``deadline`` (perf_counter); also its peak RSS in KiB,
+    sampled (``VmHWM``) while it runs: ``ru_maxrss`` of a child counts the parent's RSS when it forked it."""
     delay = 0.002
+    peak = 0
     while True:
         pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
         if pid == proc.pid:
             proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait for it again
-            return status, usage
+            return status, usage, peak
+        with contextlib.suppress(OSError):
+            peak = max(peak, memory_kib(proc.pid).get("VmHWM", 0))
         if time.perf_counter() > deadline:
             raise TimeoutError(f"{proc.args!r} did not finish in time")
         time.sleep(delay)
@@ -205,7 +210,7 @@ def run_fed(args: Sequence[str], lines: Sequence[bytes], *, timeout_s: float, en
                 time.sleep(0.005)
             startup_cpu, startup_wall = cpu_seconds(proc.pid), time.perf_counter() - started
             writer.start()
-            status, usage = _wait4(proc, deadline)
+            status, usage, peak = _wait4(proc, deadline)
         except BaseException:
             stop_process(proc)
             raise
@@ -215,8 +220,8 @@ def run_fed(args: Sequence[str], lines: Sequence[bytes], *, timeout_s: float, en
         ended = time.perf_counter()
         out.seek(0)
         err.seek(0)
-        done = Finished(os.waitstatus_to_exitcode(status), ended - started, usage.ru_utime, usage.ru_stime,
-                        usage.ru_maxrss, out.read(), err.read())
+        done = Finished(os.waitstatus_to_exitcode(status), ended - started, usage.ru_utime, usage.ru_stime, peak,
+                        out.read(), err.read())
         if failed and done.rc == 0:
             raise RuntimeError(f"feeding {args!r} failed: {failed[0]!r}")
         return Fed(done, startup_cpu, startup_wall, times.get("closed", ended) - times.get("first", ended),
