@@ -642,6 +642,11 @@ async def main(argv: list[str] | None = None) -> int:
               f"{ph.offered_s:.2f} s); reducer backlog at the last send {ph.backlog:,.0f} changes; CPU over the "
               f"{ph.span_s:.1f} s to the last indexed, in cores: reducer {ph.reducer_cpu / ph.span_s:.2f}{sink_cpu}, "
               f"this process {ph.bench_cpu / ph.span_s:.2f}")
+        print(f"          CPU per change sent (less dependent on the machine's load): reducer "
+              f"{ph.reducer_cpu / ph.sent * 1e6:,.0f} us"
+              + (f", sink process {ph.sink_cpu / ph.sent * 1e6:,.0f} us" if ph.sink_cpu is not None else "")
+              + f", this process {ph.bench_cpu / ph.sent * 1e6:,.0f} us"
+              + (" (producing and the sink)" if ph.sink_cpu is None else " (producing and polling the index)"))
         rm = ph.reducer_metrics
         txns = rm.get('tracker_transactions_total{outcome="committed"}', 0.0)
         if txns:
