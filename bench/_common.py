@@ -417,6 +417,21 @@ async def keep_every_version(bootstrap: str, topics: Sequence[str], timeout_s: f
         await asyncio.wait_for(admin.close(), timeout_s)
 
 
+async def delete_topics(bootstrap: str, prefix: str, timeout_s: float = 60.0) -> None:
+    """Delete the benchmark's own topics, every one named ``<prefix>.*`` (``tracker topics create`` makes a
+    watch-state topic too); a wide run leaves gigabytes in them."""
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await asyncio.wait_for(admin.start(), timeout_s)
+    try:
+        doomed = [t for t in await asyncio.wait_for(admin.list_topics(), timeout_s) if t.startswith(prefix + ".")]
+        if doomed:
+            await asyncio.wait_for(admin.delete_topics(doomed), timeout_s)
+    finally:
+        await asyncio.wait_for(admin.close(), timeout_s)
+
+
 async def group_committed(bootstrap: str, group: str, timeout_s: float = 30.0) -> int:
     """The sum of a consumer group's committed offsets (0 if it has none yet)."""
     from aiokafka.admin import AIOKafkaAdminClient

@@ -62,6 +62,7 @@ from bench._common import (  # noqa: E402
     TopicTotals,
     cpu_seconds,
     default_bootstrap,
+    delete_topics,
     environment,
     free_port,
     http_get,
@@ -277,7 +278,7 @@ class KafkaResult:
 
 
 async def run_kafka(inp: Input, bootstrap: str, partitions: int, rate: float, idle_s: float, tmp: Path,
-                    timeout_s: float) -> KafkaResult:
+                    timeout_s: float, keep_topics: bool) -> KafkaResult:
     from aiokafka import AIOKafkaProducer
 
     prefix = f"bench-wide-{uuid.uuid4().hex[:8]}"
@@ -325,9 +326,13 @@ async def run_kafka(inp: Input, bootstrap: str, partitions: int, rate: float, id
         finally:
             await asyncio.wait_for(producer.stop(), 60)
             await stop_async_process(proc)
-    transitions, run_state, changes, dead = [await read_topic(bootstrap, topics[k], 1 if k == "DEAD_LETTERS"
-                                                              else partitions)
-                                             for k in ("TRANSITIONS", "RUN_STATE", "CHANGES", "DEAD_LETTERS")]
+    try:
+        transitions, run_state, changes, dead = [await read_topic(bootstrap, topics[k], 1 if k == "DEAD_LETTERS"
+                                                                  else partitions)
+                                                 for k in ("TRANSITIONS", "RUN_STATE", "CHANGES", "DEAD_LETTERS")]
+    finally:
+        if not keep_topics:
+            await delete_topics(bootstrap, prefix)
     return KafkaResult(inp.changes, inp.changes / max(t_sent - t1, 1e-9), c2 - c1, t2 - t1, idle_rate, t2 - t_sent, m,
                        transitions, run_state, changes, dead, rss,
                        {"transitions": topics["TRANSITIONS"], "run-state": topics["RUN_STATE"]})
@@ -393,7 +398,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--partitions", type=int, default=1)
     ap.add_argument("--idle", type=float, default=3.0, help="seconds of idle reducer CPU measured before feeding")
     ap.add_argument("--timeout", type=float, default=1_800.0, help="seconds allowed to each process / drain")
-    ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    ap.add_argument("--keep", action="store_true", help="keep the temporary directory and the Kafka topics")
     args = ap.parse_args(argv)
 
     bootstrap = None
@@ -418,7 +423,8 @@ def main(argv: list[str] | None = None) -> int:
             print_embedded(inputs, emb, args.chunks, args.rate, noop)
         if "kafka" in args.modes:
             assert bootstrap is not None
-            kres = [asyncio.run(run_kafka(inp, bootstrap, args.partitions, args.rate, args.idle, tmp, args.timeout))
+            kres = [asyncio.run(run_kafka(inp, bootstrap, args.partitions, args.rate, args.idle, tmp, args.timeout,
+                                          args.keep))
                     for inp in inputs]
             print_kafka(inputs, kres, args.rate, args.partitions)
         print(f"\n{load_before} before, {load_average()} after; python {sys.version.split()[0]}")
