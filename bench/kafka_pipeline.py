@@ -2,6 +2,7 @@
 
     uv run python -m tests.infra up --components kafka      # or any broker: --bootstrap HOST:PORT
     uv run python bench/kafka_pipeline.py [--runs 2000] [--rates 50 200 500] [--seconds 10] [--scale-out 1 2]
+                                          [--sink inprocess|process] [--poll 0.01]
 
 Figures, in one run against the same broker and topic layout (4 partitions):
 
@@ -12,7 +13,12 @@ Figures, in one run against the same broker and topic layout (4 partitions):
 3. end to end: progress changes offered at fixed rates (one phase per rate) while ``tracker reduce`` and the index
    sink run; latency from a change produced to the experiment-index row that reflects it committed (p50/p95/p99).
    A change not indexed within ``--miss-after`` seconds (default 60) of the phase's last send is a miss: it counts
-   as an infinite latency in the percentiles, and the misses are reported;
+   as an infinite latency in the percentiles, and the misses are reported. Beside them, per phase: the rate the
+   changes were really sent at, the reducer's backlog (``tracker_consumer_lag``) right after the last send, the CPU
+   time of the processes over the phase, in cores, and the reducer's transactions (changes and records each, fold
+   and begin..commit time). ``--sink inprocess`` (the default) runs the index sink in this process, which notes its
+   own commits; ``--sink process`` runs ``tracker sink index`` as a process of its own, as it is deployed, and
+   reads the index read-only every ``--poll`` seconds (latencies late by up to that);
 4. memory per active run: tracemalloc growth of a Reducer holding runs that are
    still running, divided by their number.
 5. scale-out: N ``tracker reduce`` processes in one consumer group (default 1 and 2), each N on fresh topics
@@ -30,16 +36,14 @@ import asyncio
 import json
 import os
 import random
-import signal
-import socket
+import sqlite3
 import sys
 import tempfile
 import time
 import tracemalloc
-import urllib.error
-import urllib.request
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +55,18 @@ from aiokafka import TopicPartition  # noqa: E402
 from aiokafka.admin import AIOKafkaAdminClient  # noqa: E402
 from aiokafka.errors import KafkaError  # noqa: E402
 
+import bench._common as common  # noqa: E402
+from bench._common import (  # noqa: E402
+    cpu_seconds,
+    default_bootstrap,
+    free_port,
+    histogram_means,
+    http_get,
+    metric_sums,
+    percentile,
+    stop_async_process,
+    tracker_command,
+)
 from tracker.core.model import LABEL_QUEUE, LABEL_RUN_ID, RunHistory  # noqa: E402
 from tracker.core.reducer import Reducer  # noqa: E402
 from tracker.runtime import service  # noqa: E402
@@ -205,6 +221,7 @@ def synthetic_stream(runs: int, seed: int = 0, *, progress: int = 3, start: int 
 # ------------------------------------------------------------------------------------------ benchmark
 
 PARTITIONS = 4
+WAIT_S = 600  # the longest any wait of this benchmark may take (a reducer that stalls fails the run, not hangs it)
 LATENCY_RUNS = 200  # running runs that receive the progress changes of the latency phase
 
 
@@ -220,26 +237,7 @@ async def as_source(items: Sequence[service.SourceItem]) -> AsyncIterator[servic
 
 def environment(bootstrap: str, prefix: str, metrics_port: int) -> dict[str, str]:
     """Settings of this run (as environment: the reducer subprocess inherits them)."""
-    topics = {"CHANGES": "changes", "TRANSITIONS": "transitions", "RUN_STATE": "run-state",
-              "DEAD_LETTERS": "dead-letters", "ALERTS": "alerts"}
-    return {
-        "TRACKER_KAFKA__BOOTSTRAP_SERVERS": bootstrap,
-        **{f"TRACKER_KAFKA__TOPICS__{k}": f"{prefix}.{v}" for k, v in topics.items()},
-        "TRACKER_KAFKA__TOPICS__PARTITIONS": str(PARTITIONS),
-        "TRACKER_KAFKA__TOPICS__SIDE_PARTITIONS": "1",
-        "TRACKER_KAFKA__TOPICS__REPLICATION_FACTOR": "1",
-        "TRACKER_REDUCE__GROUP_ID": f"{prefix}-reduce",
-        "TRACKER_REDUCE__TRANSACTIONAL_ID_PREFIX": prefix,
-        "TRACKER_SINK__INDEX_GROUP": f"{prefix}-index",
-        "TRACKER_OPS__METRICS_PORT": str(metrics_port),
-        "TRACKER_OPS__LOG_LEVEL": "WARNING",
-    }
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """Nearest-rank percentile; misses are in ``values`` as ``inf`` (so a p99 with more than 1% misses is inf)."""
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered)) - 1))]
+    return common.environment(bootstrap, prefix, metrics_port, PARTITIONS)
 
 
 def consumed_total(port: int) -> int:
@@ -262,6 +260,8 @@ async def raw_consume(settings: Settings, expected: int) -> float:
         seen = 0
         started = time.perf_counter()
         while seen < expected:
+            if time.perf_counter() - started > WAIT_S:
+                raise TimeoutError(f"raw consume read {seen} of {expected} records in {WAIT_S} s")
             for records in (await consumer.getmany(timeout_ms=500, max_records=10_000)).values():
                 seen += len(records)
         return seen / (time.perf_counter() - started)
@@ -275,29 +275,6 @@ async def committed_total(admin: AIOKafkaAdminClient, group: str) -> int:
     except KafkaError:
         return 0
     return sum(int(o.offset) for o in offsets.values())
-
-
-def http_get(port: int, path: str) -> str | None:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as resp:
-            return str(resp.read().decode())
-    except (urllib.error.URLError, OSError):
-        return None
-
-
-def histogram_means(metrics: str) -> dict[str, float]:
-    """Mean of each histogram in a Prometheus exposition, in seconds."""
-    sums: dict[str, float] = {}
-    counts: dict[str, float] = {}
-    for line in metrics.splitlines():
-        name, _, value = line.rpartition(" ")
-        if line.startswith("#") or not name:
-            continue
-        if name.endswith("_sum"):
-            sums[name[:-4]] = float(value)
-        elif name.endswith("_count"):
-            counts[name[:-6]] = float(value)
-    return {name: total / counts[name] for name, total in sums.items() if counts.get(name)}
 
 
 async def scale_out(bootstrap: str, items: Sequence[service.SourceItem], processes: int, tmp: Path) -> float:
@@ -327,9 +304,12 @@ async def scale_out(bootstrap: str, items: Sequence[service.SourceItem], process
                 sys.executable, "-m", "tracker.runtime.commands", "reduce", cwd=REPO, env=env[i],
                 stdout=asyncio.subprocess.DEVNULL, stderr=logs[i]))
         # ready, and the group settled: every process owns partitions (a joining one makes the others rebalance)
+        deadline = time.perf_counter() + WAIT_S
         while not all(http_get(port, "/readyz") == "ready\n" and _owns_partitions(port) for port in ports):
             if any(p.returncode is not None for p in procs):
                 raise RuntimeError(f"a reducer exited, see {tmp}/scale-*.log")
+            if time.perf_counter() > deadline:
+                raise TimeoutError(f"the group did not settle within {WAIT_S} s")
             await asyncio.sleep(0.02)
         started, before = time.perf_counter(), await committed_total(admin, settings.reduce.group_id)
         if produced - before < produced // 2:
@@ -338,13 +318,12 @@ async def scale_out(bootstrap: str, items: Sequence[service.SourceItem], process
         while True:  # polling the group's committed offsets: there is nothing to wait on
             if await committed_total(admin, settings.reduce.group_id) >= produced:
                 break
+            if time.perf_counter() - started > WAIT_S:
+                raise TimeoutError(f"the group did not commit every offset within {WAIT_S} s")
             await asyncio.sleep(0.02)
         return (produced - before) / (time.perf_counter() - started)
     finally:
-        for proc in procs:
-            proc.send_signal(signal.SIGTERM)
-        for proc in procs:
-            await asyncio.wait_for(proc.wait(), 60)
+        await asyncio.gather(*(stop_async_process(proc) for proc in procs))
         for log in logs:
             log.close()
         await admin.close()
@@ -379,85 +358,177 @@ def memory_per_active_run(runs: int, seed: int) -> float:
     return sum(stat.size_diff for stat in after.compare_to(before, "filename")) / runs
 
 
+Sent = dict[str, list[tuple[int, float]]]  # run -> [(step, perf_counter when produced)] not yet seen indexed
+
+
+def resolve(sent: Sent, latencies: list[float], latest: Iterable[tuple[str, int]], now: float) -> None:
+    """Each awaited change of a run whose indexed ``loss`` summary has reached its step was committed by ``now``."""
+    for run_id, step_seen in latest:
+        waiting = sent.get(run_id)
+        if waiting:
+            latencies.extend(now - at for step, at in waiting if step <= step_seen)
+            sent[run_id] = [(step, at) for step, at in waiting if step > step_seen]
+
+
 class TimedIndex(ExperimentIndex):
     """The experiment index, noting when the metric summary of each awaited progress change is committed."""
 
-    def __init__(self, path: Path, sent: dict[str, list[tuple[int, float]]], latencies: list[float]) -> None:
+    def __init__(self, path: Path, sent: Sent, latencies: list[float]) -> None:
         super().__init__(path)
-        self.sent = sent  # run -> [(step, perf_counter when produced)], shared with the producing loop
+        self.sent = sent  # shared with the producing loop
         self.latencies = latencies
 
     def write(self, histories: Sequence[RunHistory], offsets: Mapping[OffsetKey, int] | None = None,
               *, state: StateRows | None = None) -> int:
         changed = super().write(histories, offsets, state=state)
         now = time.perf_counter()
-        for h in histories:
-            latest = next((m.latest_step for m in h.metrics if m.metric == "loss"), None)
-            waiting = self.sent.get(h.run.run_id)
-            if waiting and latest is not None:
-                self.latencies.extend(now - at for step, at in waiting if step <= latest)
-                self.sent[h.run.run_id] = [(step, at) for step, at in waiting if step > latest]
+        resolve(self.sent, self.latencies, ((h.run.run_id, latest) for h in histories if (latest := next(
+            (m.latest_step for m in h.metrics if m.metric == "loss"), None)) is not None), now)
         return changed
 
 
+class IndexPoller:
+    """The experiment index that a ``tracker sink index`` subprocess writes, read-only every ``poll_s``: a change
+    counts as indexed at the start of the first read that sees it (so latencies are late by at most ``poll_s`` and
+    the read's own time)."""
+
+    def __init__(self, path: Path, sent: Sent, latencies: list[float], poll_s: float) -> None:
+        self.path, self.sent, self.latencies, self.poll_s = path, sent, latencies, poll_s
+        self._conn: sqlite3.Connection | None = None
+
+    def _query(self, sql: str) -> list[Any]:
+        if self._conn is None:
+            if not self.path.exists():
+                return []
+            self._conn = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True, timeout=5)
+        try:
+            return self._conn.execute(sql).fetchall()
+        except sqlite3.OperationalError:  # the sink has not created its tables yet
+            return []
+
+    def runs(self) -> int:
+        rows = self._query("SELECT count(*) FROM runs")
+        return int(rows[0][0]) if rows else 0
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            now = time.perf_counter()
+            if any(self.sent.values()):
+                resolve(self.sent, self.latencies, self._query(
+                    "SELECT run_id, latest_step FROM metric_summaries WHERE metric = 'loss'"), now)
+            await asyncio.sleep(self.poll_s)
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+
+
+@dataclass
+class Phase:
+    """One offered load of the end-to-end measurement."""
+
+    latencies: list[float]  # seconds, inf for each miss
+    misses: int
+    sent: int
+    offered_s: float  # first to last send
+    reducer_cpu: float  # CPU seconds of the reducer process over the phase (sends and drain)
+    sink_cpu: float | None  # the same of the sink process (None: the sink ran in this process)
+    bench_cpu: float  # the same of this process (producing; and the sink when it runs here)
+    span_s: float  # first send to the last change indexed (or the miss deadline)
+    backlog: float  # the reducer's consumer lag (tracker_consumer_lag) right after the last send
+    reducer_metrics: dict[str, float]  # the increase of each of the reducer's metrics over the phase
+
+
 async def end_to_end(settings: Settings, producer: Any, tmp: Path, rates: Sequence[float], seconds: float,
-                     seed: int, runs_before: int, miss_after: float) -> dict[float, tuple[list[float], int]]:
+                     seed: int, runs_before: int, miss_after: float, *, reducer: asyncio.subprocess.Process,
+                     reducer_port: int, sink: str = "inprocess", poll_s: float = 0.01) -> dict[float, Phase]:
     """Per offered load (changes/s, one phase each): seconds from a progress change produced to the index row
     showing it committed, with ``inf`` for each change not indexed within ``miss_after`` seconds of the phase's
-    last send; and how many such misses there were."""
+    last send; and how many such misses there were. ``sink``: ``inprocess`` (the index sink runs in this process
+    and notes its own commits) or ``process`` (``tracker sink index`` in a process of its own, the index polled
+    read-only every ``poll_s``)."""
     warm = keyed(synthetic_stream(LATENCY_RUNS, seed + 1, start=100_000, outcomes=["running"]), "warm")
     await service.publish(as_source(warm), settings)
     run_ids = sorted({key for _, key in warm if key})
-    sent: dict[str, list[tuple[int, float]]] = {}
+    sent: Sent = {}
     latencies: list[float] = []
-    path = tmp / "index.sqlite"
-    runner = index_sink_runner(settings, metrics=Metrics(), health=Health(), index_path=path)
-    runner.open_sink = lambda: TimedIndex(path, sent, latencies)
-    task = asyncio.create_task(runner.run())
-    while True:  # the sink first catches up with everything written so far
-        with ExperimentIndex(path) as idx:
-            if len(idx.runs()) >= runs_before + LATENCY_RUNS:
-                break
-        await asyncio.sleep(0.2)
-    results: dict[float, tuple[list[float], int]] = {}
-    k = 0
-    for rate in rates:
-        latencies.clear()
-        started = time.perf_counter()
-        for n in range(int(rate * seconds)):
-            delay = started + n / rate - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            run_id, step = run_ids[k % LATENCY_RUNS], 10_000 + k
-            k += 1
-            event = {"schema": "taugrid.io/intake/v1", "event_id": f"{run_id}-bench-{step}", "run_id": run_id,
-                     "at": "2026-08-20T12:00:00Z", "kind": "Progress", "step": step, "metrics": {"loss": 1 / step}}
-            sent.setdefault(run_id, []).append((step, time.perf_counter()))
-            await producer.send(settings.kafka.topics.changes, json.dumps(event).encode(), key=run_id.encode())
-        last_send = time.perf_counter()
-        while time.perf_counter() - last_send < miss_after:  # the last changes reach the index
-            if not any(sent.values()):
-                break
-            await asyncio.sleep(0.1)
-        misses = sum(len(waiting) for waiting in sent.values())
-        sent.clear()  # a miss is not measured later, in another phase
-        results[rate] = ([*latencies, *[float("inf")] * misses], misses)
-    runner.request_stop()
-    await task
+    path = tmp / f"index-{sink}.sqlite"
+    stop = asyncio.Event()
+    sink_proc: asyncio.subprocess.Process | None = None
+    poller: IndexPoller | None = None
+    tasks: list[asyncio.Task[None]] = []
+    runner = None
+    log = (tmp / "sink.log").open("wb")
+    try:
+        if sink == "inprocess":
+            runner = index_sink_runner(settings, metrics=Metrics(), health=Health(), index_path=path)
+            runner.open_sink = lambda: TimedIndex(path, sent, latencies)
+            tasks.append(asyncio.create_task(runner.run()))
+
+            def indexed_runs() -> int:
+                with ExperimentIndex(path) as idx:
+                    return len(idx.runs())
+        else:
+            env = {**os.environ, "TRACKER_OPS__METRICS_PORT": str(free_port())}
+            sink_proc = await asyncio.create_subprocess_exec(
+                *tracker_command(), "sink", "index", "--index", str(path), cwd=REPO, env=env,
+                stdout=asyncio.subprocess.DEVNULL, stderr=log)
+            poller = IndexPoller(path, sent, latencies, poll_s)
+            tasks.append(asyncio.create_task(poller.run(stop)))
+            indexed_runs = poller.runs
+        deadline = time.perf_counter() + WAIT_S
+        while indexed_runs() < runs_before + LATENCY_RUNS:  # the sink first catches up with everything so far
+            if sink_proc is not None and sink_proc.returncode is not None:
+                raise RuntimeError(f"tracker sink index exited with {sink_proc.returncode}, see {tmp / 'sink.log'}")
+            if time.perf_counter() > deadline:
+                raise TimeoutError(f"the index sink did not catch up within {WAIT_S} s")
+            await asyncio.sleep(0.2)
+        results: dict[float, Phase] = {}
+        k = 0
+        for rate in rates:
+            latencies.clear()
+            m0 = metric_sums(http_get(reducer_port, "/metrics") or "")
+            cpu0 = (cpu_seconds(reducer.pid), cpu_seconds(sink_proc.pid) if sink_proc else 0.0, time.process_time())
+            started = time.perf_counter()
+            n_sends = int(rate * seconds)
+            for n in range(n_sends):
+                delay = started + n / rate - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                run_id, step = run_ids[k % LATENCY_RUNS], 10_000 + k
+                k += 1
+                event = {"schema": "taugrid.io/intake/v1", "event_id": f"{run_id}-bench-{step}", "run_id": run_id,
+                         "at": "2026-08-20T12:00:00Z", "kind": "Progress", "step": step,
+                         "metrics": {"loss": 1 / step}}
+                sent.setdefault(run_id, []).append((step, time.perf_counter()))
+                await producer.send(settings.kafka.topics.changes, json.dumps(event).encode(), key=run_id.encode())
+            last_send = time.perf_counter()
+            backlog = sum(v for name, v in metric_sums(http_get(reducer_port, "/metrics") or "").items()
+                          if name.startswith("tracker_consumer_lag{"))
+            while time.perf_counter() - last_send < miss_after:  # the last changes reach the index
+                if not any(sent.values()):
+                    break
+                await asyncio.sleep(0.01)
+            ended = time.perf_counter()
+            cpu1 = (cpu_seconds(reducer.pid), cpu_seconds(sink_proc.pid) if sink_proc else 0.0, time.process_time())
+            m1 = metric_sums(http_get(reducer_port, "/metrics") or "")
+            misses = sum(len(waiting) for waiting in sent.values())
+            sent.clear()  # a miss is not measured later, in another phase
+            results[rate] = Phase([*latencies, *[float("inf")] * misses], misses, n_sends, last_send - started,
+                                  cpu1[0] - cpu0[0], cpu1[1] - cpu0[1] if sink_proc else None, cpu1[2] - cpu0[2],
+                                  ended - started, backlog, {k: v - m0.get(k, 0.0) for k, v in m1.items()})
+    finally:
+        stop.set()
+        if runner is not None:
+            runner.request_stop()
+        if tasks:
+            await asyncio.wait_for(asyncio.gather(*tasks), 120)
+        if sink_proc is not None:
+            await stop_async_process(sink_proc)
+        if poller is not None:
+            poller.close()
+        log.close()
     return results
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def default_bootstrap() -> str | None:
-    from tests.infra.env import Environment
-
-    entry = Environment().read().get("kafka")
-    return str(entry["bootstrap"]) if entry else None
 
 
 async def main(argv: list[str] | None = None) -> int:
@@ -475,6 +546,11 @@ async def main(argv: list[str] | None = None) -> int:
                         help="also measure N reduce processes in one group, each N on fresh topics (none: skip)")
     parser.add_argument("--scale-runs", type=int, default=6_000,
                         help="runs in the scale-out input (large enough that the group settles early in it)")
+    parser.add_argument("--sink", choices=["inprocess", "process"], default="inprocess",
+                        help="end to end: the index sink in this process, noting its own commits (inprocess), or "
+                             "`tracker sink index` in a process of its own, the index polled read-only (process)")
+    parser.add_argument("--poll", type=float, default=0.01, metavar="SECONDS",
+                        help="with --sink process: how often the index is read")
     args = parser.parse_args(argv)
     bootstrap = args.bootstrap or default_bootstrap()
     if not bootstrap:
@@ -503,9 +579,12 @@ async def main(argv: list[str] | None = None) -> int:
         reducer = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "tracker.runtime.commands", "reduce", cwd=REPO, env=dict(os.environ),
             stdout=asyncio.subprocess.DEVNULL, stderr=log)
+        deadline = time.perf_counter() + WAIT_S
         while http_get(port, "/readyz") != "ready\n":
             if reducer.returncode is not None:
                 raise RuntimeError(f"the reducer exited, see {tmp / 'reduce.log'}")
+            if time.perf_counter() > deadline:
+                raise TimeoutError(f"the reducer was not ready within {WAIT_S} s, see {tmp / 'reduce.log'}")
             await asyncio.sleep(0.02)
         # measured from ready: what the reducer folded while it started counts neither as work nor as time
         before = consumed_total(port)
@@ -513,6 +592,8 @@ async def main(argv: list[str] | None = None) -> int:
         while True:
             if await committed_total(admin, settings.reduce.group_id) >= produced:
                 break
+            if time.perf_counter() - started > WAIT_S:
+                raise TimeoutError(f"the reducer did not commit every offset within {WAIT_S} s")
             await asyncio.sleep(0.02)
         elapsed = time.perf_counter() - started
         measured = consumed_total(port) - before
@@ -522,13 +603,13 @@ async def main(argv: list[str] | None = None) -> int:
         reduce_rate = measured / elapsed
 
         latencies = await end_to_end(settings, producer, tmp, args.rates, args.seconds, args.seed, args.runs,
-                                     args.miss_after)
+                                     args.miss_after, reducer=reducer, reducer_port=port, sink=args.sink,
+                                     poll_s=args.poll)
         stages = histogram_means(http_get(port, "/metrics") or "")
         rss = rss_mib(reducer.pid)
     finally:
         if reducer is not None:
-            reducer.send_signal(signal.SIGTERM)
-            await asyncio.wait_for(reducer.wait(), 60)
+            await stop_async_process(reducer)
         log.close()
         await admin.close()
         await kafka.stop(producer, settings.kafka, what="bench producer")
@@ -545,14 +626,35 @@ async def main(argv: list[str] | None = None) -> int:
           f"{before:,} folded before it was ready are not counted)")
     print(f"      per poll batch and partition: fold+flush {stages.get('tracker_fold_seconds', 0) * 1e3:.1f} ms, "
           f"transaction {stages.get('tracker_transaction_seconds', 0) * 1e3:.1f} ms (means)")
+    where = ("the index sink in this process" if args.sink == "inprocess" else
+             f"`tracker sink index` in its own process, the index read every {args.poll * 1e3:g} ms")
     print(f"  end to end, progress changes to {LATENCY_RUNS} running runs, produced -> index row committed "
-          f"({args.seconds:g} s per load):")
-    for rate, (values, misses) in latencies.items():
+          f"({args.seconds:g} s per load; {where}):")
+    for rate, ph in latencies.items():
+        values, misses = ph.latencies, ph.misses
         print(f"      {rate:6,.0f} changes/s offered: p50 {percentile(values, 50) * 1e3:5.0f} ms   "
               f"p95 {percentile(values, 95) * 1e3:5.0f} ms   p99 {percentile(values, 99) * 1e3:5.0f} ms   "
               f"max {max(values) * 1e3:5.0f} ms   ({len(values)} changes, "
               + (f"MISSED {misses}: not indexed within {args.miss_after:g} s, counted as inf)" if misses else
                  "none missed)"))
+        sink_cpu = (f", sink process {ph.sink_cpu / ph.span_s:.2f}" if ph.sink_cpu is not None else "")
+        print(f"          sent at {ph.sent / max(ph.offered_s, 1e-9):,.0f} changes/s ({ph.sent:,} in "
+              f"{ph.offered_s:.2f} s); reducer backlog at the last send {ph.backlog:,.0f} changes; CPU over the "
+              f"{ph.span_s:.1f} s to the last indexed, in cores: reducer {ph.reducer_cpu / ph.span_s:.2f}{sink_cpu}, "
+              f"this process {ph.bench_cpu / ph.span_s:.2f}")
+        print(f"          CPU per change sent (less dependent on the machine's load): reducer "
+              f"{ph.reducer_cpu / ph.sent * 1e6:,.0f} us"
+              + (f", sink process {ph.sink_cpu / ph.sent * 1e6:,.0f} us" if ph.sink_cpu is not None else "")
+              + f", this process {ph.bench_cpu / ph.sent * 1e6:,.0f} us"
+              + (" (producing and the sink)" if ph.sink_cpu is None else " (producing and polling the index)"))
+        rm = ph.reducer_metrics
+        txns = rm.get('tracker_transactions_total{outcome="committed"}', 0.0)
+        if txns:
+            print(f"          reducer over the phase: {txns:,.0f} transactions "
+                  f"({rm.get('tracker_changes_consumed_total', 0) / txns:,.0f} changes, "
+                  f"{rm.get('tracker_records_produced_total', 0) / txns:,.0f} records produced each); per "
+                  f"transaction fold+flush {rm.get('tracker_fold_seconds_sum', 0) / txns * 1e3:,.0f} ms, "
+                  f"begin..commit {rm.get('tracker_transaction_seconds_sum', 0) / txns * 1e3:,.0f} ms (wall, means)")
     for n, rate in scaled.items():
         print(f"  scale-out: {n} reduce process{'es' if n > 1 else ''} in one group: {rate:9,.0f} changes/s"
               + (f"  = {rate / scaled[1]:.2f}x one process" if 1 in scaled and n != 1 else "")
