@@ -67,7 +67,7 @@ from bench._common import (  # noqa: E402
     stop_async_process,
     tracker_command,
 )
-from tracker.core.model import LABEL_QUEUE, LABEL_RUN_ID, RunHistory  # noqa: E402
+from tracker.core.model import LABEL_QUEUE, LABEL_RUN_ID, HistoryUpdate  # noqa: E402
 from tracker.core.reducer import Reducer  # noqa: E402
 from tracker.runtime import service  # noqa: E402
 from tracker.runtime.ops import Health, Metrics  # noqa: E402
@@ -378,10 +378,11 @@ class TimedIndex(ExperimentIndex):
         self.sent = sent  # shared with the producing loop
         self.latencies = latencies
 
-    def write(self, histories: Sequence[RunHistory], offsets: Mapping[OffsetKey, int] | None = None,
+    def write(self, updates: Sequence[HistoryUpdate], offsets: Mapping[OffsetKey, int] | None = None,
               *, state: StateRows | None = None) -> int:
-        changed = super().write(histories, offsets, state=state)
+        changed = super().write(updates, offsets, state=state)
         now = time.perf_counter()
+        histories = [u.history for u in updates if u.history is not None]
         resolve(self.sent, self.latencies, ((h.run.run_id, latest) for h in histories if (latest := next(
             (m.latest_step for m in h.metrics if m.metric == "loss"), None)) is not None), now)
         return changed
