@@ -87,3 +87,43 @@ def test_replay_from_another_thread_runs_without_signal_handlers(tmp_path: Path)
     worker.start()
     worker.join(120)
     assert len(reports) == 1 and reports[0].runs_written > 0 and not reports[0].stopped
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_serve_from_a_quiet_pipe_answers_probes_and_stops_on_sigterm(tmp_path: Path) -> None:
+    """``kubectl get ... -w | tracker serve --from-capture -``: the pipe stays open and quiet between changes. The
+    process keeps answering /healthz meanwhile, writes what it was given, and a SIGTERM stops it at once (it used to
+    sit in a read of standard input on the event loop: no probe answered, the signal was not handled)."""
+    import urllib.request
+
+    index = tmp_path / "index.sqlite"
+    port = _free_port()
+    code = "import sys; from tracker.cli import main; sys.exit(main(sys.argv[1:]))"
+    proc = subprocess.Popen([sys.executable, "-c", code, "serve", "--from-capture", "-", "--index", str(index),
+                             "--metrics-port", str(port)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert proc.stdin is not None
+        proc.stdin.write(b"".join(jsonio.dumps(r) + b"\n" for r in generate_stream(5, 3)))
+        proc.stdin.flush()  # and the pipe stays open, with nothing more in it
+        deadline = time.monotonic() + 120
+        while committed_runs(index) < 5 and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert committed_runs(index) == 5, proc.stderr.read() if proc.poll() is not None and proc.stderr else ""
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as answer:
+            assert answer.status == 200
+        started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+        assert proc.returncode == 0 and time.monotonic() - started < 30
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

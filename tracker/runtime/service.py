@@ -17,7 +17,7 @@ import logging
 import queue
 import sqlite3
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,7 +34,7 @@ from tracker.runtime.pipeline import JsonlDeadLetters, PipelineLimits, PipelineR
 from tracker.runtime.reduce import ReduceService
 from tracker.runtime.sinks import SinkRunner, adx_sink_runner, index_sink_runner
 from tracker.settings import EmbeddedSettings, KafkaSettings, Settings, redacted
-from tracker.shell import jsonio, kafka
+from tracker.shell import jsonio, kafka, tasks
 from tracker.shell.capture import BadRecord, Record, capture_files, interleave
 from tracker.shell.kafka import SOURCE_HEADER
 from tracker.shell.slim import slim_event
@@ -55,15 +55,18 @@ async def capture_source(paths: list[Path], max_held: int) -> Source:
     files = capture_files(paths)
     if not files:
         raise errors.ConfigError("no capture files given (expected .json or .jsonl files or directories of them)")
-    keyer = RunKeyer(max_held)
-    for n, item in enumerate(interleave(files), start=1):
-        if isinstance(item, Record):
-            item = Record(item.source, slim_event(item.value))
-        for out in keyer.key_record(item):
-            yield out
-        if n % 1024 == 0:
-            await asyncio.sleep(0)  # let the other tasks of the process run
-    for out in keyer.unkeyed():
+
+    def keyed() -> Iterator[SourceItem]:
+        keyer = RunKeyer(max_held)
+        for item in interleave(files):
+            if isinstance(item, Record):
+                item = Record(item.source, slim_event(item.value))
+            yield from keyer.key_record(item)
+        yield from keyer.unkeyed()
+
+    # read on a thread of its own: a capture on a pipe (``-``) may stay quiet for hours, and the loop must keep
+    # answering probes and signals meanwhile
+    async for out in tasks.in_thread(keyed(), name="capture-reader"):
         yield out
 
 
@@ -416,10 +419,18 @@ async def _serve_embedded(settings: Settings, opts: ServeOptions, intake: Source
         running = tg.create_task(asyncio.to_thread(pipeline))
         running.add_done_callback(lambda _: changes.wake())
         health.register("embedded", lambda: not running.done())
-        try:
+
+        async def feed() -> None:
             async for item, _key in intake:
                 if shutdown.requested.is_set() or not await changes.put(item, closed=running.done):
                     break
+
+        try:  # until the source ends or a stop is asked for, even while the source waits for its next record
+            feeding = tg.create_task(feed())
+            stop = tg.create_task(shutdown.requested.wait())
+            await asyncio.wait([feeding, stop], return_when=asyncio.FIRST_COMPLETED)
+            stop.cancel()
+            feeding.cancel()
         finally:
             await changes.put(None, closed=running.done)  # the pipeline drains what is queued, flushes, closes
     report = running.result()

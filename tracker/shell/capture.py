@@ -21,6 +21,7 @@ import gzip
 import io
 import json
 import logging
+import os
 import stat
 import sys
 import zlib
@@ -125,8 +126,17 @@ class _Text:
 def _open(path: Path, stack: ExitStack) -> _Text:
     """Standard input for ``-``, else the file (closed by ``stack``)."""
     if path == STDIN:
-        stdin = sys.stdin.buffer
-        raw = stdin if isinstance(stdin, io.BufferedReader) else io.BufferedReader(cast(io.RawIOBase, stdin))
+        # a reader of its own on a copy of the descriptor, not sys.stdin: a capture may be read on a thread that sits
+        # in a read of a quiet pipe when the process exits, and the interpreter aborts if it finds sys.stdin's lock
+        # held then ("could not acquire lock ... at interpreter shutdown")
+        try:
+            fd = sys.stdin.fileno()
+        except (AttributeError, ValueError, io.UnsupportedOperation):  # not a real stream (an embedding, a test)
+            stdin = sys.stdin.buffer
+            raw: io.BufferedReader = stdin if isinstance(stdin, io.BufferedReader) else \
+                io.BufferedReader(cast(io.RawIOBase, stdin))
+        else:
+            raw = stack.enter_context(io.BufferedReader(io.FileIO(os.dup(fd), "rb")))
     else:
         raw = stack.enter_context(path.open("rb"))
     return _Text(raw)

@@ -2,12 +2,16 @@
 
 ``asyncio.gather`` of coroutines leaves the other tasks running when one raises; ``all_of`` runs them in a task
 group instead (the others are cancelled and awaited) and raises the first error by itself, unwrapped, as
-``gather`` did, so that callers catching a type keep catching it."""
+``gather`` did, so that callers catching a type keep catching it.
+
+``in_thread`` iterates a blocking iterator (a capture read from a pipe that may stay quiet for hours) on a thread
+of its own, so that the event loop keeps answering probes and signals while the iterator waits."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine, Iterable
+import threading
+from collections.abc import AsyncIterator, Coroutine, Iterable
 from typing import Any, TypeVar
 
 from tracker import errors
@@ -24,3 +28,51 @@ async def all_of(coros: Iterable[Coroutine[Any, Any, T]]) -> list[T]:
     except BaseExceptionGroup as group:
         raise errors.leaves(group)[0] from None
     return [t.result() for t in tasks]
+
+
+_END = object()
+
+
+async def in_thread(items: Iterable[T], *, buffer: int = 1024, name: str = "reader") -> AsyncIterator[T]:
+    """The items of a blocking iterator, read on a daemon thread of their own, at most ``buffer`` ahead of the
+    consumer. The iterator's error is raised here. When the consumer stops (or is cancelled), the thread stops at its
+    next item; a thread blocked in a read that never returns is a daemon and does not hold up the process's exit."""
+    loop = asyncio.get_running_loop()
+    got: asyncio.Queue[tuple[object, BaseException | None]] = asyncio.Queue()
+    room = threading.Semaphore(buffer)
+    stop = threading.Event()
+
+    def hand(item: object, exc: BaseException | None = None) -> bool:
+        try:
+            loop.call_soon_threadsafe(got.put_nowait, (item, exc))
+        except RuntimeError:  # the loop is closed: nobody reads any more
+            return False
+        return True
+
+    def read() -> None:
+        try:
+            for item in items:
+                while not room.acquire(timeout=0.5):
+                    if stop.is_set():
+                        return
+                if stop.is_set() or not hand(item):
+                    return
+        except BaseException as exc:  # handed to the consumer, which raises it
+            if not stop.is_set():
+                hand(_END, exc)
+            return
+        if not stop.is_set():
+            hand(_END)
+
+    threading.Thread(target=read, name=name, daemon=True).start()
+    try:
+        while True:
+            item, exc = await got.get()
+            if item is _END:
+                if exc is not None:
+                    raise exc
+                return
+            room.release()
+            yield item  # type: ignore[misc]
+    finally:
+        stop.set()
