@@ -151,17 +151,27 @@ class Fed:
 
 
 def waiting_on_stdin(pid: int) -> bool:
-    """Whether the process's main thread is blocked reading its standard input (a pipe)."""
+    """Whether a thread of the process is blocked reading its standard input (a pipe): a read(2) on fd 0 or on a
+    descriptor of the same pipe (the tracker reads ``-`` through a copy of fd 0, on a thread of its own in serve)."""
+    proc = Path(f"/proc/{pid}")
     try:
-        call = Path(f"/proc/{pid}/syscall").read_text().split()
-        if len(call) > 1 and call[0] != "running":
-            return call[0] == "0" and int(call[1], 16) == 0  # read(0, ...) (x86-64 numbering)
-    except (OSError, ValueError):
-        pass
-    try:
-        return "pipe_read" in Path(f"/proc/{pid}/wchan").read_text()
+        stdin = (proc / "fd" / "0").readlink()
     except OSError:
         return False
+    try:
+        tasks = list((proc / "task").iterdir())
+    except OSError:
+        return False
+    for task in tasks:
+        try:
+            call = (task / "syscall").read_text().split()
+            if len(call) > 1 and call[0] == "0":  # read(2) (x86-64 numbering)
+                fd = int(call[1], 16)
+                if fd == 0 or (proc / "fd" / str(fd)).readlink() == stdin:
+                    return True
+        except (OSError, ValueError):
+            continue
+    return False
 
 
 def run_fed(args: Sequence[str], lines: Sequence[bytes], *, timeout_s: float, env: Mapping[str, str] | None = None,

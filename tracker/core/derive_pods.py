@@ -364,7 +364,7 @@ class PodSide:
         full = self.full
         uids = self.entries if full else sorted(self.changed)
         rows = tuple(self.entries[u].row for u in sorted(uids) if u in self.entries)
-        removed = tuple(sorted(self.removed - set(self.entries)))
+        removed = tuple(sorted(u for u in self.removed if u not in self.entries))
         self.changed, self.removed, self.full = set(), set(), False
         return rows, removed, full
 

@@ -367,7 +367,7 @@ class RunFacts:
             "wl_evictions": self.wl_evictions, "wl_queue": self.wl_queue,
             "cq_by_admission": [[k, v] for k, v in self.cq_by_admission.items()],
             "wl_pending": self.wl_pending, "wl_rv": self.wl_rv,
-            "pods": {k: v.to_json() for k, v in self.pods.items()},
+            "pods": {k: v.to_json() for k, v in self.pods.items()} if pods else None,
             "ray": [[k, v.to_json()] for k, v in self.ray.items()],
             "ray_clusters": {k: tuple(v) for k, v in self.ray_clusters.items()},
             "events": {k: v.to_json() for k, v in self.events.items()},

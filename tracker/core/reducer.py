@@ -488,7 +488,8 @@ class Reducer:
 
     def snapshot_run(self, run_id: str) -> dict[str, Any] | None:
         """One run's state, for a per-run changelog: its facts without its pods, its owner bindings (and the uids of
-        roots that lost its run id to another and of their objects, when there are any), and apart, in ``pods``,
+        roots that lost its run id to another and of their objects, when there are any; its pods' uids, which are owners
+        too, are bound again from its pods: ``pods_own``), and apart, in ``pods``,
         the facts of each pod that changed since the run's previous ``snapshot_run`` (uid -> ``PodFacts.to_json``)
         and in ``pods_removed`` the uids of pods it no longer has. A changelog keeps each pod in a record of its
         own (``restore_run`` takes them back), so that a change of one pod of a wide run rewrites that pod only.
@@ -504,9 +505,12 @@ class Reducer:
             r = self.runs.get(run_id)
             if r is None:
                 return None
-            snap = {"version": SNAPSHOT_VERSION, "run_id": run_id, "facts": r.to_json(pods=False), "owners": owners,
-                    "marks": self.marks, "pods": {u: r.pods[u].to_json() for u in sorted(changed) if u in r.pods}}
-            removed -= r.pods.keys()
+            # the pods' own uids are bound to the run as owners (of their Events): restore binds them from the pods,
+            # so that the run's record does not grow with its width
+            snap = {"version": SNAPSHOT_VERSION, "run_id": run_id, "facts": r.to_json(pods=False),
+                    "owners": [u for u in owners if u not in r.pods], "pods_own": True, "marks": self.marks,
+                    "pods": {u: r.pods[u].to_json() for u in sorted(changed) if u in r.pods}}
+            removed = {u for u in removed if u not in r.pods}
             if run_id in self.quiet:
                 snap["quiet"] = self.quiet[run_id]
         snap["pods_removed"] = sorted(removed)
@@ -545,7 +549,10 @@ class Reducer:
             if self.limits.retire_after_us is not None and self.watermark:
                 quiet = snap.get("quiet")  # none: kept by a tracker that did not retire; quiet from now
                 self._schedule(run_id, quiet if isinstance(quiet, int) else self.watermark)
-        for uid in snap["owners"]:
+        owners = list(snap["owners"])
+        if snap.get("pods_own") and run_id in self.runs:
+            owners += sorted(self.runs[run_id].pods)
+        for uid in owners:
             self._release(uid, run_id)
         for uid in snap.get("lost", ()):
             self._release(uid, lost_key(run_id))
