@@ -9,6 +9,7 @@ condition helpers. Pure, like the rest of the derivation.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -91,7 +92,7 @@ class _Att:
 
 # ------------------------------------------------------------------------------------------ 2. attempts
 
-_ADMIT, _EVICT = 0, 1  # kinds of a Workload cycle event; an admission sorts before an eviction at the same time
+_ADMIT, _EVICT = 0, 1  # kinds of a Workload cycle event (at the same time: see _in_cycle_order)
 
 
 class _CycleEvent(NamedTuple):
@@ -152,7 +153,7 @@ def _kueue_attempts(r: RunFacts) -> list[_Att]:
         react = todo.pop()
         return _Att(trigger, trigger_message=message, queued=react.at, reopened=Reason(REACTIVATED, react.message))
 
-    for ev in timeline:
+    for ev in _in_cycle_order(timeline, lambda: atts[-1].admitted is not None and atts[-1].end is None):
         nxt = reopen(ev.at, inclusive=ev.kind == _ADMIT)
         if nxt is not None:
             atts.append(nxt)
@@ -187,6 +188,24 @@ def _kueue_attempts(r: RunFacts) -> list[_Att]:
     if nxt is not None:
         atts.append(nxt)
     return atts
+
+
+def _in_cycle_order(timeline: list[_CycleEvent], open_admission: Callable[[], bool]) -> Iterator[_CycleEvent]:
+    """The cycle events (sorted by time) in the order they can have happened. Condition times have whole seconds, so
+    an eviction and the next admission often share one: while an admission is open (``open_admission()``, asked
+    before each event), an eviction at a time goes before an admission at the same time (Kueue admits again only
+    what it evicted and released); otherwise the admission goes first (admitted and evicted within one second)."""
+    i = 0
+    while i < len(timeline):
+        j = i
+        while j < len(timeline) and timeline[j].at == timeline[i].at:
+            j += 1
+        group = timeline[i:j]
+        while group:
+            kind = _EVICT if open_admission() else _ADMIT
+            pick = next((k for k, ev in enumerate(group) if ev.kind == kind), 0)
+            yield group.pop(pick)
+        i = j
 
 
 class _AttemptEnd(NamedTuple):
