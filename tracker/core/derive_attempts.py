@@ -247,7 +247,7 @@ def _split_ray_retries(r: RunFacts, atts: list[_Att]) -> list[_Att]:
     A deployment is a retry only when KubeRay says the one before it failed: that one ended ``Retrying``, or the
     RayJob's ``status.failed`` grew between them. Another deployment inside one attempt is that of a Kueue
     admission the watcher missed (suspended and resumed): it stays in the attempt, which keeps its first
-    deployment's RayCluster."""
+    deployment's RayCluster, unless that one never created its RayCluster (seen as an object) and this one did."""
     if not r.ray:
         return atts
     starts = sorted(r.ray)
@@ -265,6 +265,11 @@ def _split_ray_retries(r: RunFacts, atts: list[_Att]) -> list[_Att]:
                 retried = (prev.outcome is not None and prev.outcome.deployment_status == "Retrying") or \
                     _failed_before(r.ray[st]) > _failed_before(prev)
                 if not retried:
+                    if cur.ray_cluster not in r.ray_clusters and r.ray[st].cluster in r.ray_clusters:
+                        # the deployment before created no RayCluster: a RayJob created suspended (Kueue) goes
+                        # Initializing -> Suspending -> Suspended before it is admitted, naming a RayCluster it never
+                        # creates; the attempt ran this one
+                        cur.ray_start, cur.ray_cluster = st, r.ray[st].cluster
                     continue
                 reason = prev.outcome.reason if prev.outcome else "Unknown"
                 message = prev.outcome.message if prev.outcome else ""
