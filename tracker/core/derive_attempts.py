@@ -22,6 +22,7 @@ DEACTIVATION_REASONS = ("InactiveWorkload", "Deactivated")
 # Requeued=True/Reactivated: Kueue's workload controller queues a deactivated Workload again after spec.active
 # went back to true (pkg/controller/core/workload_controller.go)
 REACTIVATED = "Reactivated"
+_DEACTIVATED_DUE_TO = "DeactivatedDueTo"  # Evicted=True/DeactivatedDueTo<Cause>: Kueue deactivated it itself
 
 # Attempt triggers (``Attempt.trigger``) other than a Kueue eviction or deactivation reason
 SUBMITTED = "Submitted"  # the first attempt of a run queued by Kueue
@@ -182,6 +183,11 @@ def _kueue_attempts(r: RunFacts) -> list[_Att]:
         cause_list = causes.get(ev.reason) or [""]
         cur.end, cur.end_reason, cur.end_message = ev.at, ev.reason, ev.message
         cur.cause = cause_list[min(n, len(cause_list) - 1)] or None
+        if cur.cause is None and ev.reason.startswith(_DEACTIVATED_DUE_TO):
+            # Kueue 0.17 counts its own deactivation as reason Deactivated, cause RequeuingLimitExceeded, where the
+            # condition says DeactivatedDueToRequeuingLimitExceeded: the cause, if Kueue counted it so
+            suffix = ev.reason[len(_DEACTIVATED_DUE_TO):]
+            cur.cause = suffix if suffix and suffix in causes.get("Deactivated", ()) else None
         if not is_deactivation(ev.reason):
             atts.append(_Att(ev.reason, trigger_message=ev.message, queued=ev.at))
     nxt = reopen(None, inclusive=True)
