@@ -14,31 +14,45 @@ from typing import Any
 import pytest
 
 from tests.controller_scenarios import EXPECTED, SCENARIOS, differences
+from tests.infra.config import KUEUE_VERSIONS
 from tests.laws import by_object, fold, histories, interleave
-from tests.test_controller_scenarios import CAPTURES
+from tests.test_controller_scenarios import CAPTURES, captures_dir
+
+#: (Kueue version, scenario) of every kept capture: all scenarios on the default Kueue, and those kept of another
+KEPT = [(kueue, s) for kueue in KUEUE_VERSIONS for s in SCENARIOS
+        if kueue == KUEUE_VERSIONS[0] or (captures_dir(kueue) / s).is_dir()]
 
 
-def load(scenario: str) -> list[dict[str, Any]]:
-    path = CAPTURES / scenario / "capture.jsonl.gz"
+def load(scenario: str, kueue: str = KUEUE_VERSIONS[0]) -> list[dict[str, Any]]:
+    path = captures_dir(kueue) / scenario / "capture.jsonl.gz"
     assert path.is_file(), f"{path} is missing: run the live scenario with TRACKER_KEEP_CONTROLLER_CAPTURES=1"
     with gzip.open(path, "rt", encoding="utf-8") as fh:
         return [json.loads(line) for line in fh if line.strip()]
 
 
+def kueue_of(scenario: str, kueue: str = KUEUE_VERSIONS[0]) -> str:
+    """The Kueue version that produced the kept capture (its VERSIONS file)."""
+    for line in (captures_dir(kueue) / scenario / "VERSIONS").read_text().splitlines():
+        if line.startswith("kueue "):
+            return line.split()[1]
+    raise AssertionError(f"{scenario}/VERSIONS names no Kueue version")
+
+
 def test_every_scenario_has_a_kept_capture_with_its_versions() -> None:
     kept = {p.name for p in CAPTURES.iterdir() if p.is_dir()}
     assert kept == set(SCENARIOS) == set(EXPECTED)
-    for scenario in SCENARIOS:
-        versions = (CAPTURES / scenario / "VERSIONS").read_text()
+    for kueue, scenario in KEPT:
+        versions = (captures_dir(kueue) / scenario / "VERSIONS").read_text()
         for what in ("kubernetes", "kueue", "kuberay-operator", "kwok"):
             assert f"{what} " in versions, f"{scenario}/VERSIONS names no {what} version"
+        assert kueue_of(scenario, kueue) == kueue
 
 
-@pytest.mark.parametrize("scenario", list(SCENARIOS))
-def test_a_kept_capture_folds_to_what_the_controllers_decided(scenario: str) -> None:
-    records = load(scenario)
+@pytest.mark.parametrize(("kueue", "scenario"), KEPT, ids=[f"{k}-{s}" for k, s in KEPT])
+def test_a_kept_capture_folds_to_what_the_controllers_decided(kueue: str, scenario: str) -> None:
+    records = load(scenario, kueue)
     got = histories(fold(records))
-    assert differences(scenario, records, got) == []
+    assert differences(scenario, records, got, kueue_of(scenario, kueue)) == []
     # the watch API orders each object's changes only: any interleaving of the objects folds the same
     rng = random.Random(scenario)
     seqs = by_object({"capture": records})
@@ -48,6 +62,6 @@ def test_a_kept_capture_folds_to_what_the_controllers_decided(scenario: str) -> 
 
 def test_the_kept_captures_are_what_the_watcher_writes(tmp_path: Path) -> None:
     """JSON lines of watch events {"type", "object", "key"}: what `tracker replay` reads."""
-    for scenario in SCENARIOS:
-        for rec in load(scenario):
+    for kueue, scenario in KEPT:
+        for rec in load(scenario, kueue):
             assert rec["type"] in ("ADDED", "MODIFIED", "DELETED") and rec["object"]["metadata"]["uid"]

@@ -5,7 +5,8 @@ and the histories must agree with `EXPECTED` in everything the controllers decid
 objects carry. The Ray dashboard, which KubeRay polls, is served by a stand-in (`tests/ray_dashboard_standin.py`).
 
 With ``TRACKER_KEEP_CONTROLLER_CAPTURES=1`` each capture is written to
-``tests/captures/controllers/<scenario>/capture.jsonl.gz`` with a ``VERSIONS`` file, the regression inputs
+``tests/captures/controllers/<scenario>/capture.jsonl.gz`` (Kueue 0.17; another Kueue's to
+``tests/captures/controllers-kueue-<version>/``) with a ``VERSIONS`` file, the regression inputs
 `tests/test_controller_captures.py` folds without a cluster.
 """
 
@@ -25,7 +26,7 @@ import pytest
 from kubernetes_asyncio.client import ApiClient
 
 from tests.controller_scenarios import EXPECTED, SCENARIOS, Driver, differences, quota_free
-from tests.infra.config import KUBERNETES_VERSION, KWOK_VERSION, REPO_ROOT
+from tests.infra.config import KUBERNETES_VERSION, KUEUE_VERSIONS, KWOK_VERSION, REPO_ROOT
 from tests.infra.fixtures import KubeCluster, unavailable
 from tests.laws import fold, histories
 from tests.ray_dashboard_standin import RayDashboardStandIn
@@ -36,6 +37,13 @@ pytestmark = pytest.mark.cluster
 
 CAPTURES = REPO_ROOT / "tests" / "captures" / "controllers"
 KEEP = os.environ.get("TRACKER_KEEP_CONTROLLER_CAPTURES") == "1"
+
+
+def captures_dir(kueue: str | None) -> Path:
+    """Where the captures a Kueue version produced are kept: the default Kueue's in CAPTURES, another's beside it."""
+    if kueue is None or kueue == KUEUE_VERSIONS[0]:
+        return CAPTURES
+    return CAPTURES.with_name(f"controllers-kueue-{kueue}")
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +86,7 @@ async def test_controllers_produce_the_expected_history(
     got = histories(fold(records))
     if KEEP:
         keep(scenario, records, kube_cluster, elapsed)
-    assert differences(scenario, records, got) == [], json.dumps(
+    assert differences(scenario, records, got, kube_cluster.kueue_version) == [], json.dumps(
         {r: {"run": {k: h["run"][k] for k in ("status", "reason", "phase", "attempts", "evictions", "retries")},
              "attempts": [(a["trigger"], a["end_reason"], a["ray_cluster"]) for a in h["attempts"]]}
          for r, h in got.items()}, indent=1)
@@ -102,7 +110,7 @@ async def _delete(driver: Driver, kind: str, name: str) -> None:
 
 def keep(scenario: str, records: list[dict[str, Any]], kube_cluster: KubeCluster, elapsed: float) -> None:
     """The capture as a regression input, with the versions that produced it."""
-    out = CAPTURES / scenario
+    out = captures_dir(kube_cluster.kueue_version) / scenario
     out.mkdir(parents=True, exist_ok=True)
     with gzip.open(out / "capture.jsonl.gz", "wt", encoding="utf-8") as fh:
         for rec in records:
