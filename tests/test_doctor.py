@@ -121,7 +121,7 @@ def expected_rbac_checks(namespace: str, namespaces: tuple[str, ...] = (), lease
 
 @pytest.mark.kube
 @pytest.mark.kafka
-def test_healthy(capsys: pytest.CaptureFixture[str], watcher: Account, topics: KafkaSettings,
+def test_healthy(capsys: pytest.CaptureFixture[str], watcher: Account, topics: KafkaSettings, kubectl: Kubectl,
                  kafka_bootstrap: str) -> None:
     rc, checks = run_doctor(capsys, "--kubeconfig", str(watcher.kubeconfig), "--lease-namespace", watcher.namespace,
                             "--bootstrap-servers", kafka_bootstrap)
@@ -134,7 +134,10 @@ def test_healthy(capsys: pytest.CaptureFixture[str], watcher: Account, topics: K
     assert ("kube", f"rbac get,update leases.coordination.k8s.io/tracker-watcher in {watcher.namespace}") in rbac
     apis = {key[1] for key in checks if key[1].startswith("api ")}
     assert apis == {f"api {r.plural}.{r.group}" if r.group else f"api {r.plural}" for r in resources()}
-    assert checks[("kube", "api workloads.kueue.x-k8s.io")]["detail"] == "served at kueue.x-k8s.io/v1beta1"
+    # the shared control plane serves Kueue 0.12's v1beta1 CRDs until a Kueue 0.17 cluster replaced them (v1beta2)
+    served = {v["version"] for v in json.loads(kubectl.run("get", "--raw", "/apis/kueue.x-k8s.io"))["versions"]}
+    version = "v1beta2" if "v1beta2" in served else "v1beta1"
+    assert checks[("kube", "api workloads.kueue.x-k8s.io")]["detail"] == f"served at kueue.x-k8s.io/{version}"
     assert checks[("kube", "api rayjobs.ray.io")]["detail"] == "served at ray.io/v1"
     assert checks[("kafka", "partition counts")]["detail"].endswith("2 partitions each")
     for role in ROLES:

@@ -140,7 +140,7 @@ EXPECTED: dict[str, dict[str, tuple[dict[str, Any], list[tuple[int, str, str, st
             ],
             [
                 ('Submitted', 'PodsReadyTimeout', 'WaitForStart', 0, []),
-                ('PodsReadyTimeout', 'DeactivatedDueToRequeuingLimitExceeded', None, 0, []),
+                ('PodsReadyTimeout', 'DeactivatedDueToRequeuingLimitExceeded', 'RequeuingLimitExceeded', 0, []),
             ],
         ),
     },

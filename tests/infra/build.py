@@ -20,12 +20,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+import yaml
+
 from tests.infra.config import (
     COMPOSE_GO_VERSION,
     ETCD_VERSION,
     KAFKA_VERSION,
     KUBERAY_VERSION,
     KUBERNETES_VERSION,
+    KUEUE_BASE_CRDS_VERSION,
     KUEUE_VERSION,
     KWOK_VERSION,
     PROMTOOL_VERSION,
@@ -249,6 +252,13 @@ def _build_kueue(out: Path, build_log: Path) -> None:
     )
 
 
+def _build_kuberay(out: Path, build_log: Path) -> None:
+    """The KubeRay operator: `main.go` at the root of the ray-operator module, no go.mod replaces since v1.4."""
+    _go_install("github.com/ray-project/kuberay/ray-operator", KUBERAY_VERSION, out=out, build_log=build_log)
+    if not (out / "bin" / "ray-operator").is_file():
+        raise InfraError(f"go install left no bin/ray-operator in {out}:\n{tail(build_log)}")
+
+
 def _go_install(package: str, version: str, *, out: Path, build_log: Path, extra_ldflags: str = "") -> None:
     _run_logged(
         ["go", "install", "-trimpath", "-ldflags", f"-s -w {extra_ldflags}".strip(), f"{package}@v{version}"],
@@ -273,11 +283,22 @@ _KUEUE_CRDS = (
 )
 
 
-def _fetch_kueue_crds(out: Path, build_log: Path) -> None:
-    """All Kueue CRDs: its controllers watch AdmissionChecks, Cohorts, Topologies and friends too."""
-    source, _ = _go_module_dir("sigs.k8s.io/kueue", f"v{KUEUE_VERSION}", build_log=build_log, cwd=out)
-    bases = source / "config" / "components" / "crd" / "bases"
-    _copy_files([bases / f"kueue.x-k8s.io_{name}.yaml" for name in _KUEUE_CRDS], out / "crds")
+def _kueue_crds_fetcher(version: str) -> Callable[[Path, Path], None]:
+    def fetch(out: Path, build_log: Path) -> None:
+        """All Kueue CRDs: its controllers watch AdmissionChecks, Cohorts, Topologies and friends too."""
+        source, _ = _go_module_dir("sigs.k8s.io/kueue", f"v{version}", build_log=build_log, cwd=out)
+        bases = source / "config" / "components" / "crd" / "bases"
+        _copy_files([bases / f"kueue.x-k8s.io_{name}.yaml" for name in _KUEUE_CRDS], out / "crds")
+        # The kustomize patches that put Kueue's conversion webhook into CRDs serving two versions (0.15+), those the
+        # kustomization applies (it ships webhook_in_resourceflavors.yaml too, unused: ResourceFlavor v1beta1 is
+        # not convertible): `cluster` sets the same `spec.conversion` on them, pointing at the Kueue it runs.
+        kustomization = source / "config" / "components" / "crd" / "kustomization.yaml"
+        used = [entry["path"] for entry in (yaml.safe_load(kustomization.read_text()) or {}).get("patches") or []]
+        patches = [kustomization.parent / path for path in used if Path(path).name.startswith("webhook_in_")]
+        if patches:
+            _copy_files(patches, out / "conversion")
+
+    return fetch
 
 
 #: A later Kueue than KUEUE_VERSION, for its Workload CRD alone: it serves (and stores) v1beta2, and the watcher
@@ -400,7 +421,29 @@ KUEUE = Artifact(
     "2 min on 2 idle cores, 14 on busy ones",
     _build_kueue,
 )
-KUEUE_CRDS = Artifact("kueue-crds", KUEUE_VERSION, f"Kueue {KUEUE_VERSION} CRDs", "seconds", _fetch_kueue_crds)
+#: The CRDs of the Kueue the cluster runs (`cluster` installs them, replacing the base ones when they differ).
+KUEUE_CRDS = Artifact(
+    "kueue-crds", KUEUE_VERSION, f"Kueue {KUEUE_VERSION} CRDs", "seconds", _kueue_crds_fetcher(KUEUE_VERSION)
+)
+#: The CRDs the bare control plane (`kube`) installs: Kueue 0.12's, v1beta1 only, whatever Kueue the cluster runs.
+KUEUE_BASE_CRDS = (
+    KUEUE_CRDS
+    if KUEUE_BASE_CRDS_VERSION == KUEUE_VERSION
+    else Artifact(
+        "kueue-crds",
+        KUEUE_BASE_CRDS_VERSION,
+        f"Kueue {KUEUE_BASE_CRDS_VERSION} CRDs",
+        "seconds",
+        _kueue_crds_fetcher(KUEUE_BASE_CRDS_VERSION),
+    )
+)
+KUBERAY = Artifact(
+    "kuberay-operator",
+    KUBERAY_VERSION,
+    f"KubeRay {KUBERAY_VERSION} operator (Go)",
+    "3 min on 2 idle cores, 12 on busy ones",
+    _build_kuberay,
+)
 #: Fetched with the kube component, so that set-up does every download (the test only reads the cache).
 KUEUE_V1BETA2_WORKLOAD_CRD = Artifact(
     "kueue-workload-crd",
@@ -437,8 +480,8 @@ def artifacts_for(component: Component) -> tuple[Artifact, ...]:
     """The artifacts of `component` alone (not of what it requires, nor the shared ones)."""
     return {
         Component.KAFKA: (KAFKA,),
-        Component.KUBE: (KUBERNETES, ETCD, KUEUE_CRDS, KUBERAY_CRDS, KUEUE_V1BETA2_WORKLOAD_CRD),
-        Component.CLUSTER: (KUBERNETES, KWOK, KUEUE),
+        Component.KUBE: (KUBERNETES, ETCD, KUEUE_BASE_CRDS, KUBERAY_CRDS, KUEUE_V1BETA2_WORKLOAD_CRD),
+        Component.CLUSTER: (KUBERNETES, KWOK, KUEUE, KUEUE_CRDS, KUBERAY, KUBERAY_CRDS),
     }[component]
 
 

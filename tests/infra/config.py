@@ -18,10 +18,17 @@ KUBERNETES_VERSION = "1.32.9"
 ETCD_VERSION = "3.5.21"
 #: Last kwok release that falls back to built-in stages; we still pass ours explicitly.
 KWOK_VERSION = "0.7.0"
-#: Last Kueue line built against k8s 0.32 whose CRDs serve (and store) v1beta1 only.
-KUEUE_VERSION = "0.12.10"
-#: Only the CRDs are used (RayJob, RayCluster, RayService); v1.4+ needs no go.mod replaces.
-KUBERAY_VERSION = "1.4.2"
+#: The Kueue controllers the simulated cluster can run, the default first: 0.17.0 (the newest the Go module proxy
+#: serves; its CRDs serve v1beta1 and v1beta2 and store v1beta2, through its conversion webhook) and 0.12.10 (the last
+#: line built against k8s 0.32, v1beta1 only). `TRACKER_TESTENV_KUEUE_VERSION` (or `up --kueue-version`) chooses.
+KUEUE_VERSIONS = ("0.17.0", "0.12.10")
+KUEUE_VERSION_ENV = "TRACKER_TESTENV_KUEUE_VERSION"
+#: The Kueue whose CRDs (v1beta1 only) the bare control plane (`kube`) installs, whatever Kueue the cluster runs:
+#: the API the watcher tests write to by hand. The `cluster` component replaces them with its own Kueue's.
+KUEUE_BASE_CRDS_VERSION = "0.12.10"
+#: The KubeRay operator the simulated cluster runs, and the RayJob/RayCluster/RayService CRDs every control plane
+#: installs (its own, so that nothing it writes is pruned); v1.4+ needs no go.mod replaces.
+KUBERAY_VERSION = "1.5.0"
 #: The Go module that ships the Compose Specification's JSON schema (`schema/compose-spec.json`), the schema
 #: `docker compose config` validates against; tests/test_deploy.py checks docker-compose.yml with it.
 COMPOSE_GO_VERSION = "2.16.2"
@@ -29,6 +36,18 @@ COMPOSE_GO_VERSION = "2.16.2"
 #: its `prometheus` package (taken from there when the machine's apt offers it), else built from the Go module proxy
 #: (Prometheus 2.x is tagged v0.<minor>.<patch> there).
 PROMTOOL_VERSION = "2.42.0"
+
+
+def kueue_version() -> str:
+    """The Kueue the simulated cluster runs: `$TRACKER_TESTENV_KUEUE_VERSION`, else the newest supported."""
+    chosen = os.environ.get(KUEUE_VERSION_ENV, "").strip() or KUEUE_VERSIONS[0]
+    if chosen not in KUEUE_VERSIONS:
+        supported = " or ".join(KUEUE_VERSIONS)
+        raise ValueError(f"{KUEUE_VERSION_ENV}={chosen!r}: the test environment runs Kueue {supported}")
+    return chosen
+
+
+KUEUE_VERSION = kueue_version()
 
 
 class Component(enum.StrEnum):

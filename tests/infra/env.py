@@ -22,7 +22,15 @@ from pathlib import Path
 from typing import Any
 
 from tests.infra import build, cluster, kafka, kube, system
-from tests.infra.config import Component, state_root, with_dependencies, with_dependents
+from tests.infra.config import (
+    KUBERAY_VERSION,
+    KUEUE_BASE_CRDS_VERSION,
+    KUEUE_VERSION,
+    Component,
+    state_root,
+    with_dependencies,
+    with_dependents,
+)
 from tests.infra.proc import Process, file_lock, format_duration, log
 
 
@@ -50,9 +58,13 @@ class Environment:
         if component is Component.KAFKA:
             healthy = kafka.is_ready(entry["bootstrap"])
         elif component is Component.KUBE:
-            healthy = kube.is_ready(Path(entry["kubeconfig"]))
+            # Kueue CRDs of another Kueue than the configured one (a cluster of the other version ran on it): they
+            # cannot be replaced back (their stored versions), so the control plane starts again.
+            crds = entry.get("kueue_crds", KUEUE_BASE_CRDS_VERSION)
+            healthy = crds in (KUEUE_BASE_CRDS_VERSION, KUEUE_VERSION) and kube.is_ready(Path(entry["kubeconfig"]))
         else:
-            healthy = True  # process liveness is enough; its apiserver is checked as KUBE
+            # process liveness is enough (its apiserver is checked as KUBE), if it runs the configured versions
+            healthy = (entry.get("kueue_version"), entry.get("kuberay_version")) == (KUEUE_VERSION, KUBERAY_VERSION)
         return entry if healthy else None
 
     def status(self) -> dict[str, str]:
@@ -134,6 +146,7 @@ class Environment:
             return {
                 "server": control_plane.server,
                 "kubeconfig": str(control_plane.kubeconfig),
+                "kueue_crds": KUEUE_BASE_CRDS_VERSION,
                 "processes": [p.to_json() for p in control_plane.processes],
             }
         kube_entry = self.read()[Component.KUBE.value]
@@ -142,11 +155,18 @@ class Environment:
             kubeconfig=Path(kube_entry["kubeconfig"]),
             pki_dir=self.state / Component.KUBE.value / "pki",
         )
+        with self._env_file_lock:  # the control plane now serves the cluster's Kueue CRDs
+            data = self.read()
+            data[Component.KUBE.value]["kueue_crds"] = KUEUE_VERSION
+            self._save(data)
         return {
             "cluster_queue": cluster.CLUSTER_QUEUE,
             "local_queue": cluster.LOCAL_QUEUE,
             "priority_classes": sorted(cluster.PRIORITY_CLASSES),
             "nodes": list(cluster.NODES),
+            "kueue_version": KUEUE_VERSION,
+            "kuberay_version": KUBERAY_VERSION,
+            "ray_dashboard_proxy": simulated.ray_dashboard_proxy,
             "processes": [p.to_json() for p in simulated.processes],
         }
 

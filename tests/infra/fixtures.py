@@ -235,6 +235,12 @@ class KubeCluster:
     kubectl: Kubectl
     cluster_queue: str = cluster.CLUSTER_QUEUE
     local_queue: str = cluster.LOCAL_QUEUE
+    #: `host:port` where the KubeRay operator sends its Ray dashboard requests (tests/ray_dashboard_standin.py serves
+    #: it); None on an external cluster, whose operator reaches real dashboards.
+    ray_dashboard_proxy: str | None = None
+    #: the versions `up` started (an external cluster: unknown)
+    kueue_version: str | None = None
+    kuberay_version: str | None = None
 
     def create_namespace(self, prefix: str = "test") -> str:
         """A fresh namespace holding a LocalQueue `local_queue` that feeds `cluster_queue`."""
@@ -252,10 +258,12 @@ def kube_cluster(request: pytest.FixtureRequest, kubectl: Kubectl) -> KubeCluste
             kubectl.run("get", f"clusterqueue/{cluster.CLUSTER_QUEUE}")
         except InfraError as exc:
             unavailable(f"TRACKER_TEST_KUBECONFIG has no simulated cluster set up like `tests.infra up`: {exc}")
-    else:
-        local: LocalEnvironment = request.getfixturevalue("local_testenv")
-        local.provide(Component.CLUSTER)
-    return KubeCluster(kubeconfig=kubectl.kubeconfig, kubectl=kubectl)
+        return KubeCluster(kubeconfig=kubectl.kubeconfig, kubectl=kubectl)
+    local: LocalEnvironment = request.getfixturevalue("local_testenv")
+    entry = local.provide(Component.CLUSTER)
+    return KubeCluster(kubeconfig=kubectl.kubeconfig, kubectl=kubectl,
+                       ray_dashboard_proxy=entry.get("ray_dashboard_proxy"), kueue_version=entry.get("kueue_version"),
+                       kuberay_version=entry.get("kuberay_version"))
 
 
 @pytest.fixture

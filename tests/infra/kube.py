@@ -34,7 +34,7 @@ def start(state: Path, *, crd_overrides: Sequence[Path] = ()) -> KubeInstance:
     """
     bin_dir = build.KUBERNETES.ensure() / "bin"
     etcd_binary = build.ETCD.ensure() / "bin" / "etcd"
-    crds = sorted((build.KUEUE_CRDS.ensure() / "crds").glob("*.yaml"))
+    crds = sorted((build.KUEUE_BASE_CRDS.ensure() / "crds").glob("*.yaml"))
     crds += sorted((build.KUBERAY_CRDS.ensure() / "crds").glob("*.yaml"))
     overridden = {override.name for override in crd_overrides}
     crds = [crd for crd in crds if crd.name not in overridden] + list(crd_overrides)

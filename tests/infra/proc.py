@@ -124,8 +124,9 @@ class Process:
         return cls(name=data["name"], pid=data["pid"], start_time=data["start_time"], log=data["log"])
 
 
-def spawn(name: str, argv: Sequence[str | Path], *, log_path: Path) -> Process:
-    """Start `argv` in its own session with stdout and stderr appended to `log_path`."""
+def spawn(name: str, argv: Sequence[str | Path], *, log_path: Path, env: Mapping[str, str] | None = None) -> Process:
+    """Start `argv` in its own session with stdout and stderr appended to `log_path`; `env` replaces the
+    environment it inherits."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("ab") as out:
         popen = subprocess.Popen(
@@ -134,6 +135,7 @@ def spawn(name: str, argv: Sequence[str | Path], *, log_path: Path) -> Process:
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            env=None if env is None else dict(env),
         )
     start_time = _start_time(popen.pid)
     if start_time is None:
@@ -158,8 +160,10 @@ class Launcher:
             for process in reversed(self.processes):
                 process.stop()
 
-    def spawn(self, name: str, argv: Sequence[str | Path], *, log_path: Path) -> Process:
-        process = spawn(name, argv, log_path=log_path)
+    def spawn(
+        self, name: str, argv: Sequence[str | Path], *, log_path: Path, env: Mapping[str, str] | None = None
+    ) -> Process:
+        process = spawn(name, argv, log_path=log_path, env=env)
         self.processes.append(process)
         return process
 

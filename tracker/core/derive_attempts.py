@@ -9,6 +9,7 @@ like the rest of the derivation.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -20,6 +21,7 @@ DEACTIVATION_REASONS = ("InactiveWorkload", "Deactivated")
 # Requeued=True/Reactivated: Kueue's workload controller queues a deactivated Workload again after spec.active
 # went back to true (pkg/controller/core/workload_controller.go)
 REACTIVATED = "Reactivated"
+_DEACTIVATED_DUE_TO = "DeactivatedDueTo"  # Evicted=True/DeactivatedDueTo<Cause>: Kueue deactivated it itself
 
 # Attempt triggers (``Attempt.trigger``) other than a Kueue eviction or deactivation reason
 SUBMITTED = "Submitted"  # the first attempt of a run queued by Kueue
@@ -89,7 +91,7 @@ class _Att:
 
 # ------------------------------------------------------------------------------------------ 2. attempts
 
-_ADMIT, _EVICT = 0, 1  # kinds of a Workload cycle event; an admission sorts before an eviction at the same time
+_ADMIT, _EVICT = 0, 1  # kinds of a Workload cycle event (at the same time: see _in_cycle_order)
 
 
 class _CycleEvent(NamedTuple):
@@ -150,7 +152,7 @@ def _kueue_attempts(r: RunFacts) -> list[_Att]:
         react = todo.pop()
         return _Att(trigger, trigger_message=message, queued=react.at, reopened=Reason(REACTIVATED, react.message))
 
-    for ev in timeline:
+    for ev in _in_cycle_order(timeline, lambda: atts[-1].admitted is not None and atts[-1].end is None):
         nxt = reopen(ev.at, inclusive=ev.kind == _ADMIT)
         if nxt is not None:
             atts.append(nxt)
@@ -179,12 +181,35 @@ def _kueue_attempts(r: RunFacts) -> list[_Att]:
         cause_list = causes.get(ev.reason) or [""]
         cur.end, cur.end_reason, cur.end_message = ev.at, ev.reason, ev.message
         cur.cause = cause_list[min(n, len(cause_list) - 1)] or None
+        if cur.cause is None and ev.reason.startswith(_DEACTIVATED_DUE_TO):
+            # Kueue 0.17 counts its own deactivation as reason Deactivated, cause RequeuingLimitExceeded, where the
+            # condition says DeactivatedDueToRequeuingLimitExceeded: the cause, if Kueue counted it so
+            suffix = ev.reason[len(_DEACTIVATED_DUE_TO):]
+            cur.cause = suffix if suffix and suffix in causes.get("Deactivated", ()) else None
         if not is_deactivation(ev.reason):
             atts.append(_Att(ev.reason, trigger_message=ev.message, queued=ev.at))
     nxt = reopen(None, inclusive=True)
     if nxt is not None:
         atts.append(nxt)
     return atts
+
+
+def _in_cycle_order(timeline: list[_CycleEvent], open_admission: Callable[[], bool]) -> Iterator[_CycleEvent]:
+    """The cycle events (sorted by time) in the order they can have happened. Condition times have whole seconds, so
+    an eviction and the next admission often share one: while an admission is open (``open_admission()``, asked
+    before each event), an eviction at a time goes before an admission at the same time (Kueue admits again only
+    what it evicted and released); otherwise the admission goes first (admitted and evicted within one second)."""
+    i = 0
+    while i < len(timeline):
+        j = i
+        while j < len(timeline) and timeline[j].at == timeline[i].at:
+            j += 1
+        group = timeline[i:j]
+        while group:
+            kind = _EVICT if open_admission() else _ADMIT
+            pick = next((k for k, ev in enumerate(group) if ev.kind == kind), 0)
+            yield group.pop(pick)
+        i = j
 
 
 class _AttemptEnd(NamedTuple):
@@ -226,7 +251,7 @@ def _split_ray_retries(r: RunFacts, atts: list[_Att]) -> list[_Att]:
     A deployment is a retry only when KubeRay says the one before it failed: that one ended ``Retrying``, or the
     RayJob's ``status.failed`` grew between them. Another deployment inside one attempt is that of a Kueue
     admission the watcher missed (suspended and resumed): it stays in the attempt, which keeps its first
-    deployment's RayCluster."""
+    deployment's RayCluster, unless that one never created its RayCluster (seen as an object) and this one did."""
     if not r.ray:
         return atts
     starts = sorted(r.ray)
@@ -244,6 +269,11 @@ def _split_ray_retries(r: RunFacts, atts: list[_Att]) -> list[_Att]:
                 retried = (prev.outcome is not None and prev.outcome.deployment_status == "Retrying") or \
                     _failed_before(r.ray[st]) > _failed_before(prev)
                 if not retried:
+                    if cur.ray_cluster not in r.ray_clusters and r.ray[st].cluster in r.ray_clusters:
+                        # the deployment before created no RayCluster: a RayJob created suspended (Kueue) goes
+                        # Initializing -> Suspending -> Suspended before it is admitted, naming a RayCluster it never
+                        # creates; the attempt ran this one
+                        cur.ray_start, cur.ray_cluster = st, r.ray[st].cluster
                     continue
                 reason = prev.outcome.reason if prev.outcome else "Unknown"
                 message = prev.outcome.message if prev.outcome else ""
