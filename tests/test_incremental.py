@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import replace
+from itertools import accumulate
 from typing import Any
 
 from hypothesis import given
@@ -25,6 +26,7 @@ from tests.laws import by_object, interleave
 from tests.test_reducer_laws import law_settings, plans, seeds
 from tests.test_run_id_conflicts import _copy, _run
 from tracker.core.derive import derive
+from tracker.core.derive_pods import PeakSet
 from tracker.core.model import HistoryUpdate, RunHistory
 from tracker.core.reducer import Reducer
 from tracker.samples.lifecycles import RunParams, RunPlan, generate_cluster
@@ -38,9 +40,9 @@ def _check(order: list[Any], flush_at: set[int]) -> dict[str, HistoryUpdate]:
 
     def flush() -> None:
         for u in red.flush().updates:
-            assert u.history is not None
             scratch = derive(red.runs[u.run_id])
-            assert u.history == replace(scratch, metric_points=None, pods=None), u.run_id
+            history = u.history if u.history is not None else held[u.run_id].history  # None: unchanged
+            assert history == replace(scratch, metric_points=None, pods=None), u.run_id
             rows = {p.uid: p for p in scratch.pods or ()}
             assert all(rows.get(p.uid) == p for p in u.pods), "an update's pod row is not the pod's row"
             assert not set(u.removed_pods) & set(rows)
@@ -138,3 +140,20 @@ def test_a_root_that_takes_a_run_id_removes_the_other_roots_pods() -> None:
     combined = before.then(after)
     assert combined.document() == derive(red.runs[run_id])
     assert {p.uid for p in combined.pods}.isdisjoint(theirs) and combined.pods
+
+
+@law_settings(200)
+@given(st.lists(st.tuples(st.booleans(), st.integers(0, 60), st.sampled_from([-8, -4, -1, 1, 4, 8])), max_size=900))
+def test_the_most_gpus_held_at_once_is_the_largest_running_sum_whatever_the_adds_and_removes(
+        ops: list[tuple[bool, int, int]]) -> None:
+    """PeakSet (blocks of 128 to 256 events) against the definition: the largest prefix sum of the sorted events."""
+    peaks = PeakSet()
+    held: list[tuple[int, int]] = []
+    for remove, t, delta in ops:
+        if remove and held:
+            ev = held.pop(t % len(held))
+            peaks.remove(ev)
+        else:
+            held.append((t, delta))
+            peaks.add((t, delta))
+        assert peaks.peak() == max([0, *accumulate(d for _t, d in sorted(held))])

@@ -151,7 +151,7 @@ class Derivation:
     run record) is recomputed from the facts at every update: it reads the run's conditions, deployments, events and
     intake events, which do not grow with its pods."""
 
-    __slots__ = ("_facts", "_metrics", "_points", "_points_taken", "_progress", "_seq", "history", "pods")
+    __slots__ = ("_facts", "_metrics", "_points", "_points_taken", "_progress", "_seq", "_taken", "history", "pods")
 
     def __init__(self) -> None:
         self.pods = PodSide()
@@ -162,6 +162,7 @@ class Derivation:
         self._points: list[MetricPoint] = []
         self._progress: list[int] = []
         self._points_taken = False  # the current points went out with a take
+        self._taken: RunHistory | None = None  # the history the last take gave
 
     def update(self, r: RunFacts, changed: Iterable[str] | None = None) -> RunHistory:
         """Derive the history of ``r``; ``changed``: the uids of the pods whose facts changed since the last update
@@ -179,13 +180,18 @@ class Derivation:
         return self.history
 
     def take(self) -> HistoryUpdate:
-        """The history of the last update, with the pods that changed since the last take and the metric points if
-        they did (the first take: all of them, ``full``)."""
+        """What changed since the last take: the history of the last update (None if it is the one the last take
+        gave), the pods that changed and the metric points if they did (the first take: all of them, ``full``)."""
         assert self.history is not None, "update before take"
         rows, removed, full = self.pods.take()
         points = None if self._points_taken and not full else list(self._points)
         self._points_taken = True
-        return HistoryUpdate(run_id=self.history.run.run_id, history=self.history, points=points, pods=rows,
+        history: RunHistory | None = self.history
+        if not full and history == self._taken:  # a change of pods that moved nothing of the run's own history
+            history = None
+        else:
+            self._taken = history
+        return HistoryUpdate(run_id=self.history.run.run_id, history=history, points=points, pods=rows,
                              removed_pods=removed, full=full)
 
     def document(self) -> RunHistory:

@@ -43,10 +43,11 @@ class PeakSet:
 
     BLOCK = 128  # events per block, about; a block is split at twice as many
 
-    __slots__ = ("blocks", "lasts", "peaks", "sums")
+    __slots__ = ("blocks", "deltas", "lasts", "peaks", "sums")
 
     def __init__(self) -> None:
         self.blocks: list[list[tuple[int, int]]] = []
+        self.deltas: list[list[int]] = []  # each block's GPU deltas, in its order (summed in C by accumulate)
         self.lasts: list[tuple[int, int]] = []  # each block's last event
         self.sums: list[int] = []
         self.peaks: list[int] = []  # each block's largest prefix sum (0 when every prefix is negative)
@@ -54,16 +55,21 @@ class PeakSet:
     def add(self, event: tuple[int, int]) -> None:
         if not self.blocks:
             self.blocks.append([event])
+            self.deltas.append([event[1]])
             self.lasts.append(event)
             self.sums.append(event[1])
             self.peaks.append(max(0, event[1]))
             return
         i = min(bisect_left(self.lasts, event), len(self.blocks) - 1)
         block = self.blocks[i]
-        insort(block, event)
+        j = bisect_left(block, event)
+        block.insert(j, event)
+        self.deltas[i].insert(j, event[1])
         if len(block) > 2 * self.BLOCK:
-            self.blocks[i:i + 1] = [block[:self.BLOCK], block[self.BLOCK:]]
-            self.lasts[i:i + 1] = [block[self.BLOCK - 1], block[-1]]
+            deltas, half = self.deltas[i], self.BLOCK
+            self.blocks[i:i + 1] = [block[:half], block[half:]]
+            self.deltas[i:i + 1] = [deltas[:half], deltas[half:]]
+            self.lasts[i:i + 1] = [block[half - 1], block[-1]]
             self.sums[i:i + 1] = [0, 0]
             self.peaks[i:i + 1] = [0, 0]
             self._sum(i + 1)
@@ -78,14 +84,15 @@ class PeakSet:
         if block[j] != event:
             raise KeyError(event)
         del block[j]
+        del self.deltas[i][j]
         if not block:
-            del self.blocks[i], self.lasts[i], self.sums[i], self.peaks[i]
+            del self.blocks[i], self.deltas[i], self.lasts[i], self.sums[i], self.peaks[i]
             return
         self.lasts[i] = block[-1]
         self._sum(i)
 
     def _sum(self, i: int) -> None:
-        prefix = list(accumulate(d for _t, d in self.blocks[i]))
+        prefix = list(accumulate(self.deltas[i]))
         self.sums[i] = prefix[-1]
         self.peaks[i] = max(0, max(prefix))
 

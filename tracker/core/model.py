@@ -433,7 +433,8 @@ class RunHistory:
 class HistoryUpdate:
     """What changed in one run: its history, its metric points, its pods; what the sinks write.
 
-    The reducer makes one per changed run at each flush: ``history`` (always, without metric points and pods),
+    The reducer makes one per changed run at each flush: ``history`` (without metric points and pods; None when it is
+    the one the run's previous update held: a change of a pod that moved nothing of the run's own history),
     ``points``, the run's complete set of metric points when it changed (None: unchanged), ``pods``, the pod rows that
     changed, and ``removed_pods``, the uids of pods that are no longer the run's (a root that lost the run id to
     another took them along). ``full``: ``pods`` and ``points`` hold all of the run's, and a sink drops any other

@@ -149,12 +149,11 @@ class PartitionPolicy:
         out = Decisions(dead_letters=list(flushed.dead_letters), forgotten=list(flushed.forgotten))
         touched: list[str] = []
         for u in flushed.updates:
-            h = u.history
-            assert h is not None, "the reducer's updates hold their history"
-            touched.append(h.run.run_id)
-            self.watermark_us = advance(self.watermark_us, h)
+            touched.append(u.run_id)
             self._publish(u, limits, out)
-            self.track(h)
+            if u.history is not None:  # None: unchanged since the run's previous update
+                self.watermark_us = advance(self.watermark_us, u.history)
+                self.track(u.history)
         for run_id in flushed.retired:  # their run-state record becomes the retired marker
             gone = self.runs.pop(run_id, None)
             self.stuck.pop(run_id, None)
@@ -167,17 +166,17 @@ class PartitionPolicy:
 
     def _publish(self, u: HistoryUpdate, limits: Limits, out: Decisions) -> None:
         h = u.history
-        assert h is not None
-        run_id = h.run.run_id
+        run_id = u.run_id
         shell = self.runs.setdefault(run_id, RunShell())
-        shell.status = h.run.status
-        value = adapter(RunHistory).dump_json(h)
-        digest = content_hash(value)
-        if digest != shell.content_hash:
-            self._add(out, limits, Publication(run_id, HISTORY, record_key(run_id, HISTORY), value, digest))
-            now = entries.phase_entries(h)
-            out.phases.update({p.value: n for p, n in entries.added(shell.entries or entries.NONE, now).items()})
-            shell.content_hash, shell.entries = digest, now
+        if h is not None:
+            shell.status = h.run.status
+            value = adapter(RunHistory).dump_json(h)
+            digest = content_hash(value)
+            if digest != shell.content_hash:
+                self._add(out, limits, Publication(run_id, HISTORY, record_key(run_id, HISTORY), value, digest))
+                now = entries.phase_entries(h)
+                out.phases.update({p.value: n for p, n in entries.added(shell.entries or entries.NONE, now).items()})
+                shell.content_hash, shell.entries = digest, now
         if u.points is not None and (u.points or shell.points_hash is not None):  # none yet: no record either
             value = adapter(MetricPointsRecord).dump_json(MetricPointsRecord(run_id=run_id, metric_points=u.points))
             digest = content_hash(value)

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from tracker import errors
+from tracker.shell import jsonio
 
 MAX_VALUE_BYTES = 8 * 1024 * 1024  # a Kubernetes object is at most ~1.5 MiB in etcd; leave room
 READ_CHUNK = 1 << 16
@@ -163,6 +164,23 @@ def _values(fh: _Text, name: str, max_value_bytes: int) -> Iterator[Record | Bad
             if not chunk:
                 return
             buf = chunk
+            continue
+        # the fast path, JSON lines: each whole line that is one JSON object, decoded by orjson (``jsonio``); a line
+        # that is not (the first line of an indented value, two values on a line, bad JSON) goes the slow way below
+        pos = 0
+        while buf.startswith("{", pos):
+            nl = buf.find("\n", pos)
+            if nl < 0:
+                break
+            try:
+                value = jsonio.loads(buf[pos:nl])
+            except (ValueError, RecursionError):
+                break
+            yield Record(f"{name}:{line}", value)
+            line += 1
+            pos = nl + 1
+        if pos:
+            buf = buf[pos:]
             continue
         try:
             value, end = _decoder.raw_decode(buf)

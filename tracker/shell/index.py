@@ -507,7 +507,12 @@ def _aware(dt: datetime) -> datetime:
 
 
 def _when(dt: datetime | None) -> str | None:
-    return iso(ts(_aware(dt))) if dt is not None else None
+    """The index's time text: ISO-8601 UTC with a Z, microseconds only when not zero (``model.iso``'s form)."""
+    if dt is None:
+        return None
+    if dt.tzinfo is UTC:  # the rows' own times: datetime's isoformat is that form, with +00:00 for the Z
+        return dt.isoformat()[:-6] + "Z"
+    return iso(ts(_aware(dt)))
 
 
 def _plain(value: Any) -> Any:

@@ -12,21 +12,26 @@ parses them).
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 import orjson
 
-# 19 digits in a row: the text may hold an integer out of orjson's range (2**63 has 19 digits). A scan in C, at
-# memory speed; what matches (a long number anywhere, also in a string) merely takes the slower exact path.
-_LONG_DIGITS = re.compile(rb"[0-9]{19}")
-_LONG_DIGITS_TEXT = re.compile(r"[0-9]{19}")
+# 19 digits in a row: the text may hold an integer out of orjson's range (2**63 has 19 digits). Found by mapping
+# every digit to "0" and everything else to " " (``bytes.translate``, in C at memory speed) and looking for 19
+# zeros: ten times faster than a regular expression's scan, which cost more than orjson's decoding itself. What
+# matches (a long number anywhere, also in a string) merely takes the slower exact path.
+_DIGITS = bytes(48 if 48 <= b <= 57 else 32 for b in range(256))
+_LONG = b"0" * 19
+
+
+def _long_digits(data: bytes | str) -> bool:
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
+    return _LONG in raw.translate(_DIGITS)
 
 
 def loads(data: bytes | str) -> Any:
     """Decode JSON text; ValueError (json.JSONDecodeError) if it is not JSON."""
-    long = (_LONG_DIGITS_TEXT if isinstance(data, str) else _LONG_DIGITS).search(data)  # type: ignore[arg-type]
-    if long is not None:
+    if _long_digits(data):
         return json.loads(data)
     try:
         return orjson.loads(data)
