@@ -14,6 +14,7 @@ failures, evictions and deletions) folded in a random interleaving and flushed a
 
 from __future__ import annotations
 
+import json
 import random
 from dataclasses import replace
 from itertools import accumulate
@@ -157,3 +158,30 @@ def test_the_most_gpus_held_at_once_is_the_largest_running_sum_whatever_the_adds
             held.append((t, delta))
             peaks.add((t, delta))
         assert peaks.peak() == max([0, *accumulate(d for _t, d in sorted(held))])
+
+
+def test_an_attempt_lists_its_first_64_failures_and_counts_them_all() -> None:
+    """Records stay bounded when every pod of a wide run fails: the attempt lists the 64 earliest failures and
+    ``failed_pods`` counts all of them (and ``retries`` those the Job replaced, whatever the list holds)."""
+    from tracker.core.model import MAX_FAILURES_LISTED
+
+    cluster = generate_cluster([RunPlan(RunParams(pods=2, pod_failures=1, outcome="failed"))])
+    order = [ev for seq in by_object(cluster.streams) for ev in seq]
+    failed = [ev for ev in order if ev.get("object", {}).get("kind") == "Pod"
+              and ev["object"].get("status", {}).get("phase") == "Failed"]
+    assert failed
+    template = failed[-1]
+    uid, name = template["object"]["metadata"]["uid"], template["object"]["metadata"]["name"]
+    clones = []
+    for k in range(100):
+        text = json.dumps(template).replace(uid, f"{uid[:-4]}{k:04d}").replace(name, f"{name}-{k:03d}")
+        clones.append(json.loads(text))
+    red = Reducer()
+    for rec in [*order, *clones]:
+        red.apply(rec, "law")
+    h = red.history(next(iter(red.runs)))
+    assert h is not None
+    a = next(a for a in h.attempts if a.failed_pods)
+    assert len(a.failures) == MAX_FAILURES_LISTED and a.failed_pods >= 100
+    assert a.failures == sorted(a.failures, key=lambda f: (f.at, f.pod))
+    assert h == derive(red.runs[h.run.run_id])

@@ -58,6 +58,7 @@ def compare_data(histories: Sequence[RunHistory], now: datetime | None) -> dict[
             "underlying_cause": a.underlying_cause, "retries": a.retries,
             "failures": [{"pod": f.pod, "reason": f.reason, "exit_code": f.exit_code, "message": f.message}
                          for f in a.failures],
+            "failed_pods": max(a.failed_pods, len(a.failures)),
         } for a in h.attempts]
         runs.append({
             "run_id": r.run_id, "kind": r.kind, "namespace": r.namespace, "name": r.name,

@@ -344,8 +344,9 @@ def _attempt_end(a: Attempt, transitions: list[Transition], width: int) -> list[
             t.append(f": {f.message}")
         t.truncate(width, overflow="ellipsis")
         lines.append(t)
-    if len(a.failures) > MAX_FAILURES_SHOWN:
-        lines.append(Text(f"   ↳ … and {len(a.failures) - MAX_FAILURES_SHOWN} more pod failures", style="red"))
+    failed = max(a.failed_pods, len(a.failures))  # the failures listed are the first 64 at most
+    if failed > MAX_FAILURES_SHOWN:
+        lines.append(Text(f"   ↳ … and {failed - MAX_FAILURES_SHOWN} more pod failures", style="red"))
     return lines
 
 

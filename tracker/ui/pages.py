@@ -259,6 +259,8 @@ def _attempts(attempts: Sequence[Attempt], now: datetime) -> str:
             f'{" exit " + esc(f.exit_code) if f.exit_code is not None else ""}'
             f'{" at " + esc(clock(f.at)) if f.at is not None else ""}{": " + esc(f.message) if f.message else ""}'
             '</li>' for f in a.failures)
+        if a.failed_pods > len(a.failures):  # the first 64 are listed
+            failures += f"<li>… and {a.failed_pods - len(a.failures)} more pod failures</li>"
         rows.append(
             f'<tr><td class="num">{a.attempt}</td><td>{esc(a.trigger)}</td><td>{esc(a.cluster_queue or "-")}</td>'
             f'<td class="mono">{esc(clock(a.queued_at))}</td><td class="mono">{esc(clock(a.admitted_at))}</td>'
