@@ -50,6 +50,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import replace
+from typing import Any
 
 from tracker.core import gpu
 from tracker.core.derive_attempts import (
@@ -151,7 +152,8 @@ class Derivation:
     run record) is recomputed from the facts at every update: it reads the run's conditions, deployments, events and
     intake events, which do not grow with its pods."""
 
-    __slots__ = ("_facts", "_metrics", "_points", "_points_taken", "_progress", "_seq", "_taken", "history", "pods")
+    __slots__ = ("_facts", "_metrics", "_points_key", "_points_taken", "_progress", "_seq", "_taken", "history",
+                 "pods")
 
     def __init__(self) -> None:
         self.pods = PodSide()
@@ -159,7 +161,8 @@ class Derivation:
         self._facts: RunFacts | None = None
         self._seq = -1  # the progress_seq the cached metric parts are of
         self._metrics: list[MetricSummary] = []
-        self._points: list[MetricPoint] = []
+        # the metric points as the facts hold them (their tuples, shared, not rows: a run keeps up to 10,000)
+        self._points_key: tuple[Any, ...] = ()
         self._progress: list[int] = []
         self._points_taken = False  # the current points went out with a take
         self._taken: RunHistory | None = None  # the history the last take gave
@@ -171,10 +174,10 @@ class Derivation:
             if r is not self._facts:
                 changed = None
             self._facts, self._seq = r, r.progress_seq
-            metrics, points = _metrics(r), _points(r)
-            if points != self._points or self.history is None:
+            key = _points_key(r)
+            if key != self._points_key or self.history is None:
                 self._points_taken = False
-            self._metrics, self._points = metrics, points
+            self._metrics, self._points_key = _metrics(r), key
             self._progress = sorted(r.progress_buckets.values())
         self.history = _derive(r, self.pods, changed, self._metrics, self._progress)
         return self.history
@@ -182,9 +185,9 @@ class Derivation:
     def take(self) -> HistoryUpdate:
         """What changed since the last take: the history of the last update (None if it is the one the last take
         gave), the pods that changed and the metric points if they did (the first take: all of them, ``full``)."""
-        assert self.history is not None, "update before take"
+        assert self.history is not None and self._facts is not None, "update before take"
         rows, removed, full = self.pods.take()
-        points = None if self._points_taken and not full else list(self._points)
+        points = None if self._points_taken and not full else _points(self._facts)
         self._points_taken = True
         history: RunHistory | None = self.history
         if not full and history == self._taken:  # a change of pods that moved nothing of the run's own history
@@ -196,8 +199,8 @@ class Derivation:
 
     def document(self) -> RunHistory:
         """The complete history of the last update."""
-        assert self.history is not None, "update before document"
-        return replace(self.history, metric_points=list(self._points), pods=self.pods.rows())
+        assert self.history is not None and self._facts is not None, "update before document"
+        return replace(self.history, metric_points=_points(self._facts), pods=self.pods.rows())
 
 
 def _derive(r: RunFacts, side: PodSide, changed: Iterable[str] | None, metrics: list[MetricSummary],
@@ -339,6 +342,11 @@ def _metrics(r: RunFacts) -> list[MetricSummary]:
     return [MetricSummary(run_id=r.run_id, metric=k, first_step=m.first[0], first_value=m.first[1],
                           latest_step=m.latest[0], latest_value=m.latest[1], min_value=m.lo, max_value=m.hi,
                           points=m.points) for k, m in sorted(r.metrics.items())]
+
+
+def _points_key(r: RunFacts) -> tuple[Any, ...]:
+    """What the metric points rows are made of: equal keys, equal rows."""
+    return r.points.width, tuple((k, tuple(sorted(c.values()))) for k, c in sorted(r.points.curves.items()))
 
 
 def _points(r: RunFacts) -> list[MetricPoint]:
