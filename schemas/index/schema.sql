@@ -1,4 +1,4 @@
--- TauGrid experiment index, schema version 6.
+-- TauGrid experiment index, schema version 7.
 -- The contract Stellar reads: every table and column is documented in README.md next to this file.
 -- Times are ISO-8601 UTC text, 'YYYY-MM-DDTHH:MM:SSZ' ('YYYY-MM-DDTHH:MM:SS.ffffffZ' when sub-second).
 -- JSON columns hold compact JSON text (query them with json_each / json_extract).
@@ -251,3 +251,16 @@ CREATE TABLE reducer_pods (
     state  BLOB NOT NULL,
     PRIMARY KEY (run_id, uid)
 ) WITHOUT ROWID;
+
+-- Admission in steps and every pending second explained (schema 7, history/v3; README "Every pending second"):
+-- Admission lasts until Kueue's Admitted=True; the quota reservation and each admission check's states are its
+-- steps, and each attempt's time before its application started is split into categories. Rows written before
+-- version 7 read the defaults until their run is written again (a replay of its captures rewrites it).
+ALTER TABLE runs ADD COLUMN pending_s_by TEXT NOT NULL DEFAULT '{}'; -- JSON object: category -> seconds (ended spans)
+ALTER TABLE runs ADD COLUMN pending_category TEXT; -- the category of the span still going on (from pending_since)
+ALTER TABLE runs ADD COLUMN pending_since TEXT;
+ALTER TABLE runs ADD COLUMN quota_reserved_at TEXT;
+ALTER TABLE attempts ADD COLUMN quota_reserved_at TEXT;
+ALTER TABLE attempts ADD COLUMN admission_steps TEXT NOT NULL DEFAULT '[]'; -- JSON array of {kind, at, check, state, message}
+ALTER TABLE attempts ADD COLUMN pending TEXT NOT NULL DEFAULT '[]'; -- JSON array of {category, detail, start, end}
+ALTER TABLE attempts ADD COLUMN pending_s_by TEXT NOT NULL DEFAULT '{}'; -- JSON object: category -> seconds

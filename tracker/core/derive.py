@@ -115,6 +115,7 @@ from tracker.core.model import (
     Transition,
     utc,
 )
+from tracker.core.pending import AttemptPending, attempt_pending
 
 # the derivation's names, importable from here as before it was split in several modules
 __all__ = [
@@ -233,6 +234,7 @@ def _derive(r: RunFacts, side: PodSide, changed: Iterable[str] | None, metrics: 
 
     attempts_out: list[Attempt] = []
     total_retries = 0
+    pend: AttemptPending | None = None
     for i, a in enumerate(atts, start=1):
         pods = side.attempts[i - 1]
         v = _view(run, i, a, pods, progress_times)
@@ -245,13 +247,18 @@ def _derive(r: RunFacts, side: PodSide, changed: Iterable[str] | None, metrics: 
         wait = None
         if a.queued is not None and a.admitted is not None:
             wait = (a.admitted - a.queued) / 1_000_000
+        pend = attempt_pending(r, a, i, pods, v.runtime_at, v.progress_at)
         attempts_out.append(_attempt(r.run_id, i, a, v.started_at, v.progress_at, wait, retries, pods,
-                                     side.failures(i - 1, MAX_FAILURES_LISTED)))
+                                     side.failures(i - 1, MAX_FAILURES_LISTED), pend))
 
     if final is not None:
         add(max(1, len(atts)), Phase.COMPLETION, Entry(final.at, final.reason, final.message, final.source))
 
     pending = Reason(*r.wl_pending) if r.wl_pending else None  # the Workload's QuotaReserved=False, now
+    if final is None and pend is not None and pend.check is not None:
+        # quota reserved, an admission check not Ready: the check is what the run waits for
+        name, state, msg = pend.check
+        pending = Reason(f"AdmissionCheck{state}", f"{name}: {msg}" if msg else name)
     if pending and atts and atts[-1].reopened and atts[-1].admitted is None and \
             pending.message == atts[-1].trigger_message:
         # Kueue leaves the deactivation's message in QuotaReserved=False until its scheduler has tried again
@@ -285,7 +292,7 @@ _US_PER_HOUR = gpu.US_PER_HOUR
 
 
 def _attempt(run_id: str, i: int, a: _Att, started_at: int | None, progress_at: int | None, wait: float | None,
-             retries: int, pods: AttemptPods, failures: list[PodFailure]) -> Attempt:
+             retries: int, pods: AttemptPods, failures: list[PodFailure], pend: AttemptPending) -> Attempt:
     open_gpus = pods.open_gpus
     return Attempt(
         run_id=run_id, attempt=i, trigger=a.trigger, queued_at=utc(a.queued), admitted_at=utc(a.admitted),
@@ -295,7 +302,8 @@ def _attempt(run_id: str, i: int, a: _Att, started_at: int | None, progress_at: 
         failures=failures, failed_pods=len(pods.failures), pod_count=pods.count,
         gpus=pods.peak.peak(), gpu_hours=pods.held / _US_PER_HOUR, lost_gpu_hours=pods.lost / _US_PER_HOUR,
         lost_gpu_hours_by={k: v[0] / _US_PER_HOUR for k, v in sorted(pods.by.items())}, gpus_open=open_gpus,
-        open_since=utc(pods.open_weight // open_gpus) if open_gpus else None)
+        open_since=utc(pods.open_weight // open_gpus) if open_gpus else None,
+        quota_reserved_at=utc(pend.reserved), admission_steps=pend.steps, pending=pend.spans, pending_s_by=pend.by)
 
 
 def _record(run: _Run, intake: _Intake, final: _Final | None, attempts_out: list[Attempt], status: Status,
@@ -313,6 +321,11 @@ def _record(run: _Run, intake: _Intake, final: _Final | None, attempts_out: list
     ann = r.annotations
     input_refs = [x for x in ann.get(ANN_INPUT_REFS, "").split(",") if x] or prov.get("input_refs") or []
     waiting = pending if pending and final is None and cur and cur.admitted_at is None else None
+    pending_s_by: dict[str, float] = {}
+    for att in attempts_out:
+        for k, secs in att.pending_s_by.items():
+            pending_s_by[k] = pending_s_by.get(k, 0.0) + secs
+    open_span = cur.pending[-1] if final is None and cur and cur.pending and cur.pending[-1].end is None else None
     return RunRecord(
         run_id=r.run_id, kind=r.kind or prov.get("workload_kind"), namespace=r.namespace or prov.get("namespace"),
         name=r.name or prov.get("name"), uid=r.uid,
@@ -335,6 +348,10 @@ def _record(run: _Run, intake: _Intake, final: _Final | None, attempts_out: list
         input_refs=input_refs, output_uri=ann.get(ANN_OUTPUT) or prov.get("output_uri"),
         resume_of=ann.get(ANN_RESUME_OF), last_checkpoint=r.checkpoint[2] if r.checkpoint else None,  # (step, at, uri)
         **gpu.totals(attempts_out),
+        pending_s_by=dict(sorted(pending_s_by.items())),
+        pending_category=open_span.category if open_span else None,
+        pending_since=open_span.start if open_span else None,
+        quota_reserved_at=queued_cur.quota_reserved_at if queued_cur else None,
     )
 
 

@@ -119,7 +119,9 @@ def _kueue_attempts(r: RunFacts) -> list[_Att]:
         a.start = None if r.wl_queue else r.created
         return [a]
     admits = _true_times(r.wl_conds, "Admitted")
-    if not admits and not any(key[0] == "Admitted" for key in r.wl_conds):
+    # a Workload without any Admitted condition (an old Kueue) is admitted at its quota reservation, unless it has
+    # admission checks: then Kueue admits it only once every check is Ready (Admitted=True)
+    if not admits and not r.wl_checks and not any(key[0] == "Admitted" for key in r.wl_conds):
         admits = _true_times(r.wl_conds, "QuotaReserved")
     evicts = _true(r.wl_conds, "Evicted")
     reactivations = [c for c in _true(r.wl_conds, "Requeued")

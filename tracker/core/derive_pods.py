@@ -143,6 +143,8 @@ class Contribution(NamedTuple):
     open_weight: int  # open_gpus x bind time
     events: tuple[tuple[int, int], ...]  # its PeakSet events
     abnormal_end: int | None  # the release time of a pod whose loss depends on the latest creation time
+    start_at: int | None = None  # when its first container started, when the pod counts for Runtime
+    unsched_at: int | None = None  # when it was last found unschedulable (PodScheduled=False), scheduled since or not
 
 
 @dataclass(slots=True)
@@ -157,12 +159,14 @@ class AttemptPods:
     """The sums and ordered sets of one attempt's pods."""
 
     __slots__ = ("abnormal", "by", "count", "created", "failures", "held", "lost", "open_gpus", "open_weight",
-                 "peak", "sched", "started", "unschedulable", "waiting")
+                 "peak", "sched", "started", "starts", "unsched_at", "unschedulable", "waiting")
 
     def __init__(self) -> None:
         self.count = 0
         self.sched: list[int] = []  # sorted bind times of the pods that count for Runtime
         self.started = 0
+        self.starts: list[int] = []  # sorted container start times of the pods that count for Runtime
+        self.unsched_at: list[int] = []  # sorted times pods were found unschedulable
         self.created: list[int] = []  # sorted creation times
         self.failures: list[FailureKey] = []  # sorted
         self.unschedulable = _Multiset()
@@ -195,6 +199,10 @@ class AttemptPods:
         if c.sched is not None:
             insort(self.sched, c.sched)
         self.started += c.started
+        if c.start_at is not None:
+            insort(self.starts, c.start_at)
+        if c.unsched_at is not None:
+            insort(self.unsched_at, c.unsched_at)
         if c.failure is not None:
             insort(self.failures, c.failure)
         if c.unschedulable is not None:
@@ -208,6 +216,10 @@ class AttemptPods:
         if c.sched is not None:
             del self.sched[bisect_left(self.sched, c.sched)]
         self.started -= c.started
+        if c.start_at is not None:
+            del self.starts[bisect_left(self.starts, c.start_at)]
+        if c.unsched_at is not None:
+            del self.unsched_at[bisect_left(self.unsched_at, c.unsched_at)]
         if c.failure is not None:
             del self.failures[bisect_left(self.failures, c.failure)]
         if c.unschedulable is not None:
@@ -429,5 +441,8 @@ def _pod(run_id: str, namespace: str | None, uid: str, p: PodFacts, attempt: int
                        created_at=utc(p.created), scheduled_at=utc(p.scheduled),
                        finished_at=utc(end.at) if end else None, gpus=g, released_at=released_at,
                        gpu_hours=gpu_hours, lost=lost_reason)
+    counts = not ray or bool(p.ray_cluster)  # a RayJob's own pods (the submitter) do not count for Runtime
     return Contribution(created, sched, p.started is not None, failure, unsched, p.waiting_reason or None, held, lost,
-                        lost_reason, open_gpus, open_weight, events, abnormal_end), row, failure_row
+                        lost_reason, open_gpus, open_weight, events, abnormal_end,
+                        p.started if counts else None,
+                        p.unschedulable.at if p.unschedulable is not None else None), row, failure_row

@@ -180,11 +180,30 @@ def _deactivated(run: _Run, intake: _Intake) -> _Final | None:
     return _Final(Status.STOPPED, a.end_reason or "Deactivated", a.end_message, a.end, run.wl_src)
 
 
-def _root_deleted(run: _Run, intake: _Intake) -> _Final | None:
-    if run.r.root_deleted is None:
+def deletion_time(r: RunFacts, atts: list[_Att]) -> int | None:
+    """When a deleted run ended: the best evidence the objects hold, in this order: the root's deletionTimestamp,
+    the Workload's, the latest deletion asked for of its pods (less their grace period), the last container
+    ``finishedAt`` (both only from the last attempt on: an earlier eviction's deletions say nothing of this one),
+    else the latest time the deleted root carried (``root_deleted``). None if the root was not deleted."""
+    if r.root_deleted is None:
         return None
-    return _Final(Status.STOPPED, "Deleted", "the workload was deleted before it finished", run.r.root_deleted,
-                  run.root_src)
+    for evidence in (r.root_deletion, r.wl_deletion):
+        if evidence is not None:
+            return evidence
+    last = atts[-1] if atts else None
+    if last is None or last.start is not None:  # an attempt still queued has no pods: theirs are an earlier one's
+        lo = last.start if last else r.created
+        for evidence in (r.pods_deleted, r.pods_finished):
+            if evidence is not None and (lo is None or evidence >= lo):
+                return evidence
+    return r.root_deleted
+
+
+def _root_deleted(run: _Run, intake: _Intake) -> _Final | None:
+    at = deletion_time(run.r, run.atts)
+    if at is None:
+        return None
+    return _Final(Status.STOPPED, "Deleted", "the workload was deleted before it finished", at, run.root_src)
 
 
 class FinalRule(NamedTuple):

@@ -176,11 +176,13 @@ def merge_root(r: RunFacts, kind: str, etype: str, obj: dict[str, Any]) -> None:
         failed = 0
         ray = rayjob_status(status)
     deleted = deletion_time(meta, conds, status) if etype == "DELETED" else None
+    deletion = deletion_requested(meta)  # any version may carry it (a root with finalizers, foreground deletion)
     # merge (everything above may raise Malformed; nothing below does)
     if ray is not None:
         merge_rayjob_status(r, ray)
     if deleted is not None:
         r.root_deleted = _max(r.root_deleted, deleted)
+    r.root_deletion = _min(r.root_deletion, deletion)
     r.kind, r.uid = kind, uid
     r.namespace, r.name = str_at(meta, "namespace") or None, str_at(meta, "name") or None
     r.created = _min(r.created, created)
@@ -295,8 +297,13 @@ def merge_workload(r: RunFacts, etype: str, obj: dict[str, Any]) -> None:
     # read whatever the run already knows, so that whether this record is a dead letter never depends on
     # the order the objects arrived in
     deleted = deletion_time(meta, conds, status) if etype == "DELETED" else None
+    deletion = deletion_requested(meta)
     rv = resource_version(meta)
+    checks = admission_checks(status)
     # merge (everything above may raise Malformed; nothing below does)
+    r.wl_deletion = _min(r.wl_deletion, deletion)
+    for name, state, ltt, msg in checks:
+        r.cond(r.wl_checks, r.wl_checks_rv, (name, state, "", ltt), msg, rv)
     latest = newer(rv, r.wl_rv)  # the newest Workload version seen: its identity, queue, what it waits for now
     if latest or not r.wl_name:
         r.wl_uid = str_at(meta, "uid") or r.wl_uid
@@ -319,6 +326,20 @@ def merge_workload(r: RunFacts, etype: str, obj: dict[str, Any]) -> None:
     if deleted is not None and r.root_deleted is None and r.kind is None:
         # a Workload deleted while its owner was never seen: remember when, for a stopped status
         r.root_deleted = deleted
+
+
+def admission_checks(status: dict[str, Any]) -> list[tuple[str, str, int, str]]:
+    """A Workload's ``status.admissionChecks``: (name, state, lastTransitionTime, message) of each. Raises Malformed."""
+    out = []
+    for c in list_at(status, "admissionChecks"):
+        if not isinstance(c, dict):
+            raise Malformed("status.admissionChecks[] must be objects")
+        name, state = str_at(c, "name"), str_at(c, "state")
+        ltt = time_at(c, "lastTransitionTime")
+        if not name or not state or ltt is None:
+            raise Malformed("status.admissionChecks[] needs name, state and lastTransitionTime")
+        out.append((name, state, ltt, str_at(c, "message")))
+    return out
 
 
 def merge_pod(r: RunFacts, obj: dict[str, Any], owner_uid: str | None,
@@ -405,6 +426,8 @@ def merge_pod(r: RunFacts, obj: dict[str, Any], owner_uid: str | None,
     if finished is not None and (p.finished is None or finished > p.finished):
         p.finished = finished
     p.delete_requested = _min(p.delete_requested, delete_req)
+    r.pods_deleted = _max(r.pods_deleted, delete_req)
+    r.pods_finished = _max(r.pods_finished, finished_at)
     p.disrupted = p.disrupted or disrupted
     p.gpus = max(p.gpus, gpus)
     if waiting and newer(rv, p.waiting_rv):

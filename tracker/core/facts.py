@@ -272,6 +272,15 @@ class RunFacts:
     cq_by_admission: dict[int, str] = field(default_factory=dict)
     wl_pending: tuple[str, str] | None = None  # current QuotaReserved=False (reason, message)
     wl_rv: int | None = None  # resourceVersion of the Workload version wl_pending and wl_queue are from
+    # status.admissionChecks: every (check name, state, "", lastTransitionTime) seen -> its message (as conditions)
+    wl_checks: CondFacts = field(default_factory=dict)
+    wl_checks_rv: CondVersions = field(default_factory=dict)
+    wl_deletion: int | None = None  # the Workload's metadata.deletionTimestamp (less its grace period)
+    root_deletion: int | None = None  # the root's metadata.deletionTimestamp (less its grace period)
+    # the latest deletion asked for of any pod (less its grace period), and the latest container finishedAt: evidence
+    # of when a deleted run ended (derive_rules._root_deleted)
+    pods_deleted: int | None = None
+    pods_finished: int | None = None
     # pods, Ray
     pods: dict[str, PodFacts] = field(default_factory=dict)
     ray: dict[int, RayAttemptFacts] = field(default_factory=dict)
@@ -367,6 +376,8 @@ class RunFacts:
             "wl_evictions": self.wl_evictions, "wl_queue": self.wl_queue,
             "cq_by_admission": [[k, v] for k, v in self.cq_by_admission.items()],
             "wl_pending": self.wl_pending, "wl_rv": self.wl_rv,
+            "wl_checks": _conds_out(self.wl_checks, self.wl_checks_rv), "wl_deletion": self.wl_deletion,
+            "root_deletion": self.root_deletion, "pods_deleted": self.pods_deleted, "pods_finished": self.pods_finished,
             "pods": {k: v.to_json() for k, v in self.pods.items()} if pods else None,
             "ray": [[k, v.to_json()] for k, v in self.ray.items()],
             "ray_clusters": {k: tuple(v) for k, v in self.ray_clusters.items()},
@@ -394,6 +405,9 @@ class RunFacts:
         r.cq_by_admission = {k: v for k, v in d["cq_by_admission"]}
         r.wl_pending = tuple(d["wl_pending"]) if d["wl_pending"] else None
         r.wl_rv = d.get("wl_rv")  # older snapshots have no resourceVersions: the next version sets the values
+        r.wl_checks, r.wl_checks_rv = _conds_in(d.get("wl_checks") or [])  # older snapshots: none
+        r.wl_deletion, r.root_deletion = d.get("wl_deletion"), d.get("root_deletion")
+        r.pods_deleted, r.pods_finished = d.get("pods_deleted"), d.get("pods_finished")
         r.pods = {k: PodFacts.from_json(v) for k, v in d.get("pods", {}).items()}
         r.ray = {k: RayAttemptFacts.from_json(v) for k, v in d["ray"]}
         r.ray_clusters = {k: RayClusterFacts(v[0], v[1], v[2]) for k, v in d["ray_clusters"].items()}

@@ -51,6 +51,24 @@ class Phase(StrEnum):
     COMPLETION = "Completion"
 
 
+class PendingCategory(StrEnum):
+    """Why an attempt was not running its application yet: each second of an attempt before its containers started
+    falls in exactly one (``tracker.core.pending``; the definitions are in README "Every pending second")."""
+
+    QUEUED = "queued"  # queued, not evaluated by Kueue yet (no Workload, or Kueue has not written QuotaReserved)
+    QUOTA = "quota"  # Kueue found no quota for it (QuotaReserved=False: Pending, WaitingForQuota, ...)
+    PREEMPTION = "preemption"  # Kueue is preempting other workloads to make room for it
+    INADMISSIBLE = "inadmissible"  # its queue is stopped or missing, or it exceeds the queue's maximum quota
+    BACKOFF = "backoff"  # requeued after an eviction, held back by Kueue's requeue backoff
+    ADMISSION_CHECK = "admission-check"  # quota reserved, an admission check not Ready (detail: the check's name)
+    POD_CREATION = "pod-creation"  # admitted, its pods (or RayCluster) not created yet
+    UNSCHEDULABLE = "unschedulable"  # a pod is unschedulable (PodScheduled=False, FailedScheduling)
+    SCHEDULING = "scheduling"  # pods created, not bound yet, nothing says they cannot be
+    IMAGE_PULL = "image-pull"  # pods bound, pulling images
+    CONTAINER_CREATION = "container-creation"  # pods bound, containers being created (no image pull seen)
+    UNEXPLAINED = "unexplained"  # no evidence of why
+
+
 class Status(StrEnum):
     PENDING = "pending"
     RUNNING = "running"
@@ -232,6 +250,35 @@ def pod_order(p: PodPlacement) -> tuple[int, bool, datetime, str, str]:
     return p.attempt, p.created_at is not None, p.created_at or _EPOCH, p.pod, p.uid
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AdmissionStep:
+    """A sub-state of an attempt's Admission: Kueue reserved quota (``QuotaReserved``), an admission check changed
+    state (``AdmissionCheck``), or Kueue released the quota before the attempt was admitted (``QuotaReleased``: an
+    eviction, e.g. a check in Retry). The attempt is admitted at ``Admitted=True``, once every check is Ready."""
+
+    __pydantic_config__ = _FORBID
+
+    kind: Annotated[str, Field(description="QuotaReserved, AdmissionCheck or QuotaReleased.")]
+    at: datetime
+    check: Annotated[str | None, Field(description="The admission check's name (kind AdmissionCheck).")] = None
+    state: Annotated[str, Field(description="A check's state (Pending, Ready, Retry, Rejected); the ClusterQueue "
+                                            "of a QuotaReserved; the eviction reason of a QuotaReleased.")]
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PendingSpan:
+    """A stretch of an attempt's time before its application started, and why (``PendingCategory``)."""
+
+    __pydantic_config__ = _FORBID
+
+    category: PendingCategory
+    detail: Annotated[str, Field(description="What explains it: Kueue's message, the check's name and message, the "
+                                             "scheduler's message, a container's waiting reason.")] = ""
+    start: datetime
+    end: Annotated[datetime | None, Field(description="null: it still goes on (a live attempt: up to now).")]
+
+
 MAX_FAILURES_LISTED = 64  # pod failures an attempt lists (the earliest); ``failed_pods`` counts them all
 
 
@@ -273,6 +320,19 @@ class Attempt:
                                                       "attempt).")] = 0
     failed_pods: Annotated[int, Field(ge=0, description="How many of its pods failed (those listed in failures "
                                                         "and the rest).")] = 0
+    # Admission in steps, and every pending second explained (tracker.core.pending)
+    quota_reserved_at: Annotated[datetime | None, Field(
+        description="When Kueue last reserved quota for it (QuotaReserved=True); admitted_at is Admitted=True, "
+                    "once every admission check is Ready.")] = None
+    admission_steps: Annotated[list[AdmissionStep], Field(
+        description="Quota reservations, admission check states and quota releases of its Admission, in time "
+                    "order.")] = dc_field(default_factory=list)
+    pending: Annotated[list[PendingSpan], Field(
+        description="Its time from queued (or created) to its application's start (or its end), split by reason, in "
+                    "time order; the last has end null while it goes on.")] = dc_field(default_factory=list)
+    pending_s_by: Annotated[dict[str, float], Field(
+        description="Seconds of its ended pending spans by category (an open span counts up to now where read).")
+                            ] = dc_field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -358,6 +418,15 @@ class RunRecord:
     lost_gpu_hours_by: Annotated[dict[str, float], Field(description=_LOST_BY)] = dc_field(default_factory=dict)
     gpus_open: Annotated[int, Field(ge=0, description=_OPEN)] = 0
     open_since: Annotated[datetime | None, Field(description="GPU-weighted mean bind time of those pods.")] = None
+    # every pending second explained (tracker.core.pending): the attempts' sums, and the span still going on
+    pending_s_by: Annotated[dict[str, float], Field(
+        description="Seconds of every attempt's ended pending spans by category.")] = dc_field(default_factory=dict)
+    pending_category: Annotated[str | None, Field(
+        description="The category of the pending span still going on, if any (it runs from pending_since to "
+                    "now).")] = None
+    pending_since: datetime | None = None
+    quota_reserved_at: Annotated[datetime | None, Field(
+        description="When Kueue reserved quota for the current attempt (admitted_at: Admitted=True).")] = None
 
 
 EXCERPT_MAX = 2048  # characters of a dead letter's excerpt
@@ -490,7 +559,7 @@ class MetricPointsRecord:
     metric_points: list[MetricPoint]
 
 
-HISTORY_SCHEMA = "taugrid.io/run-history/v2"
+HISTORY_SCHEMA = "taugrid.io/run-history/v3"
 POD_SCHEMA = "taugrid.io/pod-placement/v1"
 METRIC_POINTS_SCHEMA = "taugrid.io/metric-points/v1"
 
@@ -538,7 +607,7 @@ def schema_documents() -> dict[str, dict[str, Any]]:
     intake["title"] = "TauGrid intake event"
     return {
         "intake/v1.schema.json": intake,
-        "history/v2.schema.json": adapter(RunHistory).json_schema() | {"$id": HISTORY_SCHEMA},
+        "history/v3.schema.json": adapter(RunHistory).json_schema() | {"$id": HISTORY_SCHEMA},
         "pod/v1.schema.json": adapter(PodPlacement).json_schema() | {"$id": POD_SCHEMA},
         "metric-points/v1.schema.json": adapter(MetricPointsRecord).json_schema() | {"$id": METRIC_POINTS_SCHEMA},
         "dead-letter/v1.schema.json": DeadLetter.model_json_schema() | {"$id": "taugrid.io/dead-letter/v1"},

@@ -534,10 +534,20 @@ class _Run:
     def delete_everything(self) -> None:
         """``kubectl delete`` of the root: it goes at once (no finalizer), the garbage collector takes the rest."""
         exp = self.expected
-        # docs/limits.md, "Deleted without a trace": a root deleted without a deletionTimestamp is stamped with
-        # the latest time the object itself carries; phases after that stamp are not shown
-        stamp = _carried_time(self.root_meta, self.root_status)
         att = self.att
+        admitted = "Scheduling" in att.phases
+        # docs/limits.md, "Deletion times": the root goes without a deletionTimestamp, and so does the Workload here;
+        # the pods of its (admitted) attempt are deleted with it, and the latest of their deletions less the grace
+        # period is when the run ended. Without pods, the latest time the root itself carries. Phases after that
+        # are not shown.
+        stamp = _carried_time(self.root_meta, self.root_status)
+        self.root("DELETED")
+        pods = [*self.pods, *self.dead_pods]
+        self.delete_pods()
+        self.delete_pods(self.dead_pods)
+        self.dead_pods = []
+        if pods and admitted:
+            stamp = max(_parse_ts(p["metadata"]["deletionTimestamp"]) for p in pods) - 30 * SECOND
         att.phases = [ph for ph in att.phases if ph not in ("Runtime", "Progress")]
         if att.bound_at is not None and att.bound_at <= stamp:
             self.enter("Runtime")
@@ -546,10 +556,6 @@ class _Run:
         exp.status, exp.reason, exp.finished_at, exp.deleted = "stopped", "Deleted", stamp, True
         att.ended_at, att.end_reason = stamp, "Deleted"
         self.enter("Completion")
-        self.root("DELETED")
-        self.delete_pods()
-        self.delete_pods(self.dead_pods)
-        self.dead_pods = []
         if self.cluster_live:
             self.cluster_write("DELETED", {"state": "ready"})
         self.workload("DELETED", 500)

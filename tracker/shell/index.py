@@ -625,9 +625,14 @@ def _columns(row: sqlite3.Row, fields: Sequence[str]) -> dict[str, Any]:
 def _record(row: sqlite3.Row) -> RunRecord:
     data = _columns(row, field_names(RunRecord))
     data["input_refs"] = json.loads(data["input_refs"])
-    if "lost_gpu_hours_by" in data:
-        data["lost_gpu_hours_by"] = json.loads(data["lost_gpu_hours_by"])
+    for c in _RUN_JSON:
+        if c in data:
+            data[c] = json.loads(data[c])
     return load(RunRecord, data)
+
+
+_RUN_JSON = ("lost_gpu_hours_by", "pending_s_by")
+_ATTEMPT_JSON = ("lost_gpu_hours_by", "admission_steps", "pending", "pending_s_by")
 
 
 def _attempt(row: sqlite3.Row) -> Attempt:
@@ -636,8 +641,9 @@ def _attempt(row: sqlite3.Row) -> Attempt:
     if "pods" in row.keys():  # noqa: SIM118 (a Row's `in` looks at its values)  an index of schema 5 or older
         data["pod_count"] = len(json.loads(row["pods"]))
         data["failed_pods"] = len(data["failures"])
-    if "lost_gpu_hours_by" in data:
-        data["lost_gpu_hours_by"] = json.loads(data["lost_gpu_hours_by"])
+    for c in _ATTEMPT_JSON:
+        if c in data:
+            data[c] = json.loads(data[c])
     return load(Attempt, data)
 
 

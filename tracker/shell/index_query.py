@@ -26,7 +26,7 @@ from typing import Any, NamedTuple, TypeVar
 
 from tracker import errors
 
-KNOWN_SCHEMA_VERSION = 6  # the newest schema this module reads on its own (tracker.shell.index_schema.SCHEMA_VERSION)
+KNOWN_SCHEMA_VERSION = 7  # the newest schema this module reads on its own (tracker.shell.index_schema.SCHEMA_VERSION)
 READ_RETRIES = 3
 BUSY_TIMEOUT_MS = 10_000
 
@@ -37,10 +37,12 @@ RUN_FIELDS = (
     "admitted_at", "started_at", "finished_at", "admission_wait_s", "pending_reason", "pending_message",
     "git_commit", "config_digest", "config_ref", "input_refs", "output_uri", "resume_of", "last_checkpoint",
     "gpus", "gpu_hours", "lost_gpu_hours", "lost_gpu_hours_by", "gpus_open", "open_since",
+    "pending_s_by", "pending_category", "pending_since", "quota_reserved_at",
 )
 # Columns added to ``runs`` since schema 1, with the value a row written before them stands for.
 ADDED_COLUMN_DEFAULTS = {"gpus": "0", "gpu_hours": "0.0", "lost_gpu_hours": "0.0", "lost_gpu_hours_by": "'{}'",
-                         "gpus_open": "0", "open_since": "NULL"}
+                         "gpus_open": "0", "open_since": "NULL", "pending_s_by": "'{}'", "pending_category": "NULL",
+                         "pending_since": "NULL", "quota_reserved_at": "NULL"}
 PHASES = ("Resolution", "Rendering", "Admission", "Scheduling", "Runtime", "Progress", "Completion")
 STATUSES = ("pending", "running", "succeeded", "failed", "stopped")
 LIVE_STATUSES = ("pending", "running")
@@ -345,15 +347,16 @@ class IndexReader:
                 sql = select.replace(f"SELECT {', '.join(names)},", "SELECT " + ", ".join(
                     c if c in have else f"{ADDED_COLUMN_DEFAULTS.get(c, 'NULL')} AS {c}" for c in names) + ",", 1)
             refs = names.index("input_refs") if "input_refs" in names else None
-            lost_by = names.index("lost_gpu_hours_by") if "lost_gpu_hours_by" in names else None
             rows = conn.execute(sql, params).fetchall()
             runs = [Run(dict(zip(names, row, strict=False)), row[n]) for row in rows]
             if refs is not None:
                 for run, row in zip(runs, rows, strict=True):
                     run.data["input_refs"] = [] if row[refs] == "[]" else json.loads(row[refs])
-            if lost_by is not None:
-                for run, row in zip(runs, rows, strict=True):
-                    run.data["lost_gpu_hours_by"] = {} if row[lost_by] == "{}" else json.loads(row[lost_by])
+            for col in ("lost_gpu_hours_by", "pending_s_by"):
+                at = names.index(col) if col in names else None
+                if at is not None:
+                    for run, row in zip(runs, rows, strict=True):
+                        run.data[col] = {} if row[at] == "{}" else json.loads(row[at])
             if label_terms:
                 labels = _stored_labels(conn, [r.run_id for r in runs])
                 kept = []

@@ -280,9 +280,25 @@ CREATE TABLE reducer_pods (
 ) WITHOUT ROWID;
 """
 
+_V7 = """\
+
+-- Admission in steps and every pending second explained (schema 7, history/v3; README "Every pending second"):
+-- Admission lasts until Kueue's Admitted=True; the quota reservation and each admission check's states are its
+-- steps, and each attempt's time before its application started is split into categories. Rows written before
+-- version 7 read the defaults until their run is written again (a replay of its captures rewrites it).
+ALTER TABLE runs ADD COLUMN pending_s_by TEXT NOT NULL DEFAULT '{}'; -- JSON object: category -> seconds (ended spans)
+ALTER TABLE runs ADD COLUMN pending_category TEXT; -- the category of the span still going on (from pending_since)
+ALTER TABLE runs ADD COLUMN pending_since TEXT;
+ALTER TABLE runs ADD COLUMN quota_reserved_at TEXT;
+ALTER TABLE attempts ADD COLUMN quota_reserved_at TEXT;
+ALTER TABLE attempts ADD COLUMN admission_steps TEXT NOT NULL DEFAULT '[]'; -- JSON array of steps
+ALTER TABLE attempts ADD COLUMN pending TEXT NOT NULL DEFAULT '[]'; -- JSON array of {category, detail, start, end}
+ALTER TABLE attempts ADD COLUMN pending_s_by TEXT NOT NULL DEFAULT '{}'; -- JSON object: category -> seconds
+"""
+
 # Migration n turns a schema of version n - 1 into version n. A new version appends a migration here (and so
 # changes schemas/index/schema.sql, generated from SCHEMA_SQL) and updates the README.
-MIGRATIONS: Mapping[int, str] = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6}
+MIGRATIONS: Mapping[int, str] = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6, 7: _V7}
 SCHEMA_VERSION = max(MIGRATIONS)
 SCHEMA_SQL = f"""\
 -- TauGrid experiment index, schema version {SCHEMA_VERSION}.
