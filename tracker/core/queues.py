@@ -314,7 +314,8 @@ def extract_queue(etype: str, obj: dict[str, Any]) -> QueueState:
         cluster_queue = x.str_at(spec, "clusterQueue") or None
         cohort = None
         _usage(status, "flavorsReservation", rows, "reserved")
-        _usage(status, "flavorUsage", rows, "used")
+        _usage(status, "flavorUsage", rows, "used")  # v1beta1's name
+        _usage(status, "flavorsUsage", rows, "used")
         checks = ()
     resources = tuple(QueueResource(f, r, v.get("nominal"), v.get("borrowing_limit"), v.get("reserved"),
                                     v.get("used")) for (f, r), v in sorted(rows.items()))[:MAX_RESOURCES]
@@ -355,7 +356,7 @@ def extract_position(record: dict[str, Any]) -> QueuePosition:
         raise x.Malformed(f"polled_at: {exc}") from exc
     if polled_at is None:
         raise x.Malformed("polled_at must be an RFC 3339 time")
-    extra = set(record) - {"schema", "run_id", "namespace", "workload", "cluster_queue", "local_queue",
+    extra = set(record) - {"schema", "key", "run_id", "namespace", "workload", "cluster_queue", "local_queue",
                            "position_in_cluster_queue", "position_in_local_queue", "polled_at"}
     if extra:
         raise x.Malformed(f"unknown fields: {', '.join(sorted(extra))[:200]}")

@@ -160,6 +160,9 @@ class Reducer:
             return
         etype = record.get("type")
         obj = record.get("object")
+        if etype is None and "object" not in record and record.get("kind") in (*QUEUE_KINDS, "List"):
+            self._queue_objects(record, source)  # ``kubectl get clusterqueues,localqueues -o json``: no watch event
+            return
         if etype == "BOOKMARK":
             self.stats.bookmarks += 1
             return
@@ -187,6 +190,25 @@ class Reducer:
             self._object(etype, obj, source, run_hint)
         except x.Malformed as exc:
             self._dead(source, f"malformed {kind}", v.pruned(record), str(exc))
+
+    def _queue_objects(self, record: dict[str, Any], source: str) -> None:
+        """A queue object as ``kubectl get -o json`` prints it, or a List of them: each is its current state. A List
+        item of another kind is a dead letter (run objects are captured as watch events, in their order)."""
+        items = record.get("items") if record.get("kind") == "List" else [record]
+        if not isinstance(items, list):
+            self._dead(source, "not a watch event", v.pruned(record), "a List without items")
+            return
+        for item in items:
+            kind = item.get("kind") if isinstance(item, dict) else None
+            if kind not in QUEUE_KINDS:
+                self._dead(source, "not a watch event", v.pruned(item),
+                           f"a bare {v.brief(kind)} object: only ClusterQueues and LocalQueues may be captured without "
+                           "--output-watch-events")
+                continue
+            try:
+                self.queues.apply("MODIFIED", item)
+            except x.Malformed as exc:
+                self._dead(source, f"malformed {kind}", v.pruned(item), str(exc))
 
     def _queue_position(self, record: dict[str, Any], source: str) -> None:
         """A pending run's position in its queues (a poll of Kueue's visibility API), kept apart from its facts."""
