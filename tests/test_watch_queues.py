@@ -51,8 +51,7 @@ async def _kueue_version(client: ApiClient) -> str:
 
 
 async def test_queues_are_watched_and_the_missing_visibility_api_is_said_once(
-        admin: ApiClient, namespace: str, identity: Identity, tmp_path: Path,
-        caplog: pytest.LogCaptureFixture) -> None:
+        admin: ApiClient, namespace: str, identity: Identity, tmp_path: Path) -> None:  # noqa: F811
     version = await _kueue_version(admin)
     base = f"/apis/kueue.x-k8s.io/{version}"
     cohort = "cohortName" if version == "v1beta2" else "cohort"
