@@ -34,7 +34,7 @@ from tests.infra.proc import InfraError
 from tracker.cli import build_parser
 from tracker.settings import TopicSettings, load_settings
 from tracker.shell.kafka import topic_specs, topics_document
-from tracker.shell.watch import EVENTS_APIS, KubeApi, discover, resources
+from tracker.shell.watch import EVENTS_APIS, KubeApi, all_resources, discover
 
 K8S = REPO_ROOT / "deploy" / "k8s"
 OVERLAYS = ("scaled-out", "all-in-one")
@@ -421,9 +421,15 @@ def test_the_rbac_is_exactly_what_the_watcher_watches(overlays: dict[str, list[O
             for key in ("rules", "roleRef", "subjects"):
                 assert rendered.get(key) == doc.get(key), (overlay, kind, name, key)
     rules = named(overlays["scaled-out"], "ClusterRole", "tracker-watcher")["rules"]
-    assert all(r["verbs"] == ["get", "list", "watch"] and "resourceNames" not in r for r in rules)
+    assert all("resourceNames" not in r for r in rules)
+    # read-only: what is watched, get/list/watch; Kueue's visibility API (pending workloads), get
+    visibility = [r for r in rules if r["apiGroups"] == ["visibility.kueue.x-k8s.io"]]
+    assert visibility == [{"apiGroups": ["visibility.kueue.x-k8s.io"], "verbs": ["get"],
+                           "resources": ["clusterqueues/pendingworkloads", "localqueues/pendingworkloads"]}]
+    rules = [r for r in rules if r not in visibility]
+    assert all(r["verbs"] == ["get", "list", "watch"] for r in rules)
     granted = {(g, res) for r in rules for g in r["apiGroups"] for res in r["resources"]}
-    watched = {(res.group, res.plural) for api in EVENTS_APIS for res in resources(api)}
+    watched = {(res.group, res.plural) for api in EVENTS_APIS for res in all_resources(api)}
     assert granted == watched
     roles = of_kind(overlays["scaled-out"], "Role")
     assert [r["metadata"]["name"] for r in roles] == ["tracker-watcher-lease"]
@@ -608,7 +614,7 @@ def test_the_watcher_account_can_watch_everything_it_needs_and_nothing_else(
     # sufficient: list and watch every collection of every stream the watcher runs, at the version it reads
     versions = asyncio.run(served_versions(kubectl.kubeconfig))
     for api in EVENTS_APIS:
-        for res in resources(api):
+        for res in all_resources(api):
             path = res.collection_path(versions[(res.group, res.plural)], None)
             selector = [f"labelSelector={res.label_selector}"] if res.label_selector else []
             listed = json.loads(as_(watcher, "get", "--raw", f"{path}?{'&'.join(['limit=1', *selector])}"))
@@ -634,7 +640,8 @@ def test_the_watcher_account_can_watch_everything_it_needs_and_nothing_else(
     refused(watcher, "patch", "workloads.kueue.x-k8s.io/w", f"--namespace={namespace}", "--type=merge",
             "-p", '{"spec": {"active": false}}')
     refused(watcher, "delete", "pod", "x", f"--namespace={namespace}", "--dry-run=server")
-    refused(watcher, "get", "clusterqueues.kueue.x-k8s.io")
+    refused(watcher, "delete", "clusterqueues.kueue.x-k8s.io/x", "--dry-run=server")
+    refused(watcher, "get", "resourceflavors.kueue.x-k8s.io")
     refused(watcher, "get", "lease/another", f"--namespace={namespace}")
     refused(watcher, "delete", "lease/tracker-watcher", f"--namespace={namespace}")
     refused(watcher, "get", "leases", "--namespace=default")
@@ -649,7 +656,7 @@ async def served_versions(kubeconfig: Path) -> dict[tuple[str, str], str]:
     async with await new_client_from_config(config_file=str(kubeconfig)) as client:
         api = KubeApi(client)
         for events_api in EVENTS_APIS:
-            for res in resources(events_api):
+            for res in all_resources(events_api):
                 version = await discover(api, res)
                 assert version is not None, res
                 found[(res.group, res.plural)] = version

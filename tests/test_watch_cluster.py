@@ -121,7 +121,9 @@ def owned_by(uid: str) -> Callable[[Obj], bool]:
 
 
 def captured(path: Path) -> list[Obj]:
-    return [r.value for r in read_capture(path) if isinstance(r, Record)]
+    """The capture's records of runs (not Kueue's queues nor positions, which are keyed by no run)."""
+    return [r.value for r in read_capture(path) if isinstance(r, Record) and "schema" not in r.value
+            and not str(r.value.get("key", "")).startswith("queue:")]
 
 
 def states(events: list[Obj]) -> set[tuple[str, str]]:

@@ -658,7 +658,7 @@ async def test_a_missing_crd_is_reported_once_and_watched_once_installed(fake: F
     events = job_run("train")
     await fake.write(events[0]["object"])
     async with api_for(fake) as api:
-        watcher = Watcher(api, rec, FAST)
+        watcher = Watcher(api, rec, replace(FAST, queues=False))  # Workloads alone: one stream
         async with watching(watcher):
             await until(lambda: fake.discoveries.count("kueue.x-k8s.io") >= 4)  # retried, with a capped backoff
             assert watcher.stats.unavailable == 1  # ... but reported once

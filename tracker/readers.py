@@ -70,16 +70,21 @@ def cmd_runs(args: argparse.Namespace, console: object) -> int:
     now = parse_now(args.now) or datetime.now(UTC)
     query = run_filter(args, now)
     namespaces = query.namespaces
+    waiting: dict[str, dict[str, Any]] = {}
     with IndexReader(index_path(args)) as reader:
         why = args.stuck is not None  # the table says why the runs are stuck: the message too
         fields = FIELDS.get(args.output, RUN_FIELDS) + (("message",) if why and args.output == "table" else ())
         runs = reader.runs(query, fields, phase_since=args.output in ("table", "wide"))
         short = reader.short_ids(r.run_id for r in runs) if args.output == "table" else {}
+        if args.output in ("wide", "json", "yaml"):  # what pending runs wait behind (Kueue's queues)
+            for run_id, ctx in reader.queue_context(r.run_id for r in runs if r.data.get("status") == "pending"
+                                                    ).items():
+                waiting.setdefault(run_id, ctx)
     if not runs and args.output in ("table", "wide"):
         sys.stderr.write("No runs found.\n")
         return 0
     text = render(runs, args.output, now=now, width=table_width(), short=short, one_namespace=len(namespaces) == 1,
-                  why=why)
+                  why=why, waiting=waiting)
     if args.no_headers and args.output in ("table", "wide"):
         text = text.split("\n", 1)[1]
     sys.stdout.write(text)
@@ -119,6 +124,7 @@ def cmd_show(args: argparse.Namespace, console: object) -> int:
             run_id, note = reader.resolve(args.run)
         except IndexQueryError as exc:
             raise NotFound(str(exc)) from None
+        waiting = reader.queue_context([run_id]).get(run_id)
     from tracker.shell.index import ExperimentIndex
 
     with ExperimentIndex(path, readonly=True) as index:
@@ -144,6 +150,10 @@ def cmd_show(args: argparse.Namespace, console: object) -> int:
 
     now = parse_now(args.now) or datetime.now(UTC)
     _print_rich(lambda width: timeline(history, width=width, now=now))
+    if waiting:
+        from tracker.queue_view import text
+
+        sys.stdout.write(f"Queue: {text(waiting)}\n")
     return 0
 
 

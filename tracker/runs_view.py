@@ -213,15 +213,28 @@ def _held_to(data: dict[str, Any], now: datetime) -> dict[str, Any]:
     return {**data, "gpu_hours": (data["gpu_hours"] or 0.0) + open_gpus * seconds / 3600}
 
 
+def _with_waiting(data: list[dict[str, Any]], waiting: dict[str, dict[str, Any]] | None) -> list[dict[str, Any]]:
+    """A pending run's ``waiting_behind`` (its queues and position, ``IndexReader.queue_context``), when known."""
+    if not waiting:
+        return data
+    return [{**d, "waiting_behind": waiting[d["run_id"]]} if d.get("run_id") in waiting else d for d in data]
+
+
 def render(runs: Sequence[Run], output: str, *, now: datetime, width: int | None, short: dict[str, str],
-           one_namespace: bool = False, why: bool = False) -> str:
+           one_namespace: bool = False, why: bool = False, waiting: dict[str, dict[str, Any]] | None = None) -> str:
     if output == "json":
-        return json.dumps(runs_data(runs, now), indent=2) + "\n"
+        return json.dumps(_with_waiting(runs_data(runs, now), waiting), indent=2) + "\n"
     if output == "yaml":
         import yaml
 
-        return str(yaml.safe_dump(runs_data(runs, now), sort_keys=False, allow_unicode=True))
+        return str(yaml.safe_dump(_with_waiting(runs_data(runs, now), waiting), sort_keys=False,
+                                  allow_unicode=True))
     if output == "name":
         return "".join(f"{r.run_id}\n" for r in runs)
     cols = columns(output, now, short=short, one_namespace=one_namespace, why=why)
+    if output == "wide":
+        from tracker.queue_view import short as queue_short
+
+        known = waiting or {}
+        cols.insert(len(cols) - 2, Column("WAITING-BEHIND", lambda r: queue_short(known.get(r.run_id))))
     return render_table(runs, cols, width=width if output == "table" else None)

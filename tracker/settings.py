@@ -368,6 +368,14 @@ class WatchSettings:
     outbox_size: int = Field(default=10_000, ge=1)  # records handled but not yet published
     checkpoint_interval_s: float = Field(default=2.0, gt=0)
     log_interval_s: float = Field(default=60.0, gt=0)  # one progress line per interval
+    # Kueue's queues (tracker.core.queues): watch ClusterQueues and LocalQueues (read-only), and poll Kueue's
+    # visibility API (visibility.kueue.x-k8s.io) for the positions of pending workloads where it is served
+    queues: bool = True  # watch ClusterQueues and LocalQueues
+    visibility: bool = True  # poll the visibility API where it is served (said once when it is not)
+    visibility_interval_s: float = Field(default=30.0, ge=1.0)  # between two polls of the pending ClusterQueues
+    visibility_timeout_s: float = Field(default=10.0, gt=0)  # one request to the visibility API, in total
+    visibility_page_limit: int = Field(default=1_000, ge=1, le=100_000)  # pending workloads read per ClusterQueue
+    visibility_max_cluster_queues: int = Field(default=200, ge=1)  # ClusterQueues polled per round (most pending)
 
 
 LEASE_NAME = "tracker-watcher"

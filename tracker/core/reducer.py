@@ -43,6 +43,7 @@ from tracker.core.model import (
     load,
     to_json,
 )
+from tracker.core.queues import QUEUE_KINDS, QUEUE_POSITION_SCHEMA, QueueBook, QueuePosition, QueueState
 from tracker.core.redact import identity
 from tracker.core.timefmt import BadTimestamp, ts
 
@@ -91,6 +92,9 @@ class Flushed:
     dead_letters: list[DeadLetter] = field(default_factory=list)
     retired: list[str] = field(default_factory=list)  # runs retired since the last flush, in retirement order
     forgotten: list[str] = field(default_factory=list)  # retired runs no longer remembered (``max_retired``)
+    # Kueue's queues (``tracker.core.queues``): the queues whose newest state changed, the runs whose position did
+    queues: list[QueueState] = field(default_factory=list)
+    positions: list[QueuePosition] = field(default_factory=list)
 
     @property
     def histories(self) -> list[RunHistory]:
@@ -128,6 +132,7 @@ class Reducer:
         self._state_removed: dict[str, set[str]] = {}
         self._retired_now: list[str] = []
         self._forgotten_now: list[str] = []
+        self.queues = QueueBook()  # ClusterQueues, LocalQueues and pending runs' positions (not parts of a run)
 
     # ------------------------------------------------------------------------------------ input
     def apply(self, record: Any, source: str = "", run_hint: str | None = None) -> None:
@@ -148,10 +153,16 @@ class Reducer:
             self._dead(source, "not a JSON object", v.pruned(record))
             return
         if "schema" in record:
+            if record["schema"] == QUEUE_POSITION_SCHEMA:
+                self._queue_position(record, source)
+                return
             self._intake(record, source)
             return
         etype = record.get("type")
         obj = record.get("object")
+        if etype is None and "object" not in record and record.get("kind") in (*QUEUE_KINDS, "List"):
+            self._queue_objects(record, source)  # ``kubectl get clusterqueues,localqueues -o json``: no watch event
+            return
         if etype == "BOOKMARK":
             self.stats.bookmarks += 1
             return
@@ -165,6 +176,12 @@ class Reducer:
             self._dead(source, "watch event without an object", v.pruned(record))
             return
         kind = obj.get("kind")
+        if kind in QUEUE_KINDS:
+            try:
+                self.queues.apply(etype, obj)
+            except x.Malformed as exc:
+                self._dead(source, f"malformed {kind}", v.pruned(record), str(exc))
+            return
         if kind.__class__ is not str or kind not in KINDS:
             self._dead(source, "unknown kind", v.pruned(record),
                        f"apiVersion={v.brief(obj.get('apiVersion'))} kind={v.brief(kind)}")
@@ -173,6 +190,36 @@ class Reducer:
             self._object(etype, obj, source, run_hint)
         except x.Malformed as exc:
             self._dead(source, f"malformed {kind}", v.pruned(record), str(exc))
+
+    def _queue_objects(self, record: dict[str, Any], source: str) -> None:
+        """A queue object as ``kubectl get -o json`` prints it, or a List of them: each is its current state. A List
+        item of another kind is a dead letter (run objects are captured as watch events, in their order)."""
+        items = record.get("items") if record.get("kind") == "List" else [record]
+        if not isinstance(items, list):
+            self._dead(source, "not a watch event", v.pruned(record), "a List without items")
+            return
+        for item in items:
+            kind = item.get("kind") if isinstance(item, dict) else None
+            if kind not in QUEUE_KINDS:
+                self._dead(source, "not a watch event", v.pruned(item),
+                           f"a bare {v.brief(kind)} object: only ClusterQueues and LocalQueues may be captured without "
+                           "--output-watch-events")
+                continue
+            try:
+                self.queues.apply("MODIFIED", item)
+            except x.Malformed as exc:
+                self._dead(source, f"malformed {kind}", v.pruned(item), str(exc))
+
+    def _queue_position(self, record: dict[str, Any], source: str) -> None:
+        """A pending run's position in its queues (a poll of Kueue's visibility API), kept apart from its facts."""
+        run_id = record.get("run_id")
+        if isinstance(run_id, str) and run_id in self.retired:
+            self.stats.after_retirement += 1
+            return
+        try:
+            self.queues.position(record)
+        except x.Malformed as exc:
+            self._dead(source, "malformed queue position", v.pruned(record), str(exc))
 
     def reject(self, source: str, reason: str, excerpt: str) -> None:
         """Count an input the shell could not even decode (bad JSON, oversized value) as a dead letter."""
@@ -436,7 +483,9 @@ class Reducer:
             self._update(k)
             updates[k] = self.derivations[k].take()
         updates.update(self._retired_updates)
-        out = Flushed([updates[k] for k in sorted(updates)], self.dead, self._retired_now, self._forgotten_now)
+        queues, positions = self.queues.take()
+        out = Flushed([updates[k] for k in sorted(updates)], self.dead, self._retired_now, self._forgotten_now,
+                      queues, positions)
         self.dirty = set()
         self.dead = []
         self._retired_updates = {}
@@ -469,6 +518,7 @@ class Reducer:
         (bounded by ``max_retired``) so that late records (TTL deletions, expiring Events) are recognised and
         ignored instead of starting a partial history that would overwrite the real one."""
         r = self.runs.pop(run_id, None)
+        self.queues.forget_run(run_id)
         self.dirty.discard(run_id)
         self.quiet.pop(run_id, None)
         self.derivations.pop(run_id, None)
@@ -574,6 +624,7 @@ class Reducer:
             "forgotten_now": self._forgotten_now,
             "state_pods": {k: sorted(v) for k, v in sorted(self._state_pods.items())},
             "state_removed": {k: sorted(v) for k, v in sorted(self._state_removed.items())},
+            "queues": self.queues.to_json(),
         }
 
     @classmethod
@@ -595,6 +646,8 @@ class Reducer:
         red._forgotten_now = list(snap["forgotten_now"])
         red._state_pods = {k: set(v) for k, v in snap["state_pods"].items()}
         red._state_removed = {k: set(v) for k, v in snap["state_removed"].items()}
+        if "queues" in snap:  # a snapshot from before queues were kept has none
+            red.queues = QueueBook.from_json(snap["queues"])
         return red
 
 

@@ -46,7 +46,9 @@ from tracker.runtime.ops import configure_logging, log_deprecated_env
 from tracker.settings import KafkaSettings, Settings, SettingsError, load_settings, yaml_problem
 from tracker.shell import deadline, kafka, tasks
 from tracker.shell.kube import ApiError, KubeApi, Resource, discover, kube_client
-from tracker.shell.watch.resources import EVENTS_APIS, resources
+from tracker.shell.watch.resources import EVENTS_APIS, all_resources
+from tracker.shell.watch.visibility import GROUP as VISIBILITY_GROUP
+from tracker.shell.watch.visibility import VERSIONS as VISIBILITY_VERSIONS
 
 if TYPE_CHECKING:
     from tracker.settings import AdxSettings
@@ -142,8 +144,11 @@ def _rule_permissions(granted_by: str, rule: dict[str, Any], namespace: str | No
 
 
 async def _allowed(api: KubeApi, p: Permission, verb: str) -> tuple[bool, str]:
-    attributes = {"group": p.group, "resource": p.resource, "verb": verb, "namespace": p.namespace or "",
+    resource, _, subresource = p.resource.partition("/")  # clusterqueues/pendingworkloads: a subresource
+    attributes = {"group": p.group, "resource": resource, "verb": verb, "namespace": p.namespace or "",
                   "name": p.name or ""}
+    if subresource:
+        attributes["subresource"] = subresource
     review = await api.request("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", body={
         "apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
         "spec": {"resourceAttributes": attributes}})
@@ -210,9 +215,28 @@ async def _api_check(api: KubeApi, res: Resource) -> Check:
 def _watched(events_api: str) -> list[Resource]:
     """The watcher's resources, one per (group, plural): its two pod streams read one resource."""
     seen: dict[tuple[str, str], Resource] = {}
-    for res in resources(events_api):
+    for res in all_resources(events_api):
         seen.setdefault((res.group, res.plural), res)
     return list(seen.values())
+
+
+async def _visibility_check(api: KubeApi) -> Check:
+    """Kueue's visibility API: served, the watcher records pending runs' positions; else a warning (it goes on
+    without them)."""
+    name = f"api {VISIBILITY_GROUP}"
+    try:
+        group = await api.get(f"/apis/{VISIBILITY_GROUP}")
+    except ApiError as exc:
+        if exc.status not in (403, 404):
+            raise
+        return Check("kube", name, "warn", f"not served ({exc.status}): positions in queue are not recorded",
+                     "enable Kueue's visibility API (its APIService visibility.kueue.x-k8s.io) to record them")
+    served = [str(v.get("version")) for v in group.get("versions") or [] if isinstance(v, dict)]
+    usable = [v for v in VISIBILITY_VERSIONS if v in served]
+    if usable:
+        return Check("kube", name, "ok", f"served at {VISIBILITY_GROUP}/{usable[0]}: positions in queue recorded")
+    return Check("kube", name, "warn", f"serves none of {', '.join(VISIBILITY_VERSIONS)} (serves "
+                 f"{', '.join(served) or 'nothing'}): positions in queue are not recorded")
 
 
 def _lease_namespace(opts: DoctorOptions) -> str | None:
@@ -255,6 +279,7 @@ async def kube_checks(opts: DoctorOptions) -> list[Check]:
         try:
             checks += await tasks.all_of(_rbac_check(api, p, who, opts.rbac_file) for p in rbac)
             checks += await tasks.all_of(_api_check(api, res) for res in _watched(opts.events_api))
+            checks.append(await _visibility_check(api))
         except (ApiError, aiohttp.ClientError, TimeoutError, OSError) as exc:
             checks.append(Check("kube", "requests", "fail", f"a check request failed: {_reason(exc)}",
                                 "run again; if it persists, check the apiserver's health"))

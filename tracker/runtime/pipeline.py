@@ -12,10 +12,11 @@ import os
 from collections.abc import AsyncIterable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, Protocol
+from typing import BinaryIO, Protocol, runtime_checkable
 
 from tracker import errors
 from tracker.core.model import DeadLetter, HistoryUpdate
+from tracker.core.queues import QueuePosition, QueueState
 from tracker.core.reducer import Flushed, Reducer
 from tracker.settings import DEAD_LETTER_FILE_BYTES, DEAD_LETTER_FILES
 from tracker.shell import tasks
@@ -34,6 +35,13 @@ class StateStore(Protocol):
 
     def write(self, updates: Sequence[HistoryUpdate], offsets: None = None, *,
               state: StateRows | None = None) -> int: ...
+
+
+@runtime_checkable
+class QueueStore(Protocol):
+    """A sink that keeps Kueue's queues and pending runs' positions (``ExperimentIndex.write_queues``)."""
+
+    def write_queues(self, queues: Sequence[QueueState], positions: Sequence[QueuePosition]) -> int: ...
 
 
 class DeadLetterSink(Protocol):
@@ -163,8 +171,8 @@ async def run_pipeline(
     with what it flushed, the records folded since the previous flush and the reducer's watermark (metrics)."""
     lim = limits or PipelineLimits()
     changes: InProcessBus[Record | BadRecord] = InProcessBus(lim.change_queue)
-    batches: InProcessBus[tuple[list[HistoryUpdate], list[DeadLetter], StateRows | None]] = \
-        InProcessBus(lim.history_queue)
+    batches: InProcessBus[tuple[list[HistoryUpdate], list[DeadLetter], StateRows | None,
+                                tuple[list[QueueState], list[QueuePosition]]]] = InProcessBus(lim.history_queue)
     report = PipelineReport()
     state = StateTracker(reducer) if store is not None else None
 
@@ -177,9 +185,9 @@ async def run_pipeline(
             on_flush(out, folded, reducer.watermark)
         folded = 0
         rows = None if state is None else state.capture([*(u.run_id for u in out.updates), *out.retired])
-        if out.updates or out.dead_letters or (rows is not None and (rows.held is not None or rows.retired
-                                                                     or rows.clock is not None)):
-            await batches.put((out.updates, out.dead_letters, rows))
+        if out.updates or out.dead_letters or out.queues or out.positions or \
+                (rows is not None and (rows.held is not None or rows.retired or rows.clock is not None)):
+            await batches.put((out.updates, out.dead_letters, rows, (out.queues, out.positions)))
 
     def stopping() -> bool:
         if stop is not None and stop.is_set():
@@ -224,11 +232,15 @@ async def run_pipeline(
             await batches.close()
 
     async def sink() -> None:
-        async for updates, letters, rows in batches:
+        async for updates, letters, rows, (queues, positions) in batches:
             if store is not None:
                 report.rows_changed += store.write(updates, state=rows)
             for s in sinks:
                 report.rows_changed += s.write(updates)
+            if queues or positions:  # Kueue's queues: to every sink that keeps them
+                for q in dict.fromkeys([store, *sinks]):
+                    if isinstance(q, QueueStore):
+                        report.rows_changed += q.write_queues(queues, positions)
             report.runs_written += len(updates)
             report.dead_letters += len(letters)
             if dead_letters is not None:

@@ -40,7 +40,9 @@ from tracker.core.model import (
     iso,
     load,
 )
+from tracker.core.queues import QueuePosition, QueueState
 from tracker.core.timefmt import ts
+from tracker.shell import index_queues
 from tracker.shell.index_schema import (
     IndexOpenError,
     IndexSchemaError,
@@ -314,6 +316,16 @@ class ExperimentIndex:
             else:
                 self._write_state(state)
         return changed
+
+    def write_queues(self, queues: Sequence[QueueState], positions: Sequence[QueuePosition]) -> int:
+        """Store the newest state of Kueue's queues and pending runs' positions (``tracker.shell.index_queues``),
+        in a transaction of their own; the number of rows changed."""
+        if self.readonly:
+            raise RuntimeError(f"experiment index {self.path} was opened read-only")
+        if not queues and not positions:
+            return 0
+        with transaction(self._db, "BEGIN IMMEDIATE"):
+            return index_queues.write(self._db, queues, positions)
 
     def _retired_before(self, run_ids: Iterable[str]) -> set[str]:
         """The runs of ``run_ids`` that this index holds as retired."""

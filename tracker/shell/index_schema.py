@@ -296,9 +296,55 @@ ALTER TABLE attempts ADD COLUMN pending TEXT NOT NULL DEFAULT '[]'; -- JSON arra
 ALTER TABLE attempts ADD COLUMN pending_s_by TEXT NOT NULL DEFAULT '{}'; -- JSON object: category -> seconds
 """
 
+# Kueue's queues (issue 24; part of schema 7 with _V7): the newest state of
+# each ClusterQueue and LocalQueue, and each pending run's position in its queues at the latest poll of Kueue's
+# visibility API. No foreign keys: queues are no part of a run, and a position may come before its run's row.
+_V7_QUEUES = """\
+
+-- Kueue's queues (schemas/index/README.md, "Queues"): the newest version of each ClusterQueue and LocalQueue, by
+-- resourceVersion; a deleted queue keeps its row with deleted = 1, so that a late older version does not revive it.
+CREATE TABLE queues (
+    key              TEXT PRIMARY KEY, -- 'queue:<ClusterQueue>' or 'queue:<namespace>/<LocalQueue>'
+    kind             TEXT NOT NULL CHECK (kind IN ('ClusterQueue', 'LocalQueue')),
+    namespace        TEXT, -- a LocalQueue's
+    name             TEXT NOT NULL,
+    uid              TEXT NOT NULL,
+    resource_version INTEGER, -- of the version the row is from (NULL when not an integer: last written wins)
+    updated_at       TEXT, -- the object's latest time: its creation or a condition's lastTransitionTime
+    cluster_queue    TEXT, -- a ClusterQueue's own name; a LocalQueue's spec.clusterQueue
+    cohort           TEXT,
+    stop_policy      TEXT, -- spec.stopPolicy: None, Hold, HoldAndDrain
+    stopped          INTEGER NOT NULL CHECK (stopped IN (0, 1)), -- stopPolicy not None, or Active=False/Stopped
+    active           INTEGER CHECK (active IN (0, 1)), -- the Active condition (NULL: none)
+    active_reason    TEXT NOT NULL,
+    active_message   TEXT NOT NULL,
+    pending          INTEGER NOT NULL, -- status.pendingWorkloads
+    reserving        INTEGER NOT NULL, -- status.reservingWorkloads
+    admitted         INTEGER NOT NULL, -- status.admittedWorkloads
+    admission_checks TEXT NOT NULL, -- JSON array of the admission checks a ClusterQueue names
+    resources        TEXT NOT NULL, -- JSON array of {flavor, resource, nominal, borrowing_limit, reserved, used}
+    deleted          INTEGER NOT NULL CHECK (deleted IN (0, 1))
+) WITHOUT ROWID;
+CREATE INDEX queues_by_cluster_queue ON queues (cluster_queue);
+
+-- Each pending run's place in its queues at the latest poll of Kueue's visibility API (newest poll wins); NULL
+-- positions: the run was listed at a previous poll and no longer is.
+CREATE TABLE queue_positions (
+    run_id                    TEXT PRIMARY KEY, -- no foreign key: a position may come before its run's row
+    namespace                 TEXT NOT NULL,
+    workload                  TEXT NOT NULL, -- the Workload's name
+    cluster_queue             TEXT NOT NULL,
+    local_queue               TEXT,
+    position_in_cluster_queue INTEGER,
+    position_in_local_queue   INTEGER,
+    polled_at                 TEXT NOT NULL, -- the poll's time, as the watcher recorded it
+    polled_us                 INTEGER NOT NULL -- the same in microseconds since the epoch (ordering)
+) WITHOUT ROWID;
+"""
+
 # Migration n turns a schema of version n - 1 into version n. A new version appends a migration here (and so
 # changes schemas/index/schema.sql, generated from SCHEMA_SQL) and updates the README.
-MIGRATIONS: Mapping[int, str] = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6, 7: _V7}
+MIGRATIONS: Mapping[int, str] = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6, 7: _V7 + _V7_QUEUES}
 SCHEMA_VERSION = max(MIGRATIONS)
 SCHEMA_SQL = f"""\
 -- TauGrid experiment index, schema version {SCHEMA_VERSION}.

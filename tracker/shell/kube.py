@@ -41,6 +41,7 @@ class Resource:
     kind: str
     tier: int  # initial-sync order: a stream lists after every stream of a lower tier has
     label_selector: str = ""
+    cluster_scoped: bool = False  # listed cluster-wide even when the watcher is limited to namespaces
 
     def version_path(self, version: str) -> str:
         return f"/apis/{self.group}/{version}" if self.group else f"/api/{version}"

@@ -36,6 +36,10 @@ _META: Shape = {
 }
 _REF = {"apiVersion": True, "kind": True, "name": True, "namespace": True, "uid": True}
 
+_FLAVOR_TOTALS = [{"name": True, "resources": [{"name": True, "total": True}]}]
+_QUEUE_STATUS: Shape = {"pendingWorkloads": True, "reservingWorkloads": True, "admittedWorkloads": True,
+                        "flavorsReservation": _FLAVOR_TOTALS, "conditions": _CONDITIONS}
+
 SHAPES: Mapping[str, Shape] = {
     "Job": {
         "spec": {"parallelism": True, "completions": True},
@@ -79,6 +83,20 @@ SHAPES: Mapping[str, Shape] = {
         "firstTimestamp": True, "lastTimestamp": True, "eventTime": True, "count": True,
         "series": {"count": True, "lastObservedTime": True}, "deprecatedCount": True,
         "deprecatedLastTimestamp": True,
+    },
+    # Kueue's queues (tracker.core.queues): counts, quota and usage, stop policy, the Active condition
+    "ClusterQueue": {
+        "spec": {
+            "cohort": True, "cohortName": True, "stopPolicy": True, "admissionChecks": True,
+            "admissionChecksStrategy": {"admissionChecks": [{"name": True}]},
+            "resourceGroups": [{"flavors": [{"name": True, "resources": [
+                {"name": True, "nominalQuota": True, "borrowingLimit": True}]}]}],
+        },
+        "status": {**_QUEUE_STATUS, "flavorsUsage": _FLAVOR_TOTALS},
+    },
+    "LocalQueue": {
+        "spec": {"clusterQueue": True, "stopPolicy": True},
+        "status": {**_QUEUE_STATUS, "flavorUsage": _FLAVOR_TOTALS, "flavorsUsage": _FLAVOR_TOTALS},
     },
 }
 

@@ -159,7 +159,8 @@ def _created(text: str | None) -> str:
 # ------------------------------------------------------------------------------------------ one run
 
 
-def run_page(history: RunHistory, *, now: datetime, note: str | None) -> str:
+def run_page(history: RunHistory, *, now: datetime, note: str | None, waiting: dict[str, Any] | None = None) -> str:
+    """``waiting``: what the run waits behind in Kueue's queues (``IndexReader.queue_context``), when known."""
     run = history.run
     svg = timeline_svg(history, now)
     parts = [
@@ -169,6 +170,10 @@ def run_page(history: RunHistory, *, now: datetime, note: str | None) -> str:
     ]
     if note:
         parts.append(f'<p class="note">{esc(note)}</p>')
+    if waiting:
+        from tracker.queue_view import text as waiting_text
+
+        parts.append(f'<p class="error">queue: {esc(waiting_text(waiting))}</p>')
     parts.append(_figures(run, now))
     parts.append("<h2>Timeline</h2>")
     parts.append(svg or '<p class="note">No phase transitions recorded yet.</p>')

@@ -169,11 +169,12 @@ class App:
                 run_id, note = reader.resolve(ref)
             except IndexQueryError as exc:
                 return self._error(HTTPStatus.NOT_FOUND, str(exc).replace(str(self.index), self.index.name), now)
+            waiting = reader.queue_context([run_id]).get(run_id)
         with ExperimentIndex(self.index, readonly=True) as index:
             history = index.history(run_id)
         if history is None:  # deleted between the two reads
             return self._error(HTTPStatus.NOT_FOUND, f"no run {ref!r} in {self.index.name}", now)
-        return self._page(f"run {run_id}", pages.run_page(history, now=now, note=note), now)
+        return self._page(f"run {run_id}", pages.run_page(history, now=now, note=note, waiting=waiting), now)
 
     def _page(self, title: str, body: str, now: datetime, status: int = HTTPStatus.OK) -> Response:
         return Response(status, pages.layout(title, body, index_name=self.index.name, now=now).encode())

@@ -108,6 +108,7 @@ from tracker.shell.watch.resources import (
     RAYCLUSTERS,
     RAYJOBS,
     WORKLOADS,
+    all_resources,
     resources,
 )
 from tracker.shell.watch.stream import BrokenStream, Gone, Stream, WatchFatal, WatchStats
@@ -119,5 +120,5 @@ __all__ = [
     "CheckpointStore", "DeadLetterPublisher", "Entry", "Gone", "JsonlCapture", "KafkaPublisher", "KeyedRecord",
     "KubeApi", "Leadership", "LeadershipLost", "Outbox", "Publisher", "Resource", "RunKeyer", "Saved", "Snapshot",
     "SqliteCheckpoint", "Stream", "WatchCollector", "WatchFatal", "WatchSettings", "WatchStats", "Watcher",
-    "discover", "resources",
+    "all_resources", "discover", "resources",
 ]

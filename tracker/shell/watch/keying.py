@@ -9,6 +9,7 @@ from typing import Any
 
 from tracker.core import extract as x
 from tracker.core.correlate import KINDS, Correlator, Held, link
+from tracker.core.queues import QUEUE_KINDS, queue_key
 from tracker.shell.capture import BadRecord, Record
 
 KeyedRecord = tuple[Record | BadRecord, str | None]  # a record and its run key (None: not keyed)
@@ -103,6 +104,11 @@ class RunKeyer:
         etype, obj = value.get("type"), value.get("object")
         if etype in ("BOOKMARK", "ERROR"):
             return []
+        if isinstance(obj, dict) and obj.get("kind") in QUEUE_KINDS:  # keyed by queue, not by run
+            try:
+                return [(item, queue_key(obj))]
+            except x.Malformed:
+                return [(item, None)]
         if etype not in ("ADDED", "MODIFIED", "DELETED") or not isinstance(obj, dict) \
                 or not isinstance(obj.get("kind"), str) or obj["kind"] not in KINDS:
             return [(item, None)]  # the reducer makes it a dead letter

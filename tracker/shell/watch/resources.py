@@ -9,6 +9,12 @@ from tracker.shell.kube import Resource
 JOBS = Resource("jobs", "batch", ("v1",), "jobs", "Job", tier=0)
 RAYJOBS = Resource("rayjobs", "ray.io", ("v1",), "rayjobs", "RayJob", tier=0)
 WORKLOADS = Resource("workloads", "kueue.x-k8s.io", ("v1beta2", "v1beta1"), "workloads", "Workload", tier=1)
+# Kueue's queues are no part of a run: they are keyed by queue (``tracker.core.queues.queue_key``), and say what a
+# pending run waits behind. Cluster-scoped ClusterQueues are listed cluster-wide whatever namespaces are watched.
+CLUSTERQUEUES = Resource("clusterqueues", "kueue.x-k8s.io", ("v1beta2", "v1beta1"), "clusterqueues", "ClusterQueue",
+                         tier=0, cluster_scoped=True)
+LOCALQUEUES = Resource("localqueues", "kueue.x-k8s.io", ("v1beta2", "v1beta1"), "localqueues", "LocalQueue", tier=0)
+QUEUE_RESOURCES = (CLUSTERQUEUES, LOCALQUEUES)
 RAYCLUSTERS = Resource("rayclusters", "ray.io", ("v1",), "rayclusters", "RayCluster", tier=1)
 # Pods are narrowed to the two kinds a run has; label selectors cannot express OR, hence two disjoint
 # streams: Job pods carry the Job controller's uid label, KubeRay pods their cluster's name.
@@ -26,4 +32,10 @@ def resources(events_api: str = "events.k8s.io/v1") -> tuple[Resource, ...]:
     if events_api not in EVENTS_APIS:
         raise errors.ConfigError(f"events_api must be one of {sorted(EVENTS_APIS)}, got {events_api!r}")
     return (JOBS, RAYJOBS, WORKLOADS, RAYCLUSTERS, JOB_PODS, RAY_PODS, EVENTS_APIS[events_api])
+
+
+def all_resources(events_api: str = "events.k8s.io/v1", *, queues: bool = True) -> tuple[Resource, ...]:
+    """What the watcher lists and watches: ``resources`` and, with ``queues``, Kueue's ClusterQueues and
+    LocalQueues."""
+    return resources(events_api) + (QUEUE_RESOURCES if queues else ())
 

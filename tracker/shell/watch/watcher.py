@@ -15,7 +15,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from tracker.core import extract as x
 from tracker.core import redact
+from tracker.core.correlate import link
 from tracker.core.model import EXCERPT_MAX, DeadLetter
+from tracker.core.queues import QUEUE_KINDS, queue_key
 from tracker.settings import WatchSettings
 from tracker.shell import jsonio
 from tracker.shell.kube import KubeApi
@@ -23,8 +25,9 @@ from tracker.shell.leader import Leadership, LeadershipLost
 from tracker.shell.watch.checkpoint import CheckpointStore, Saved, Snapshot, SqliteCheckpoint
 from tracker.shell.watch.keying import RunKeyer
 from tracker.shell.watch.publish import DeadLetterPublisher, Outbox, Publisher
-from tracker.shell.watch.resources import resources
+from tracker.shell.watch.resources import all_resources
 from tracker.shell.watch.stream import Stream, WatchStats, name_of
+from tracker.shell.watch.visibility import VisibilityPoller
 
 log = structlog.get_logger("tracker.watch")
 
@@ -45,9 +48,17 @@ class Watcher:
         self.stats = WatchStats()
         self.keys = RunKeyer(self.config.max_held, self.config.max_runs)
         self.outbox = Outbox(self.config.outbox_size)
+        namespaces = self.config.namespaces or (None,)
         self.streams = [Stream(res, ns, api=api, config=self.config, stats=self.stats, rng=self.rng, emit=self.emit,
                                dead_letter=self.dead_letter, wait_room=self.outbox.wait_room)
-                        for res in resources(self.config.events_api) for ns in (self.config.namespaces or (None,))]
+                        for res in all_resources(self.config.events_api, queues=self.config.queues)
+                        for ns in ((None,) if res.cluster_scoped else namespaces)]
+        # for the visibility poller: each ClusterQueue's pending count, each Workload's run (bounded by max_known)
+        self.cq_pending: dict[str, int] = {}
+        self.workload_runs: dict[tuple[str, str], str] = {}
+        self.visibility = VisibilityPoller(api, self.config, publish=self.outbox.put_nowait,
+                                           pending=lambda: dict(self.cq_pending), run_of=self.run_of_workload) \
+            if self.config.queues and self.config.visibility else None
         self.store: CheckpointStore | None = (SqliteCheckpoint(checkpoint) if isinstance(checkpoint, Path)
                                               else checkpoint)
         self.saving = asyncio.Lock()
@@ -58,6 +69,9 @@ class Watcher:
     def emit(self, etype: str, obj: dict[str, Any], source: str) -> None:
         if etype == "DELETED" and obj.get("kind") == "Event":
             return  # an Event's expiry is no lifecycle fact, and the reducer ignores it
+        if obj.get("kind") in QUEUE_KINDS:
+            self.emit_queue(etype, obj, source)
+            return
         try:
             keyed = self.keys.key(etype, obj, source=source)
         except x.Malformed as exc:
@@ -72,12 +86,50 @@ class Watcher:
             return
         for run, k_etype, k_obj, k_source in keyed:
             self.outbox.put_nowait(run, {"type": k_etype, "object": k_obj}, source=k_source)
+            if k_obj.get("kind") == "Workload":
+                self.note_workload(k_etype, k_obj, run)
         if self.keys.just_dropped:
             for owner, (d_etype, d_obj, d_source) in self.keys.just_dropped:
                 log.warning("watch_record_dropped", reason="owner not seen while max_held records were held",
                             owner_uid=owner, type=d_etype, kind=d_obj.get("kind"), source=d_source,
                             max_held=self.config.max_held)
             self.keys.just_dropped.clear()
+
+    def emit_queue(self, etype: str, obj: dict[str, Any], source: str) -> None:
+        """A ClusterQueue or LocalQueue: keyed by queue (one key, one partition, one writer per queue)."""
+        try:
+            key = queue_key(obj)
+        except x.Malformed as exc:
+            self.stats.malformed += 1
+            self.dead_letter(source, f"malformed {obj.get('kind')}", str(exc), obj)
+            return
+        self.outbox.put_nowait(key, {"type": etype, "object": obj}, source=source)
+        if obj.get("kind") == "ClusterQueue":
+            name = str(obj["metadata"]["name"])
+            status = obj.get("status")
+            pending = status.get("pendingWorkloads") if isinstance(status, dict) else None
+            if etype == "DELETED":
+                self.cq_pending.pop(name, None)
+            elif isinstance(pending, int) and not isinstance(pending, bool):
+                self.cq_pending[name] = pending
+
+    def note_workload(self, etype: str, obj: dict[str, Any], run: str) -> None:
+        meta = obj.get("metadata")
+        if not isinstance(meta, dict):
+            return
+        ns, name = meta.get("namespace"), meta.get("name")
+        if not isinstance(ns, str) or not isinstance(name, str):
+            return
+        if etype == "DELETED":
+            self.workload_runs.pop((ns, name), None)
+            return
+        self.workload_runs.pop((ns, name), None)
+        self.workload_runs[(ns, name)] = run
+        while len(self.workload_runs) > self.config.max_known:
+            del self.workload_runs[next(iter(self.workload_runs))]
+
+    def run_of_workload(self, namespace: str, name: str) -> str | None:
+        return self.workload_runs.get((namespace, name))
 
     def dead_letter(self, source: str, reason: str, detail: str, obj: Any) -> None:
         """Queue a dead letter for a record that is not published, in order with the records around it. ``obj``
@@ -103,6 +155,7 @@ class Watcher:
             async with asyncio.TaskGroup() as tg:
                 publishing = tg.create_task(self.publish_forever())
                 housekeeping = tg.create_task(self.housekeep_forever())
+                polling = tg.create_task(self.visibility.run()) if self.visibility is not None else None
                 watching = [tg.create_task(s.run([t for t in self.streams if t.res.tier < s.res.tier]))
                             for s in self.streams]
                 self.started.set()
@@ -114,6 +167,8 @@ class Watcher:
                 await self.save()
                 publishing.cancel()
                 housekeeping.cancel()
+                if polling is not None:
+                    polling.cancel()
         finally:
             if self.store is not None:
                 await self.store.close()
@@ -124,10 +179,35 @@ class Watcher:
             s.known = saved.known.get(s.key, {})
         self.keys.restore(jsonio.loads(blob) for s in self.streams if s.res.kind != "Event"
                           for _rv, blob in s.known.values())
+        for s in self.streams:  # what the visibility poller reads: pending ClusterQueues, Workloads' runs
+            if s.res.kind not in ("ClusterQueue", "Workload"):
+                continue
+            for _rv, blob in s.known.values():
+                obj = jsonio.loads(blob)
+                if s.res.kind == "ClusterQueue":
+                    self.emit_queue_state(obj)
+                else:
+                    self.restore_workload(obj)
         for etype, obj, source in saved.held:  # what waited for an owner waits again (or is released)
             self.emit(etype, obj, source)
         log.info("watch_resumed", streams={s.key: s.rv for s in self.streams if s.rv},
                  objects=sum(len(s.known) for s in self.streams), held=len(saved.held))
+
+    def emit_queue_state(self, obj: dict[str, Any]) -> None:
+        meta, status = obj.get("metadata"), obj.get("status")
+        if isinstance(meta, dict) and isinstance(meta.get("name"), str) and isinstance(status, dict):
+            pending = status.get("pendingWorkloads")
+            if isinstance(pending, int) and not isinstance(pending, bool):
+                self.cq_pending[meta["name"]] = pending
+
+    def restore_workload(self, obj: dict[str, Any]) -> None:
+        try:
+            ln = link(obj)
+        except x.Malformed:
+            return
+        run = self.keys.corr.run_of(ln) if ln is not None else None
+        if run is not None:
+            self.note_workload("MODIFIED", obj, run)
 
     async def publish_forever(self) -> None:
         stats, outbox, leadership = self.stats, self.outbox, self.leadership
