@@ -420,8 +420,9 @@ def test_tables_carry_every_model_field(index: ExperimentIndex) -> None:
     def columns(table: str) -> list[str]:
         return [r[1] for r in conn.execute(f"PRAGMA table_info({table})")]
 
-    # version 4 appended the GPU columns after updated_seq (ALTER TABLE ADD COLUMN)
-    gpu = ["gpus", "gpu_hours", "lost_gpu_hours", "lost_gpu_hours_by", "gpus_open", "open_since"]
+    # version 4 appended the GPU columns after updated_seq (ALTER TABLE ADD COLUMN), version 7 the pending ones
+    gpu = ["gpus", "gpu_hours", "lost_gpu_hours", "lost_gpu_hours_by", "gpus_open", "open_since",
+           "pending_s_by", "pending_category", "pending_since", "quota_reserved_at"]
     assert columns("runs") == [*(f for f in field_names(RunRecord) if f not in gpu), "updated_seq", *gpu]
     assert columns("transitions") == [*field_names(Transition), "ordinal"]
     assert columns("attempts") == list(field_names(Attempt))
