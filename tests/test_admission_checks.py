@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from tests.laws import by_object, fold, histories, interleave
+from tests.test_controller_captures import KEPT, load
 from tests.test_scenarios import fold_scenario
 from tracker.core.model import PendingCategory
 from tracker.samples.scenarios import SCENARIOS
@@ -306,3 +307,18 @@ def test_pending_spans_do_not_depend_on_the_order_objects_arrive_in() -> None:
     rng = random.Random(24)
     for _ in range(5):
         assert history(list(interleave(by_object({"c": recs}), rng))) == want
+
+
+@pytest.mark.parametrize(("kueue", "scenario"), KEPT, ids=[f"{k}-{s}" for k, s in KEPT])
+def test_the_real_controllers_pending_seconds_tile_their_attempts_and_are_at_most_5_percent_unexplained(
+        kueue: str, scenario: str) -> None:
+    hs = histories(fold(load(scenario, kueue)))
+    total = unexplained = 0.0
+    for h in hs.values():
+        for att in h["attempts"]:
+            assert _tiles(att), (h["run"]["run_id"], att["pending"])
+            for s in att["pending"]:
+                if s["end"] is not None:
+                    total += seconds(s)
+                    unexplained += seconds(s) if s["category"] == PendingCategory.UNEXPLAINED else 0.0
+    assert unexplained <= 0.05 * total, (unexplained, total)
