@@ -322,3 +322,10 @@ def test_the_real_controllers_pending_seconds_tile_their_attempts_and_are_at_mos
                     total += seconds(s)
                     unexplained += seconds(s) if s["category"] == PendingCategory.UNEXPLAINED else 0.0
     assert unexplained <= 0.05 * total, (unexplained, total)
+
+
+def test_slimmed_objects_keep_the_admission_checks() -> None:
+    """The watcher publishes slimmed objects (tracker.shell.slim): a slimmed two-phase admission folds the same."""
+    from tracker.shell.slim import slim
+    recs = two_phase_until("running")
+    assert history([{"type": r["type"], "object": slim(r["object"])} for r in recs]) == history(recs)

@@ -58,6 +58,7 @@ SHAPES: Mapping[str, Shape] = {
         "status": {
             "conditions": _CONDITIONS, "admission": {"clusterQueue": True},
             "schedulingStats": {"evictions": [{"reason": True, "underlyingCause": True, "count": True}]},
+            "admissionChecks": [{"name": True, "state": True, "lastTransitionTime": True, "message": True}],
         },
     },
     "Pod": {
