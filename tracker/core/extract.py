@@ -460,7 +460,8 @@ def merge_event(r: RunFacts, obj: dict[str, Any], involved: dict[str, Any]) -> N
     if not uid:
         raise Malformed("event has neither metadata.uid nor metadata.name")
     series = obj_at(obj, "series")
-    first = time_at(obj, "firstTimestamp") or time_at(obj, "eventTime") or time_at(meta, "creationTimestamp")
+    first = (time_at(obj, "firstTimestamp") or time_at(obj, "deprecatedFirstTimestamp") or time_at(obj, "eventTime")
+             or time_at(meta, "creationTimestamp"))
     last = (time_at(obj, "lastTimestamp") or time_at(series, "lastObservedTime")
             or time_at(obj, "deprecatedLastTimestamp") or first)
     if first is None or last is None:

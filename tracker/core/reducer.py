@@ -176,7 +176,7 @@ class Reducer:
             self._dead(source, "watch event without an object", v.pruned(record))
             return
         kind = obj.get("kind")
-        if kind in QUEUE_KINDS:
+        if isinstance(kind, str) and kind in QUEUE_KINDS:
             try:
                 self.queues.apply(etype, obj)
             except x.Malformed as exc:
@@ -200,7 +200,7 @@ class Reducer:
             return
         for item in items:
             kind = item.get("kind") if isinstance(item, dict) else None
-            if kind not in QUEUE_KINDS:
+            if not isinstance(kind, str) or kind not in QUEUE_KINDS:
                 self._dead(source, "not a watch event", v.pruned(item),
                            f"a bare {v.brief(kind)} object: only ClusterQueues and LocalQueues may be captured without "
                            "--output-watch-events")

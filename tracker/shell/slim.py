@@ -83,7 +83,7 @@ SHAPES: Mapping[str, Shape] = {
         "involvedObject": _REF, "regarding": _REF, "reason": True, "type": True, "message": True, "note": True,
         "firstTimestamp": True, "lastTimestamp": True, "eventTime": True, "count": True,
         "series": {"count": True, "lastObservedTime": True}, "deprecatedCount": True,
-        "deprecatedLastTimestamp": True,
+        "deprecatedFirstTimestamp": True, "deprecatedLastTimestamp": True,
     },
     # Kueue's queues (tracker.core.queues): counts, quota and usage, stop policy, the Active condition
     "ClusterQueue": {

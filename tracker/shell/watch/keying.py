@@ -104,7 +104,7 @@ class RunKeyer:
         etype, obj = value.get("type"), value.get("object")
         if etype in ("BOOKMARK", "ERROR"):
             return []
-        if isinstance(obj, dict) and obj.get("kind") in QUEUE_KINDS:  # keyed by queue, not by run
+        if isinstance(obj, dict) and isinstance(obj.get("kind"), str) and obj["kind"] in QUEUE_KINDS:  # by queue
             try:
                 return [(item, queue_key(obj))]
             except x.Malformed:

@@ -69,7 +69,7 @@ class Watcher:
     def emit(self, etype: str, obj: dict[str, Any], source: str) -> None:
         if etype == "DELETED" and obj.get("kind") == "Event":
             return  # an Event's expiry is no lifecycle fact, and the reducer ignores it
-        if obj.get("kind") in QUEUE_KINDS:
+        if isinstance(obj.get("kind"), str) and obj["kind"] in QUEUE_KINDS:
             self.emit_queue(etype, obj, source)
             return
         try:
