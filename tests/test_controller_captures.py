@@ -84,6 +84,11 @@ def test_admission_steps_stamped_in_one_second_may_come_in_any_order_but_time_ne
     assert not same_steps([step("AdmissionCheck", "Pending", t1, "c"), step("QuotaReserved", "Reserved", t0),
                            step("AdmissionCheck", "Ready", t1, "c")], want)
     assert not same_steps([step("QuotaReserved", "Reserved", t0)], want)
+    either = (frozenset(want[:2]), want[2])  # the first two in either order, also a second apart
+    assert same_steps([step("QuotaReserved", "Reserved", t0), step("AdmissionCheck", "Pending", t1, "c"),
+                       step("AdmissionCheck", "Ready", t1, "c")], either)
+    assert not same_steps([step("AdmissionCheck", "Ready", t0, "c"), step("QuotaReserved", "Reserved", t1),
+                           step("AdmissionCheck", "Pending", t1, "c")], either)
 
 
 def test_deletion_evidence_is_taken_in_the_tracker_s_order() -> None:
