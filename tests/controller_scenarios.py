@@ -2,16 +2,21 @@
 kube-scheduler, kwok), and what the tracker must make of them.
 
 Each scenario drives its objects only as a person would (create a suspended Job or RayJob with a queue label, delete
-it, flip a Workload's `spec.active`); everything else (admission, preemption, PodsReady timeouts, requeues,
-deactivation, pod failures and their replacements, RayClusters, submitters, retries, deadlines) is decided and
+it, flip a Workload's `spec.active`, create a ClusterQueue that requires an AdmissionCheck) or, in the admission-check
+scenarios, as that check's controller would (`tests/admission_check_standin.py` moves the check's state);
+everything else (admission, preemption, PodsReady timeouts, requeues, deactivation, pod failures and their
+replacements, RayClusters, submitters, retries, deadlines, what a check's state makes Kueue do) is decided and
 written by the controllers. `tests/test_controller_scenarios.py` runs them live and keeps what the watcher captured
 under `tests/captures/controllers/<scenario>/`; `tests/test_controller_captures.py` folds the kept captures.
 
 `EXPECTED` is what the controllers decide, per run: status and reason, the phase reached, attempts with their
-triggers and end reasons, evictions, pod retries, distinct RayClusters. It is written from the scenario's semantics
-(Kueue's and KubeRay's documented behaviour), not copied from a run. Times are checked against the objects (`check`:
-every time in a history is one the captured objects carry, and each attempt's admission is a Workload's
-`Admitted=True` transition), never against literals: the API server's clock decides them.
+triggers and end reasons, evictions, pod retries, distinct RayClusters; for two-phase admission the attempts'
+admission steps and pending spans and what the run says while its check is Pending (`Midway`); for a deleted run,
+that it finished at the best evidence of its deletion the objects carry (`RunFacts.deletion_evidence`). It is
+written from the scenario's semantics (Kueue's and KubeRay's documented behaviour), not copied from a run. Times are
+checked against the objects (`differences`: every time in a history is one the captured objects carry, each attempt's
+admission is a Workload's `Admitted=True` transition, its quota reservation a `QuotaReserved=True` one, each admission
+step a transition of its kind), never against literals: the API server's clock decides them.
 """
 
 from __future__ import annotations
