@@ -96,10 +96,11 @@ class AdmissionCheckStandIn:
         """Create the AdmissionCheck (or take over the one a previous run left) and mark it `Active=True`."""
         deadline = asyncio.get_running_loop().time() + within_s
         while True:
+            if asyncio.get_running_loop().time() > deadline:
+                raise AssertionError(f"could not create AdmissionCheck {self.check} within {within_s:.0f}s (a "
+                                     "previous run's still being deleted?)")
             ac = await self._get()
             if ac is not None and ac["metadata"].get("deletionTimestamp"):  # a previous run's, on its way out
-                if asyncio.get_running_loop().time() > deadline:
-                    raise AssertionError(f"AdmissionCheck {self.check} is still being deleted after {within_s:.0f}s")
                 await asyncio.sleep(0.5)
                 continue
             if ac is None:
