@@ -8,12 +8,13 @@ from __future__ import annotations
 import gzip
 import json
 import random
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.controller_scenarios import EXPECTED, SCENARIOS, differences
+from tests.controller_scenarios import EXPECTED, SCENARIOS, differences, run_facts, same_steps
 from tests.infra.config import KUEUE_VERSIONS
 from tests.laws import by_object, fold, histories, interleave
 from tests.test_controller_scenarios import CAPTURES, captures_dir
@@ -52,7 +53,8 @@ def test_every_scenario_has_a_kept_capture_with_its_versions() -> None:
 def test_a_kept_capture_folds_to_what_the_controllers_decided(kueue: str, scenario: str) -> None:
     records = load(scenario, kueue)
     got = histories(fold(records))
-    assert differences(scenario, records, got, kueue_of(scenario, kueue)) == []
+    assert differences(scenario, records, got, kueue_of(scenario, kueue),
+                       midway=lambda prefix: histories(fold(prefix))) == []
     # the watch API orders each object's changes only: any interleaving of the objects folds the same
     rng = random.Random(scenario)
     seqs = by_object({"capture": records})
@@ -65,3 +67,49 @@ def test_the_kept_captures_are_what_the_watcher_writes(tmp_path: Path) -> None:
     for kueue, scenario in KEPT:
         for rec in load(scenario, kueue):
             assert rec["type"] in ("ADDED", "MODIFIED", "DELETED") and rec["object"]["metadata"]["uid"]
+
+
+def test_admission_steps_stamped_in_one_second_may_come_in_any_order_but_time_never_goes_back() -> None:
+    def step(kind: str, state: str, at: str, check: str | None = None) -> dict[str, Any]:
+        return {"kind": kind, "check": check, "state": state, "at": at, "message": ""}
+
+    want = (("AdmissionCheck", "c", "Pending"), ("QuotaReserved", None, "Reserved"), ("AdmissionCheck", "c", "Ready"))
+    t0, t1 = "2026-12-03T08:00:00Z", "2026-12-03T08:00:06Z"
+    assert same_steps([step("AdmissionCheck", "Pending", t0, "c"), step("QuotaReserved", "Reserved", t0),
+                       step("AdmissionCheck", "Ready", t1, "c")], want)
+    assert same_steps([step("QuotaReserved", "Reserved", t0), step("AdmissionCheck", "Pending", t0, "c"),
+                       step("AdmissionCheck", "Ready", t1, "c")], want)
+    assert not same_steps([step("QuotaReserved", "Reserved", t0), step("AdmissionCheck", "Pending", t1, "c"),
+                           step("AdmissionCheck", "Ready", t1, "c")], want)
+    assert not same_steps([step("AdmissionCheck", "Pending", t1, "c"), step("QuotaReserved", "Reserved", t0),
+                           step("AdmissionCheck", "Ready", t1, "c")], want)
+    assert not same_steps([step("QuotaReserved", "Reserved", t0)], want)
+    either = (frozenset(want[:2]), want[2])  # the first two in either order, also a second apart
+    assert same_steps([step("QuotaReserved", "Reserved", t0), step("AdmissionCheck", "Pending", t1, "c"),
+                       step("AdmissionCheck", "Ready", t1, "c")], either)
+    assert not same_steps([step("AdmissionCheck", "Ready", t0, "c"), step("QuotaReserved", "Reserved", t1),
+                           step("AdmissionCheck", "Pending", t1, "c")], either)
+
+
+def test_deletion_evidence_is_taken_in_the_tracker_s_order() -> None:
+    def rec(obj: dict[str, Any]) -> dict[str, Any]:
+        return {"type": "MODIFIED", "object": obj}
+
+    owned = [{"kind": "Job", "name": "a", "uid": "u"}]
+    pod = {"kind": "Pod", "metadata": {"name": "a-x", "ownerReferences": owned,
+                                       "deletionTimestamp": "2026-12-03T08:00:40Z", "deletionGracePeriodSeconds": 30},
+           "status": {"containerStatuses": [{"state": {"terminated": {"finishedAt": "2026-12-03T08:00:12Z"}}}]}}
+    wl = {"kind": "Workload", "metadata": {"name": "job-a-1", "ownerReferences": owned,
+                                           "deletionTimestamp": "2026-12-03T08:00:11Z"}}
+    root = {"kind": "Job", "metadata": {"name": "a", "deletionTimestamp": "2026-12-03T08:00:09Z"}}
+    at = datetime.fromisoformat
+    assert run_facts([rec(pod)])["a"].deletion_evidence() == (
+        "its pods' deletionTimestamp less their grace period", {at("2026-12-03T08:00:10Z").timestamp()})
+    assert run_facts([rec(pod), rec(wl)])["a"].deletion_evidence() == (
+        "the Workload's deletionTimestamp", {at("2026-12-03T08:00:11Z").timestamp()})
+    assert run_facts([rec(pod), rec(wl), rec(root)])["a"].deletion_evidence() == (
+        "the root's deletionTimestamp", {at("2026-12-03T08:00:09Z").timestamp()})
+    done = {**pod, "metadata": {k: v for k, v in pod["metadata"].items() if not k.startswith("deletion")}}
+    assert run_facts([rec(done)])["a"].deletion_evidence() == (
+        "its last container finishedAt", {at("2026-12-03T08:00:12Z").timestamp()})
+    assert run_facts([rec({"kind": "Job", "metadata": {"name": "a"}})])["a"].deletion_evidence() is None

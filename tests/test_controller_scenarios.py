@@ -2,7 +2,9 @@
 KubeRay operator 1.5, kube-scheduler and kwok decide everything; the test only acts as a person would
 (`tests/controller_scenarios.py`). The tracker's watcher captures each scenario's namespace, the capture is folded,
 and the histories must agree with `EXPECTED` in everything the controllers decide, with every time one the captured
-objects carry. The Ray dashboard, which KubeRay polls, is served by a stand-in (`tests/ray_dashboard_standin.py`).
+objects carry. The Ray dashboard, which KubeRay polls, is served by a stand-in (`tests/ray_dashboard_standin.py`); the
+AdmissionCheck of the admission-check scenarios is decided by a stand-in of its controller
+(`tests/admission_check_standin.py`), which moves the check's state when the scenario says so.
 
 With ``TRACKER_KEEP_CONTROLLER_CAPTURES=1`` each capture is written to
 ``tests/captures/controllers/<scenario>/capture.jsonl.gz`` (Kueue 0.17; another Kueue's to
@@ -25,6 +27,7 @@ from typing import Any
 import pytest
 from kubernetes_asyncio.client import ApiClient
 
+from tests.admission_check_standin import AdmissionCheckStandIn
 from tests.controller_scenarios import EXPECTED, SCENARIOS, Driver, differences, quota_free
 from tests.infra.config import KUBERNETES_VERSION, KUEUE_VERSIONS, KWOK_VERSION, REPO_ROOT
 from tests.infra.fixtures import KubeCluster, unavailable
@@ -60,7 +63,7 @@ async def test_controllers_produce_the_expected_history(
         scenario: str, kube_api: ApiClient, kube_cluster: KubeCluster, queue_namespace: str,
         standin: RayDashboardStandIn, tmp_path: Path) -> None:
     admin = KubeApi(kube_api)
-    driver = Driver(admin, queue_namespace, kube_cluster.local_queue, standin)
+    driver = Driver(admin, queue_namespace, kube_cluster.local_queue, standin, checks=AdmissionCheckStandIn(admin))
     await driver.start()
     await quota_free(driver)
     path = tmp_path / "capture.jsonl"
@@ -81,12 +84,15 @@ async def test_controllers_produce_the_expected_history(
             await _delete(driver, "RayJob", rj)
         for j in await _names(driver, "Job"):
             await _delete(driver, "Job", j)
+        for cleanup in reversed(driver.cleanups):
+            await cleanup()
     elapsed = time.monotonic() - started
     records = captured(path)
     got = histories(fold(records))
     if KEEP:
         keep(scenario, records, kube_cluster, elapsed)
-    assert differences(scenario, records, got, kube_cluster.kueue_version) == [], json.dumps(
+    assert differences(scenario, records, got, kube_cluster.kueue_version,
+                       midway=lambda prefix: histories(fold(prefix))) == [], json.dumps(
         {r: {"run": {k: h["run"][k] for k in ("status", "reason", "phase", "attempts", "evictions", "retries")},
              "attempts": [(a["trigger"], a["end_reason"], a["ray_cluster"]) for a in h["attempts"]]}
          for r, h in got.items()}, indent=1)
@@ -119,5 +125,6 @@ def keep(scenario: str, records: list[dict[str, Any]], kube_cluster: KubeCluster
         f"kubernetes {KUBERNETES_VERSION} (kube-apiserver, kube-scheduler, kube-controller-manager)\n"
         f"kueue {kube_cluster.kueue_version}\nkuberay-operator {kube_cluster.kuberay_version}\nkwok {KWOK_VERSION}\n"
         f"ray-dashboard stand-in (tests/ray_dashboard_standin.py)\n"
+        f"admission-check stand-in (tests/admission_check_standin.py)\n"
         f"produced by tests/test_controller_scenarios.py::test_controllers_produce_the_expected_history[{scenario}]"
         f" with TRACKER_KEEP_CONTROLLER_CAPTURES=1, {len(records)} records in {elapsed:.0f} s\n")

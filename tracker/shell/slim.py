@@ -58,7 +58,11 @@ SHAPES: Mapping[str, Shape] = {
         "status": {
             "conditions": _CONDITIONS, "admission": {"clusterQueue": True},
             "schedulingStats": {"evictions": [{"reason": True, "underlyingCause": True, "count": True}]},
-            "admissionChecks": [{"name": True, "state": True, "lastTransitionTime": True, "message": True}],
+            # two-phase admission: each AdmissionCheck's state (Kueue adds the entries, the check's controller moves
+            # them) and the requeue backoff Kueue keeps after a PodsReady timeout or a Retry check
+            "admissionChecks": [{"name": True, "state": True, "message": True, "lastTransitionTime": True,
+                                 "requeueAfterSeconds": True, "retryCount": True}],
+            "requeueState": {"count": True, "requeueAt": True},
         },
     },
     "Pod": {
