@@ -183,8 +183,8 @@ def _deactivated(run: _Run, intake: _Intake) -> _Final | None:
 def deletion_time(r: RunFacts, atts: list[_Att]) -> int | None:
     """When a deleted run ended: the best evidence the objects hold, in this order: the root's deletionTimestamp,
     the Workload's, the latest deletion asked for of its pods (less their grace period), the last container
-    ``finishedAt`` (both only from the last attempt on: an earlier eviction's deletions say nothing of this one),
-    else the latest time the deleted root carried (``root_deleted``). None if the root was not deleted."""
+    ``finishedAt`` (both only from the last attempt on: an earlier eviction's deletions say nothing of this one).
+    None if the root was not deleted or no object recorded when (then ``latest_carried`` is the best bound)."""
     if r.root_deleted is None:
         return None
     for evidence in (r.root_deletion, r.wl_deletion):
@@ -196,14 +196,31 @@ def deletion_time(r: RunFacts, atts: list[_Att]) -> int | None:
         for evidence in (r.pods_deleted, r.pods_finished):
             if evidence is not None and (lo is None or evidence >= lo):
                 return evidence
-    return r.root_deleted
+    return None
+
+
+def latest_carried(r: RunFacts) -> int | None:
+    """The latest time the run's objects carry (a lower bound of a deletion no object recorded): the deleted root's
+    (``root_deleted``), its Workload's conditions and admission checks, its Events' last times."""
+    times = [r.root_deleted, *(k[3] for k in r.wl_conds), *(k[3] for k in r.wl_checks),
+             *(e.last for e in r.events.values())]
+    found = [x for x in times if x is not None]
+    return max(found) if found else None
+
+
+_DELETED = "the workload was deleted before it finished"
+_DELETED_UNRECORDED = (f"{_DELETED} (when is not recorded: no object carries its deletion; this is the latest time "
+                       "its objects carry)")
 
 
 def _root_deleted(run: _Run, intake: _Intake) -> _Final | None:
-    at = deletion_time(run.r, run.atts)
-    if at is None:
+    r = run.r
+    if r.root_deleted is None:
         return None
-    return _Final(Status.STOPPED, "Deleted", "the workload was deleted before it finished", at, run.root_src)
+    at = deletion_time(r, run.atts)
+    if at is not None:
+        return _Final(Status.STOPPED, "Deleted", _DELETED, at, run.root_src)
+    return _Final(Status.STOPPED, "Deleted", _DELETED_UNRECORDED, latest_carried(r), run.root_src)
 
 
 class FinalRule(NamedTuple):

@@ -108,35 +108,38 @@ def attempt_pending(r: RunFacts, a: _Att, number: int, pods: AttemptPods, runtim
 
     # ---- admission steps and the sweep's events
     steps: list[AdmissionStep] = []
-    evs: list[tuple[int, int, str, str, str]] = []  # (at, kind, a, b, c)
+    evs: list[tuple[int, int, str, str, str, int]] = []  # (at, kind, a, b, c, resourceVersion)
     if a.queued is not None:
         for (ctype, status, reason, at), msg in r.wl_conds.items():
             if ctype == "QuotaReserved":
                 if status == "True" and inside(at):
-                    evs.append((at, _E_RESERVE, reason, msg, ""))
+                    evs.append((at, _E_RESERVE, reason, msg, "", 0))
                     steps.append(AdmissionStep(kind=QUOTA_RESERVED, at=utc(at), state=r.cq_by_admission.get(at, ""),
                                                message=msg))
                 elif status == "False" and inside(at, inclusive_end=False):
-                    evs.append((at, _E_QUOTA, reason, msg, ""))
+                    evs.append((at, _E_QUOTA, reason, msg, "", 0))
             elif ctype == "Requeued" and inside(at, inclusive_end=False) and not is_deactivation(reason):
-                evs.append((at, _E_REQUEUE, status, reason, msg))
+                evs.append((at, _E_REQUEUE, status, reason, msg, 0))
             elif ctype == "Evicted" and status == "True" and at >= w0 and (
                     (adm_end is not None and at < adm_end) or (adm_end is None and (a.end is None or at <= a.end))):
-                evs.append((at, _E_RELEASE, reason, msg, ""))
+                evs.append((at, _E_RELEASE, reason, msg, "", 0))
                 steps.append(AdmissionStep(kind=QUOTA_RELEASED, at=utc(at), state=reason, message=msg))
-        for (name, state, _r, at), msg in r.wl_checks.items():
+        for ckey, msg in r.wl_checks.items():
+            name, state, _r, at = ckey
             if at <= w0 or inside(at):
-                evs.append((at, _E_CHECK, name, state, msg))
+                # states in one second: the one of the newest Workload version last (Kueue resets a Retry or
+                # Rejected check to Pending in the second it evicts)
+                evs.append((at, _E_CHECK, name, state, msg, r.wl_checks_rv.get(ckey, -1)))
                 if at >= w0:
                     steps.append(AdmissionStep(kind=ADMISSION_CHECK, at=utc(at), check=name, state=state, message=msg))
         for e in r.events.values():
             if e.object_kind != "Workload" or not inside(e.first, inclusive_end=False):
                 continue
             if e.type == "Warning" and e.reason in KUEUE_PENDING_EVENTS:
-                evs.append((e.first, _E_QUOTA, e.reason, e.message, "event"))
+                evs.append((e.first, _E_QUOTA, e.reason, e.message, "event", 0))
             elif e.reason == "PreemptedWorkload":  # Kueue 0.17+: on the preemptor, when it preempts
-                evs.append((e.first, _E_QUOTA, "WaitingForPreemptedWorkloads", e.message, "event"))
-    evs.sort()
+                evs.append((e.first, _E_QUOTA, "WaitingForPreemptedWorkloads", e.message, "event", 0))
+    evs.sort(key=lambda e: (e[0], e[1], e[5], e[2:5]))
     steps.sort(key=lambda s: (s.at, _STEP_ORDER[s.kind], s.check or "", s.state))
 
     # ---- the sweep over Admission
@@ -145,26 +148,23 @@ def attempt_pending(r: RunFacts, a: _Att, number: int, pods: AttemptPods, runtim
     reserved = False
     reserved_at: int | None = None
     backoff: str | None = None
-    checks: dict[str, tuple[int, str, str]] = {}  # name -> (at, state, message)
-    seen_quota_cond = False
+    checks: dict[str, tuple[int, int, str, str]] = {}  # name -> (at, resourceVersion, state, message)
 
     def current() -> tuple[Cat, str]:
         if reserved:
-            waiting = sorted(n for n, (_at, st, _m) in checks.items() if st != "Ready")
+            waiting = sorted(n for n, (_at, _rv, st, _m) in checks.items() if st != "Ready")
             if waiting:
                 return Cat.ADMISSION_CHECK, waiting[0]
             if checks:
-                return Cat.ADMISSION_CHECK, max(checks.items(), key=lambda kv: (kv[1][0], kv[0]))[0]
+                return Cat.ADMISSION_CHECK, max(checks.items(), key=lambda kv: (kv[1][:2], kv[0]))[0]
             return Cat.UNEXPLAINED, "quota reserved, not admitted, no admission check known"
         if backoff is not None:
             return Cat.BACKOFF, backoff
         return quota
 
     spans.append((w0, *current()))
-    for at, kind, x, y, z in evs:
+    for at, kind, x, y, z, rv in evs:
         if kind == _E_QUOTA:
-            if z != "event":
-                seen_quota_cond = True
             quota = classify(x, y)
             reserved = False
         elif kind == _E_REQUEUE:
@@ -177,11 +177,10 @@ def attempt_pending(r: RunFacts, a: _Att, number: int, pods: AttemptPods, runtim
             backoff = None
         else:
             old = checks.get(x)
-            if old is None or (at, y) >= old[:2]:
-                checks[x] = (at, y, z)
+            if old is None or (at, rv) >= old[:2]:
+                checks[x] = (at, rv, y, z)
         if at >= w0:
             spans.append((max(at, w0), *current()))
-    del seen_quota_cond
 
     # ---- Scheduling and Runtime
     start = a.start
@@ -220,7 +219,7 @@ def attempt_pending(r: RunFacts, a: _Att, number: int, pods: AttemptPods, runtim
             by[key] = by.get(key, 0.0) + (end - t) / 1_000_000
     check = None
     if a.queued is not None and a.admitted is None and reserved and (a.end is None):
-        waiting = sorted((n, st, m) for n, (_at, st, m) in checks.items() if st != "Ready")
+        waiting = sorted((n, st, m) for n, (_at, _rv, st, m) in checks.items() if st != "Ready")
         if waiting:
             check = waiting[0]
     return AttemptPending(steps, out, by, reserved_at, check)
