@@ -410,6 +410,13 @@ class QueueBook:
         self.dirty_queues, self.dirty_positions = set(), set()
         return queues, positions
 
+    def restore(self, item: QueueState | QueuePosition) -> None:
+        """Keep a queue's state or a run's position read back from a changelog (``take`` does not report it)."""
+        if isinstance(item, QueueState):
+            self.queues[item.key] = item
+        else:
+            self.positions[item.run_id] = item
+
     def forget_run(self, run_id: str) -> None:
         """A retired run's position goes with it (its row stays where it was written)."""
         self.positions.pop(run_id, None)
