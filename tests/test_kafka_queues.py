@@ -2,7 +2,8 @@
 in through ``changes``; `tracker reduce` publishes each queue's newest state and each run's position on
 ``transitions`` (kinds ``queue`` and ``position``, content-hash deduplicated, kept in ``run-state`` so a new owner
 of the partition does not publish them again), and `tracker sink index` writes them with ``write_queues``, so the
-index says what a pending run waits behind as the embedded replay's does."""
+index says what a pending run waits behind as the embedded replay's does; `tracker sink adx` (against the Kusto
+stand-in) writes the same records as rows of TaugridQueueState and TaugridQueuePositions."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
+from tests.adx_standin import KustoStandIn
 from tests.test_kafka_pipeline import (
     DEMO,
     PARTITIONS,
@@ -34,9 +36,12 @@ from tracker.cli import main, replay
 from tracker.core.publish import POSITION, QUEUE
 from tracker.core.queues import QueuePosition, QueueState
 from tracker.runtime import service
+from tracker.runtime.ops import Health, Metrics
 from tracker.runtime.reduce import CONTENT_HASH_HEADER
-from tracker.settings import Settings
+from tracker.runtime.sinks import adx_sink_runner
+from tracker.settings import Settings, load_settings
 from tracker.shell import transitions as transitions_codec
+from tracker.shell.adx import POSITIONS, QUEUES
 
 RUN = "qwen-rm-5vt2j"  # pending in Admission at the end of the demo capture
 
@@ -65,6 +70,25 @@ async def queue_records(settings: Settings) -> list[tuple[str, str, bytes, dict[
             assert rec.key is not None and rec.value is not None
             out.append((headers[transitions_codec.KIND_HEADER], rec.key.decode(), rec.value, headers))
     return out
+
+
+def adx_queues(standin: KustoStandIn) -> dict[str, tuple[Any, ...]]:
+    """The newest TaugridQueueState row per key (by Revision, as TaugridQueueStateLatest keeps them)."""
+    newest: dict[str, dict[str, Any]] = {}
+    for r in standin.tables[QUEUES]:
+        if r["Key"] not in newest or r["Revision"] > newest[r["Key"]]["Revision"]:
+            newest[r["Key"]] = r
+    return {k: (r["Cluster"], r["ResourceVersion"], r["Pending"], r["Stopped"]) for k, r in newest.items()}
+
+
+def adx_position(standin: KustoStandIn) -> tuple[Any, ...] | None:
+    """The newest TaugridQueuePositions row, once it is the last poll's."""
+    rows = standin.tables[POSITIONS]
+    if not rows:
+        return None
+    r = max(rows, key=lambda row: row["Revision"])
+    got = (r["RunId"], r["PositionInClusterQueue"], r["PositionInLocalQueue"], r["PolledAt"])
+    return got if got[-1] == "2026-08-20T12:59:30Z" else None
 
 
 @pytest.mark.kafka
@@ -135,3 +159,27 @@ async def test_queues_and_positions_go_through_reduce_and_the_index_sink(
     assert main(["show", RUN, "--index", str(index), "--now", "2026-08-20T13:00:00Z"]) == 0
     assert "Queue: waiting behind 3 pending workloads in ClusterQueue gpu-cq (nvidia.com/gpu 8/8 used), " \
            "ClusterQueue stopped (Hold), position 1 (1 in LocalQueue team-a-lq)" in capsys.readouterr().out
+
+    # the ADX sink, its own consumer group on the same records: the newest row per queue and per run is the
+    # index's state
+    standin = KustoStandIn().up()
+    try:
+        for name, value in {"CLUSTER_URI": standin.url, "AUTH": "none", "DATABASE": "TauGridTest",
+                            "SOURCE_CLUSTER": "aks-east-1", "SPOOL_DIR": str(tmp_path / "spool"),
+                            "BATCH_MAX_DELAY_S": "0.05"}.items():
+            monkeypatch.setenv(f"TRACKER_ADX__{name}", value)
+        runner = adx_sink_runner(load_settings(), metrics=Metrics(), health=Health())
+        task = asyncio.create_task(runner.run())
+        async with asyncio.timeout(60):
+            while not (standin.tables["TaugridRunState"] and len(adx_queues(standin)) == 2
+                       and adx_position(standin) is not None):
+                assert not task.done(), task.exception()
+                await asyncio.sleep(0.1)
+        runner.request_stop(drain=True)
+        await asyncio.wait_for(task, 60)
+    finally:
+        standin.down()
+    assert adx_queues(standin) == {"queue:gpu-cq": ("aks-east-1", 12, 3, True),
+                                   "queue:team-a/team-a-lq": ("aks-east-1", 11, 2, False)}
+    assert adx_position(standin) == (RUN, 1, 1, "2026-08-20T12:59:30Z")
+    assert standin.tables["TaugridRunState"], "and the runs' rows"
