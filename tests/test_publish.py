@@ -9,6 +9,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from itertools import pairwise
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -286,6 +287,9 @@ def test_queues_and_positions_are_published_once_per_content_and_restored_from_t
     assert isinstance(items[0], QueueState) and isinstance(items[2], QueuePosition)
     assert (restored.queue_hashes, restored.position_hashes) == (policy.queue_hashes, policy.position_hashes)
     assert restored.decide(Flushed(queues=queues, positions=positions), LIMITS, now_us=None).publish == []
+    for key, doc in (("queue:x", {}), ("queue:x", {"hash": "h", QUEUE: []}), ("r/position", {"hash": "h"})):
+        with pytest.raises(ValueError, match="is not a queue's or a position's"):
+            restored.restore_queue_record(key, doc)
 
     # a newer poll publishes the position; the run retired: its state record goes (a tombstone), nothing published
     book.position(position(at="2026-08-20T12:59:30Z", pos=1))

@@ -245,13 +245,16 @@ class PartitionPolicy:
     def restore_queue_record(self, key: str, doc: Mapping[str, Any]) -> QueueState | QueuePosition:
         """Read back the run-state record of a queue (key ``queue:...``) or a position (``<run id>/position``):
         the hash last published is remembered; the state or position is returned (for the reducer's ``QueueBook``).
-        Raises KeyError or TypeError when the record is not one."""
-        digest = doc["hash"]
-        if key.endswith(POSITION_SUFFIX) and POSITION in doc:
-            pos = QueuePosition.from_json(doc[POSITION])
-            self.position_hashes[pos.run_id] = digest
-            return pos
-        q = QueueState.from_json(doc[QUEUE])
+        Raises ValueError when the record is not one."""
+        try:
+            digest = doc["hash"]
+            if key.endswith(POSITION_SUFFIX) and POSITION in doc:
+                pos = QueuePosition.from_json(doc[POSITION])
+                self.position_hashes[pos.run_id] = digest
+                return pos
+            q = QueueState.from_json(doc[QUEUE])
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise ValueError(f"run-state record {key[:200]!r} is not a queue's or a position's: {exc!r}") from exc
         self.queue_hashes[q.key] = digest
         return q
 
