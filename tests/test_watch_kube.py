@@ -851,13 +851,16 @@ async def test_the_role_allows_watching_and_refuses_everything_else(
         identity: Identity, control_plane: ControlPlane) -> None:
     docs = {d["kind"]: d for d in rbac_documents(SYSTEM_NS)}
     rules = docs["ClusterRole"]["rules"]
-    assert all(r["verbs"] == ["get", "list", "watch"] for r in rules)
+    visibility = "visibility.kueue.x-k8s.io"  # Kueue's visibility API: get only (the pending workloads of a queue)
+    assert all(r["verbs"] == (["get"] if r["apiGroups"] == [visibility] else ["get", "list", "watch"]) for r in rules)
     assert {(g, res) for r in rules for g in r["apiGroups"] for res in r["resources"]} == {
         ("", "pods"), ("", "events"), ("batch", "jobs"), ("events.k8s.io", "events"),
-        ("kueue.x-k8s.io", "workloads"), ("ray.io", "rayjobs"), ("ray.io", "rayclusters")}
+        ("kueue.x-k8s.io", "workloads"), ("kueue.x-k8s.io", "clusterqueues"), ("kueue.x-k8s.io", "localqueues"),
+        (visibility, "clusterqueues/pendingworkloads"), (visibility, "localqueues/pendingworkloads"),
+        ("ray.io", "rayjobs"), ("ray.io", "rayclusters")}
     async with client_for(identity.kubeconfig) as sa:
         for path in (f"{BATCH}/jobs", f"{CORE}/pods", f"{CORE}/events", f"{EVENTS}/events", f"{KUEUE}/workloads",
-                     f"{RAY}/rayjobs", f"{RAY}/rayclusters"):
+                     f"{KUEUE}/clusterqueues", f"{KUEUE}/localqueues", f"{RAY}/rayjobs", f"{RAY}/rayclusters"):
             assert (await call(sa, "GET", path, params=[("limit", "1")]))["kind"].endswith("List")
         refused = [
             ("GET", f"{CORE}/secrets", None),
@@ -867,7 +870,8 @@ async def test_the_role_allows_watching_and_refuses_everything_else(
             ("GET", "/apis/coordination.k8s.io/v1/namespaces/default/leases/tracker-watcher", None),
             ("POST", "/apis/coordination.k8s.io/v1/namespaces/default/leases", {"metadata": {"name": "x"}}),
             ("GET", f"/apis/coordination.k8s.io/v1/namespaces/{SYSTEM_NS}/leases/another-lease", None),
-            ("GET", f"{KUEUE}/clusterqueues", None),
+            ("POST", f"{KUEUE}/clusterqueues", {"metadata": {"name": "x"}}),  # queues are read, never written
+            ("DELETE", f"{KUEUE}/namespaces/default/localqueues/x", None),
         ]
         for method, path, body in refused:
             with pytest.raises(ApiError) as denied:
