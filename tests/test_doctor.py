@@ -36,7 +36,7 @@ from tracker.runtime.doctor import main as doctor_main
 from tracker.runtime.doctor import watcher_rbac
 from tracker.settings import KafkaSettings, TopicSettings
 from tracker.shell import kafka
-from tracker.shell.adx import TABLES
+from tracker.shell.adx import ALL_TABLES
 from tracker.shell.watch import all_resources
 
 Checks = dict[tuple[str, str], dict[str, Any]]
@@ -499,7 +499,7 @@ ADX_ONLY = ("--skip", "kube", "--skip", "kafka")
 def test_adx_healthy(capsys: pytest.CaptureFixture[str], kusto: SchemaStandIn) -> None:
     rc, checks = run_doctor(capsys, *ADX_ONLY)
     assert rc == 0, failures(checks)
-    assert {name for area, name in checks if area == "adx"} == {"auth", *(f"table {t}" for t in TABLES)}
+    assert {name for area, name in checks if area == "adx"} == {"auth", *(f"table {t}" for t in ALL_TABLES)}
     assert checks[("adx", "auth")]["detail"] == f"none: database Metrics readable at {kusto.url}"
     [request] = kusto.of("mgmt")
     assert request.json()["csl"] == ".show database Metrics schema" and request.json()["db"] == "Metrics"

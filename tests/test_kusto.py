@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from tests.kql import render_adxmon
-from tracker.shell.adx import TABLES, mapping_name
+from tracker.shell.adx import ALL_TABLES, mapping_name
 from tracker.shell.kusto_apply import SCHEMA_DIR, schema_commands, split_script
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -133,7 +133,7 @@ def _tables_in_kql() -> dict[str, list[tuple[str, str]]]:
 def test_declared_schema_matches_the_table_definitions() -> None:
     ours = {name: list(t["columns"].items()) for name, t in SCHEMA["tables"].items() if t["owner"] == "tracker"}
     assert ours == _tables_in_kql()
-    assert set(ours) == set(TABLES)
+    assert set(ours) == set(ALL_TABLES)
     adxmon = {name: t["columns"] for name, t in SCHEMA["tables"].items() if t["owner"] == "adx-mon"}
     assert set(adxmon) >= {"DCGMFIDEVGPUUTIL", "DCGMFIPROFGRENGINEACTIVE"}
     assert all(columns == ADXMON_METRIC_COLUMNS for columns in adxmon.values())
@@ -155,7 +155,7 @@ def test_json_mappings_map_every_column_by_name() -> None:
 
 def test_every_table_has_policies_and_a_deduplicating_view() -> None:
     commands = [c.text for c in schema_commands()]
-    for table in TABLES:
+    for table in ALL_TABLES:
         for policy in (f".alter-merge table {table} policy retention softdelete = 730d",
                        f".alter table {table} policy caching hot = 31d",
                        f".alter table {table} policy streamingingestion enable",
@@ -166,7 +166,8 @@ def test_every_table_has_policies_and_a_deduplicating_view() -> None:
     assert views == {
         "TaugridRunStateLatest": "TaugridRunState", "TaugridMetricSummariesLatest": "TaugridMetricSummaries",
         "TaugridRunTransitionsDedup": "TaugridRunTransitions", "TaugridRunAttemptsDedup": "TaugridRunAttempts",
-        "TaugridRunPodsDedup": "TaugridRunPods", "TaugridMetricPointsDedup": "TaugridMetricPoints"}
+        "TaugridRunPodsDedup": "TaugridRunPods", "TaugridMetricPointsDedup": "TaugridMetricPoints",
+        "TaugridQueueStateLatest": "TaugridQueueState", "TaugridQueuePositionsLatest": "TaugridQueuePositions"}
     assert commands[-1].startswith(".create-or-alter function"), "functions come after the views they read"
 
 
@@ -182,7 +183,8 @@ def test_functions_have_docstrings_and_readme_examples() -> None:
         assert re.search(rf"\b{m.group(2)}\(", examples), f"{m.group(2)} has no example in schemas/kusto/README.md"
     assert {"TaugridRunHistory", "TaugridRuns", "TaugridStalledAdmission", "TaugridStuckRuns", "TaugridRetryAudit",
             "TaugridGpuUtilization", "TaugridPhaseDurations", "TaugridGpuAudit", "TaugridGpuPodWindows",
-            "TaugridGpuUsage", "TaugridIdleGpus", "TaugridCompareRuns"} <= set(names)
+            "TaugridGpuUsage", "TaugridIdleGpus", "TaugridCompareRuns", "TaugridQueues",
+            "TaugridWaitingBehind"} <= set(names)
 
 
 def test_adxmon_resources_are_rendered_from_the_schema() -> None:

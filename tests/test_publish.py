@@ -9,9 +9,11 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from itertools import pairwise
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.test_queues import cq, lq, position
 from tests.test_reducer_laws import law_settings
 from tracker.core import entries
 from tracker.core.model import (
@@ -29,13 +31,18 @@ from tracker.core.publish import (
     HISTORY,
     POD,
     POINTS,
+    POSITION,
+    QUEUE,
     Limits,
     PartitionPolicy,
     RunShell,
     advance,
     content_hash,
+    position_value,
+    queue_value,
     record_key,
 )
+from tracker.core.queues import QueueBook, QueuePosition, QueueState
 from tracker.core.reducer import Flushed, Reducer
 from tracker.core.timefmt import ts
 from tracker.samples.lifecycles import generate_stream
@@ -250,3 +257,56 @@ def test_the_same_output_twice_publishes_once(seed: int, cuts: list[int]) -> Non
         expected.update((record_key(run_id, POD, p.uid), adapter(PodPlacement).dump_json(p)) for p in h.pods or ())
     assert published == expected
     assert once.runs == twice.runs and once.stuck == twice.stuck and once.watermark_us == twice.watermark_us
+
+
+# ------------------------------------------------------------------------------------------ Kueue's queues
+
+
+def test_queues_and_positions_are_published_once_per_content_and_restored_from_their_state_records() -> None:
+    book = QueueBook()
+    book.apply("ADDED", cq())
+    book.apply("ADDED", lq())
+    book.position(position())
+    queues, positions = book.take()
+    policy = PartitionPolicy()
+    first = policy.decide(Flushed(queues=queues, positions=positions), LIMITS, now_us=None)
+    assert [(p.kind, p.key) for p in first.publish] == [
+        (QUEUE, "queue:gpu-cq"), (QUEUE, "queue:team-a/team-a-lq"), (POSITION, "qwen-rm-5vt2j/position")]
+    assert all(p.digest == content_hash(p.value or b"") for p in first.publish)
+    assert first.publish[0].value == queue_value(queues[0]) and first.publish[2].value == position_value(positions[0])
+    assert [(k, kind) for k, kind, _ in first.queue_state] == [(p.key, p.kind) for p in first.publish]
+    assert first.touched == [] and first.phases == Counter()
+    # the same state again (a relist, a second poll that changed nothing): nothing published, nothing kept
+    again = policy.decide(Flushed(queues=queues, positions=positions), LIMITS, now_us=None)
+    assert again.publish == [] and again.queue_state == []
+
+    # a new owner reads the state records back: the same hashes, so the same states publish nothing
+    restored = PartitionPolicy()
+    items = [restored.restore_queue_record(key, doc) for key, _, doc in first.queue_state]
+    assert items == [*queues, *positions]
+    assert isinstance(items[0], QueueState) and isinstance(items[2], QueuePosition)
+    assert (restored.queue_hashes, restored.position_hashes) == (policy.queue_hashes, policy.position_hashes)
+    assert restored.decide(Flushed(queues=queues, positions=positions), LIMITS, now_us=None).publish == []
+    for key, doc in (("queue:x", {}), ("queue:x", {"hash": "h", QUEUE: []}), ("r/position", {"hash": "h"})):
+        with pytest.raises(ValueError, match="is not a queue's or a position's"):
+            restored.restore_queue_record(key, doc)
+
+    # a newer poll publishes the position; the run retired: its state record goes (a tombstone), nothing published
+    book.position(position(at="2026-08-20T12:59:30Z", pos=1))
+    _, newer = book.take()
+    [moved] = restored.decide(Flushed(positions=newer), LIMITS, now_us=None).publish
+    assert moved.value == position_value(newer[0])
+    gone = restored.decide(Flushed(retired=["qwen-rm-5vt2j"], positions=newer), LIMITS, now_us=None)
+    assert gone.publish == [] and gone.queue_state_gone == ["qwen-rm-5vt2j/position"]
+    assert "qwen-rm-5vt2j" not in restored.position_hashes
+
+
+def test_a_queue_record_too_large_is_a_dead_letter() -> None:
+    book = QueueBook()
+    book.apply("ADDED", cq())
+    queues, _ = book.take()
+    tiny = Limits(max_value_bytes=100, transitions_topic="tt", thresholds_s={}, clock="event")
+    decided = PartitionPolicy().decide(Flushed(queues=queues), tiny, now_us=None)
+    assert decided.publish == [] and decided.queue_state == []
+    [letter] = decided.dead_letters
+    assert (letter.source, letter.reason) == ("tt:queue:gpu-cq", "queue record too large to publish")

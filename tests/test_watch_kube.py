@@ -851,9 +851,8 @@ async def test_the_role_allows_watching_and_refuses_everything_else(
         identity: Identity, control_plane: ControlPlane) -> None:
     docs = {d["kind"]: d for d in rbac_documents(SYSTEM_NS)}
     rules = docs["ClusterRole"]["rules"]
-    visibility = "visibility.kueue.x-k8s.io"  # Kueue's pending-workloads subresources: get only
-    assert all(r["verbs"] == (["get"] if r["apiGroups"] == [visibility] else ["get", "list", "watch"])
-               for r in rules)
+    visibility = "visibility.kueue.x-k8s.io"  # Kueue's visibility API: get only (the pending workloads of a queue)
+    assert all(r["verbs"] == (["get"] if r["apiGroups"] == [visibility] else ["get", "list", "watch"]) for r in rules)
     assert {(g, res) for r in rules for g in r["apiGroups"] for res in r["resources"]} == {
         ("", "pods"), ("", "events"), ("batch", "jobs"), ("events.k8s.io", "events"),
         ("kueue.x-k8s.io", "workloads"), ("kueue.x-k8s.io", "clusterqueues"), ("kueue.x-k8s.io", "localqueues"),
@@ -872,7 +871,8 @@ async def test_the_role_allows_watching_and_refuses_everything_else(
             ("POST", "/apis/coordination.k8s.io/v1/namespaces/default/leases", {"metadata": {"name": "x"}}),
             ("GET", f"/apis/coordination.k8s.io/v1/namespaces/{SYSTEM_NS}/leases/another-lease", None),
             ("GET", f"{KUEUE}/resourceflavors", None),
-            ("DELETE", f"{KUEUE}/clusterqueues/x", None),
+            ("POST", f"{KUEUE}/clusterqueues", {"metadata": {"name": "x"}}),  # queues are read, never written
+            ("DELETE", f"{KUEUE}/namespaces/default/localqueues/x", None),
         ]
         for method, path, body in refused:
             with pytest.raises(ApiError) as denied:

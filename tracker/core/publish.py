@@ -19,7 +19,13 @@ partition from ``run-state``); every decision it takes about what to write is ma
 - **retired runs**: those the reducer retired while folding are dropped from the policy state and counted as
   finished by their last status; their run-state record becomes the reducer's retired marker, and the runs the
   reducer forgot (``max_retired``) get a tombstone;
-- **which run-state records to write**: every run the batch touched (changed, retired or alerted), once.
+- **which run-state records to write**: every run the batch touched (changed, retired or alerted), once;
+- **Kueue's queues** (``tracker.core.queues``): the newest state of each ClusterQueue and LocalQueue the batch
+  changed is a record of its own (kind ``queue``, key ``queue:<ClusterQueue>`` or ``queue:<namespace>/<LocalQueue>``),
+  and so is each pending run's newest position (kind ``position``, key ``<run id>/position``), published when its
+  content hash differs from the one last published for the key. Each is kept in run-state too (the same key: the
+  state and its hash), so a new owner of the partition restores them; a retired run's position record there gets a
+  tombstone (its transitions record stays, as its history does).
 
 ``RunShell`` is what is kept per run beside the reducer's facts; ``PartitionPolicy.shell_doc`` and
 ``PartitionPolicy.restore_shell`` are its form in a run-state record (the ``shell`` field).
@@ -28,6 +34,7 @@ partition from ``run-state``); every decision it takes about what to write is ma
 from __future__ import annotations
 
 import hashlib
+import json
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -44,6 +51,7 @@ from tracker.core.model import (
     Status,
     adapter,
 )
+from tracker.core.queues import QueuePosition, QueueState
 from tracker.core.reducer import Flushed
 from tracker.core.stuck import Clock, Stuck, StuckRunAlert
 from tracker.core.timefmt import ts
@@ -76,24 +84,44 @@ class RunShell:
 
 
 HISTORY, POINTS, POD = "history", "points", "pod"  # the kinds of record on transitions (header ``kind``)
+QUEUE, POSITION = "queue", "position"  # Kueue's queues: a queue's newest state, a pending run's newest position
+POSITION_SUFFIX = "/position"
 
 
 def record_key(run_id: str, kind: str, uid: str = "") -> str:
-    """The key of a transitions record: the run id for its history, ``<run id>/points``, ``<run id>/pod/<uid>`` (a run
-    id is a label value or a uid: it holds no ``/``). Compaction keeps the latest record of each."""
-    if kind == HISTORY:
+    """The key of a transitions record: the run id for its history, ``<run id>/points``, ``<run id>/pod/<uid>``,
+    ``<run id>/position`` (a run id is a label value or a uid: it holds no ``/``); a queue's is its queue key
+    (``queue:...``, passed as ``run_id``). Compaction keeps the latest record of each."""
+    if kind in (HISTORY, QUEUE):
         return run_id
     if kind == POINTS:
         return f"{run_id}/points"
+    if kind == POSITION:
+        return f"{run_id}{POSITION_SUFFIX}"
     return f"{run_id}/pod/{uid}"
+
+
+def queue_value(q: QueueState) -> bytes:
+    """The JSON of a queue's record (``QueueState.to_json``), keys sorted: the same state, the same bytes."""
+    return json.dumps(q.to_json(), sort_keys=True, separators=(",", ":")).encode()
+
+
+def position_value(p: QueuePosition) -> bytes:
+    """The JSON of a position record (``QueuePosition.to_json``), keys sorted."""
+    return json.dumps(p.to_json(), sort_keys=True, separators=(",", ":")).encode()
+
+
+def queue_state_doc(kind: str, value: bytes, digest: str) -> dict[str, Any]:
+    """The run-state record kept for a queue or a position: its published value (``kind`` the field) and hash."""
+    return {kind: json.loads(value), "hash": digest}
 
 
 @dataclass(frozen=True, slots=True)
 class Publication:
     """A record to publish on ``transitions``: its kind, key, JSON (None: a tombstone) and the content hash of it."""
 
-    run_id: str
-    kind: str  # HISTORY, POINTS or POD
+    run_id: str  # a queue's record: its queue key
+    kind: str  # HISTORY, POINTS, POD, QUEUE or POSITION
     key: str
     value: bytes | None
     digest: str | None
@@ -120,6 +148,9 @@ class Decisions:
     oversized: list[tuple[str, int]] = field(default_factory=list)  # (record key, bytes) of records too large
     phases: Counter[str] = field(default_factory=Counter)  # phase entries to count
     finished: Counter[str] = field(default_factory=Counter)  # retired runs, by final status
+    # run-state records of queues and positions: (key, kind, value) of those published; keys whose record goes
+    queue_state: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
+    queue_state_gone: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +171,8 @@ class PartitionPolicy:
     runs: dict[str, RunShell] = field(default_factory=dict)
     stuck: dict[str, Stuck] = field(default_factory=dict)  # live runs before their application started
     watermark_us: int = 0
+    queue_hashes: dict[str, str] = field(default_factory=dict)  # queue key -> hash of its record last published
+    position_hashes: dict[str, str] = field(default_factory=dict)  # run id -> hash of its position last published
 
     # ------------------------------------------------------------------------------------ one batch
     def decide(self, flushed: Flushed, limits: Limits, *, now_us: int | None) -> Decisions:
@@ -159,6 +192,9 @@ class PartitionPolicy:
             self.stuck.pop(run_id, None)
             out.finished[(gone.status if gone is not None else Status.SUCCEEDED).value] += 1
             touched.append(run_id)
+            if self.position_hashes.pop(run_id, None) is not None:  # the reducer forgot its position
+                out.queue_state_gone.append(record_key(run_id, POSITION))
+        self._publish_queues(flushed, limits, out)
         out.alerts = self.due_alerts(self.watermark_us if now_us is None else now_us, limits)
         touched.extend(a.stuck.run_id for a in out.alerts)
         out.touched = list(dict.fromkeys(touched))
@@ -189,16 +225,50 @@ class PartitionPolicy:
         for uid in u.removed_pods:
             out.publish.append(Publication(run_id, POD, record_key(run_id, POD, uid), None, None))
 
+    def _publish_queues(self, flushed: Flushed, limits: Limits, out: Decisions) -> None:
+        """Each queue's newest state and each run's newest position that the batch changed, when its content hash
+        differs from the one last published for its key (a retired run's position is not published)."""
+        retired = set(flushed.retired)
+        items: list[tuple[str, str, bytes, dict[str, str]]] = [
+            (q.key, QUEUE, queue_value(q), self.queue_hashes) for q in flushed.queues]
+        items += [(p.run_id, POSITION, position_value(p), self.position_hashes)
+                  for p in flushed.positions if p.run_id not in retired]
+        for name, kind, value, hashes in items:
+            digest = content_hash(value)
+            if hashes.get(name) == digest:
+                continue
+            key = record_key(name, kind)
+            hashes[name] = digest
+            if self._add(out, limits, Publication(name, kind, key, value, digest)):
+                out.queue_state.append((key, kind, queue_state_doc(kind, value, digest)))
+
+    def restore_queue_record(self, key: str, doc: Mapping[str, Any]) -> QueueState | QueuePosition:
+        """Read back the run-state record of a queue (key ``queue:...``) or a position (``<run id>/position``):
+        the hash last published is remembered; the state or position is returned (for the reducer's ``QueueBook``).
+        Raises ValueError when the record is not one."""
+        try:
+            digest = doc["hash"]
+            if key.endswith(POSITION_SUFFIX) and POSITION in doc:
+                pos = QueuePosition.from_json(doc[POSITION])
+                self.position_hashes[pos.run_id] = digest
+                return pos
+            q = QueueState.from_json(doc[QUEUE])
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise ValueError(f"run-state record {key[:200]!r} is not a queue's or a position's: {exc!r}") from exc
+        self.queue_hashes[q.key] = digest
+        return q
+
     @staticmethod
-    def _add(out: Decisions, limits: Limits, p: Publication) -> None:
+    def _add(out: Decisions, limits: Limits, p: Publication) -> bool:
         assert p.value is not None
         if len(p.value) <= limits.max_value_bytes:
             out.publish.append(p)
-            return
+            return True
         out.oversized.append((p.key, len(p.value)))
         out.dead_letters.append(DeadLetter(
             source=f"{limits.transitions_topic}:{p.key}", reason=f"{p.kind} record too large to publish",
             detail=f"{len(p.value)} bytes > {limits.max_value_bytes}", excerpt=p.value[:2048].decode(errors="replace")))
+        return False
 
     def due_alerts(self, now_us: int, limits: Limits) -> list[Alert]:
         """The stuck runs due an alert at ``now_us`` (each remembered as alerted: it is due only once)."""

@@ -28,7 +28,7 @@ from tracker.core.facts import newer
 from tracker.core.model import iso
 from tracker.core.timefmt import BadTimestamp, ts
 
-QUEUE_KINDS = frozenset({"ClusterQueue", "LocalQueue"})
+QUEUE_KINDS = ("ClusterQueue", "LocalQueue")  # a tuple: `in` compares, so an unhashable kind is simply not one
 QUEUE_KEY_PREFIX = "queue:"
 QUEUE_POSITION_SCHEMA = "taugrid.io/queue-position/v1"
 MAX_RESOURCES = 256  # (flavor, resource) rows kept per queue; a larger queue is cut (the rest is not kept)
@@ -409,6 +409,13 @@ class QueueBook:
         positions = [self.positions[k] for k in sorted(self.dirty_positions)]
         self.dirty_queues, self.dirty_positions = set(), set()
         return queues, positions
+
+    def restore(self, item: QueueState | QueuePosition) -> None:
+        """Keep a queue's state or a run's position read back from a changelog (``take`` does not report it)."""
+        if isinstance(item, QueueState):
+            self.queues[item.key] = item
+        else:
+            self.positions[item.run_id] = item
 
     def forget_run(self, run_id: str) -> None:
         """A retired run's position goes with it (its row stays where it was written)."""

@@ -9,6 +9,9 @@ one partition are folded, and then ONE transaction carries everything they cause
   the sha256 of the value); a run folded without any change of content produces nothing;
 - ``run-state``: ``Reducer.snapshot_run`` of every run the records touched, plus the shell's own per-run state
   (``shell``: last content hash, alerts already sent, the partition's event-time watermark);
+- Kueue's queues: the newest state of each queue and each pending run's newest position that changed, on
+  ``transitions`` (kinds ``queue`` and ``position``) and in ``run-state`` (the same keys, with their hash), so a
+  new owner restores the partition's queues with its runs;
 - ``dead-letters`` and ``alerts``;
 - the offsets, through ``send_offsets_to_transaction``.
 
@@ -53,7 +56,8 @@ from aiokafka.errors import KafkaError, ProducerFenced
 from tracker import errors
 from tracker.core import stuck
 from tracker.core.model import DeadLetter, Phase, Status
-from tracker.core.publish import Decisions, Limits, PartitionPolicy, content_hash
+from tracker.core.publish import POSITION_SUFFIX, Decisions, Limits, PartitionPolicy, content_hash
+from tracker.core.queues import QUEUE_KEY_PREFIX
 from tracker.core.reducer import Flushed, Reducer, ReducerLimits
 from tracker.core.stuck import STUCK_RUN_SCHEMA, StalledAdmissionAlert, StuckRunAlert
 from tracker.runtime.ops import Health, Metrics
@@ -272,7 +276,11 @@ class ReduceService:
         for key, value in latest.items():
             if value is None:
                 continue
-            run_id, sep, uid = key.decode(errors="replace").partition(_POD_KEY)
+            text = key.decode(errors="replace")
+            if text.startswith(QUEUE_KEY_PREFIX) or text.endswith(POSITION_SUFFIX):  # a queue's, a position's
+                part.reducer.queues.restore(part.policy.restore_queue_record(text, jsonio.loads(value)))
+                continue
+            run_id, sep, uid = text.partition(_POD_KEY)
             if sep:
                 pods.setdefault(run_id, {})[uid] = jsonio.loads(value)
             else:
@@ -368,6 +376,7 @@ class ReduceService:
         for run_id in decided.touched:
             plan.records.extend(self._state_record(part, run_id, dead))
         plan.records.extend(_Out(topics.run_state, partition, run_id.encode(), None) for run_id in decided.forgotten)
+        plan.records.extend(self._queue_state_records(decided, partition, dead))
         for dl in dead:
             plan.dead[dl.reason] += 1
             plan.records.append(_Out(topics.dead_letters, None, None, dl.model_dump_json().encode()))
@@ -393,6 +402,23 @@ class ReduceService:
                                        detail=f"{len(value)} bytes > {limit}"))
                 continue
             out.append(_Out(topic, partition, key.encode(), value, headers))
+        return out
+
+    def _queue_state_records(self, decided: Decisions, partition: int, dead: list[DeadLetter]) -> list[_Out]:
+        """The run-state records of the queues and positions published (their state and hash, header ``kind``), and
+        a tombstone for each position the reducer forgot (its run retired)."""
+        topic = self.topics.run_state
+        out = [_Out(topic, partition, key.encode(), None, ((KIND_HEADER, b"position"),))
+               for key in decided.queue_state_gone]
+        limit = self.topics.max_message_bytes - _OUTPUT_MARGIN
+        for key, kind, doc in decided.queue_state:
+            value = jsonio.dumps(doc)
+            if len(value) > limit:
+                log.error("run_state_too_large", key=key, bytes=len(value), limit=limit)
+                dead.append(DeadLetter(source=f"{topic}:{key}", reason="run state too large to persist",
+                                       detail=f"{len(value)} bytes > {limit}"))
+                continue
+            out.append(_Out(topic, partition, key.encode(), value, ((KIND_HEADER, kind.encode()),)))
         return out
 
     # ------------------------------------------------------------------------------------ stuck runs

@@ -17,6 +17,11 @@ The sink object is opened, used and closed on one dedicated thread (SQLite conne
 so a slow write never blocks the event loop's heartbeats. A failing write is retried (capped, with backoff); a
 ValueError is the sink refusing data, not a transient failure: the batch is then written run by run and only the
 refused updates are skipped (``tracker_sink_bad_records_total``), so one bad update cannot stall a sink.
+
+Kueue's queues travel on the same topic (a queue's newest state, a pending run's newest position:
+``tracker.shell.transitions.decode_queue``). A sink that keeps them (``QueueStore``: the index, ADX) gets a batch's
+newest of each through ``write_queues`` before its histories; a sink that does not skips them. Their rows are
+newest-wins upserts (the index) or newest by revision (ADX), so writing them again after a restart changes nothing.
 """
 
 from __future__ import annotations
@@ -37,8 +42,9 @@ from pydantic import ValidationError
 
 from tracker import errors
 from tracker.core.model import HistoryUpdate
+from tracker.core.queues import QueuePosition, QueueState
 from tracker.runtime.ops import Health, Metrics
-from tracker.runtime.pipeline import HistorySink
+from tracker.runtime.pipeline import HistorySink, QueueStore
 from tracker.settings import Settings
 from tracker.shell import kafka, transitions
 
@@ -210,6 +216,8 @@ class SinkRunner:
     # ------------------------------------------------------------------------------------ writing
     async def _write(self, consumer: AIOKafkaConsumer, batches: dict[TopicPartition, list[ConsumerRecord]]) -> None:
         updates: list[HistoryUpdate] = []
+        queues: dict[str, QueueState] = {}  # the newest of each queue and position in the batch (partition order)
+        positions: dict[str, QueuePosition] = {}
         offsets: dict[TopicPartition, int] = {}
         for tp, records in batches.items():
             if tp in self._pending or tp not in self._positions:
@@ -217,6 +225,13 @@ class SinkRunner:
             fresh = [r for r in records if r.offset >= self._positions[tp]]
             for rec in fresh:
                 try:
+                    if transitions.is_queue_record(rec.headers):
+                        item = transitions.decode_queue(rec.key, rec.value, rec.headers)
+                        if isinstance(item, QueueState):
+                            queues[item.key] = item
+                        else:
+                            positions[item.run_id] = item
+                        continue
                     updates.append(transitions.decode(rec.key, rec.value, rec.headers))
                 except (ValidationError, ValueError, TypeError) as exc:
                     self.metrics.sink_bad_records.labels(self.name).inc()
@@ -228,7 +243,8 @@ class SinkRunner:
             return
         stored = {(self.group, tp.topic, tp.partition): off for tp, off in offsets.items()}
         combined = transitions.combine(updates)
-        changed = await self._write_with_retries(combined, stored if self._stores_offsets else {})
+        changed = await self._write_queues(list(queues.values()), list(positions.values()))
+        changed += await self._write_with_retries(combined, stored if self._stores_offsets else {})
         if not self._stores_offsets:
             try:
                 await kafka.bounded(consumer.commit(offsets), self.ks.call_timeout_s, what="committing sink offsets")
@@ -266,6 +282,29 @@ class SinkRunner:
                 continue
             self.metrics.sink_write_seconds.labels(self.name).observe(time.perf_counter() - started)
             return changed
+
+    async def _write_queues(self, queues: list[QueueState], positions: list[QueuePosition]) -> int:
+        """Queues and positions to a sink that keeps them (before the histories and offsets: a repeat after a crash
+        is a newest-wins upsert), with the retries of histories; a ValueError skips them (counted as bad records)."""
+        sink = self._sink
+        if not (queues or positions) or not isinstance(sink, QueueStore):
+            return 0
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return await self._call(lambda: sink.write_queues(queues, positions))
+            except ValueError as exc:
+                self.metrics.sink_bad_records.labels(self.name).inc(len(queues) + len(positions))
+                log.error("queues_refused", sink=self.name, error=str(exc)[:500])
+                return 0
+            except Exception as exc:
+                self.metrics.errors.labels(f"sink-{self.name}", "write").inc()
+                if attempt > self.s.sink.max_retries:
+                    raise SinkFatal(f"{self.name} sink: writing queues failed {attempt} times in a row: {exc!r}") \
+                        from exc
+                log.warning("sink_write_retrying", sink=self.name, attempt=attempt, error=repr(exc))
+                await asyncio.sleep(self._backoff(attempt))
 
     async def _isolate(self, updates: list[HistoryUpdate], stored: dict[OffsetKey, int]) -> int:
         changed = sum([await self._write_with_retries([u], {}) for u in updates])

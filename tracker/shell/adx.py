@@ -20,6 +20,11 @@ deduplicate by ``EventId`` and pick the newest ``Revision``. Row identity:
 - attempts, pods, run state and metric summaries change over a run's life: each change is a new row whose
   ``Revision`` is the sink's clock in microseconds (strictly increasing), and whose ``EventId`` hashes the
   row's content and revision, so that only true duplicates of one delivery collapse in the views.
+
+``AdxSink.write_queues`` does the same for Kueue's queues: a row of ``TaugridQueueState`` per change of a queue's
+newest state and of ``TaugridQueuePositions`` per change of a pending run's position (a memo of the digest last
+queued per queue and run), read through the newest-per-key views ``TaugridQueueStateLatest`` and
+``TaugridQueuePositionsLatest``.
 """
 
 from __future__ import annotations
@@ -61,6 +66,7 @@ from azure.kusto.ingest.exceptions import KustoQueueError
 
 from tracker import errors
 from tracker.core.model import HistoryUpdate, MetricPoint, PodPlacement, RunHistory, RunRecord
+from tracker.core.queues import QueuePosition, QueueState
 from tracker.settings import AdxSettings
 from tracker.shell.deadline import call_with_deadline
 
@@ -72,7 +78,11 @@ PODS = "TaugridRunPods"
 STATE = "TaugridRunState"
 METRICS = "TaugridMetricSummaries"
 POINTS = "TaugridMetricPoints"
-TABLES = (TRANSITIONS, ATTEMPTS, PODS, STATE, METRICS, POINTS)
+TABLES = (TRANSITIONS, ATTEMPTS, PODS, STATE, METRICS, POINTS)  # a run's
+QUEUES = "TaugridQueueState"
+POSITIONS = "TaugridQueuePositions"
+QUEUE_TABLES = (QUEUES, POSITIONS)  # Kueue's queues and pending runs' positions (``write_queues``)
+ALL_TABLES = TABLES + QUEUE_TABLES
 
 def mapping_name(table: str) -> str:
     """The JSON ingestion mapping of a table (schemas/kusto/020-mappings.kql)."""
@@ -195,6 +205,35 @@ def _point_rows(points: Iterable[MetricPoint], cluster: str) -> Iterator[tuple[s
                                 "Value": pt.value, "At": _ts(pt.at)}
 
 
+def queue_rows(queues: Iterable[QueueState], positions: Iterable[QueuePosition],
+               cluster: str) -> Iterator[tuple[str, str, Row]]:
+    """(table, key, row without EventId/Revision/IngestedAt) of each queue's state and each run's position: the
+    newest of each, as the index keeps them (``tracker.shell.index_queues``)."""
+    for q in queues:
+        yield QUEUES, q.key, {
+            "Cluster": cluster, "Key": q.key, "Kind": q.kind, "Namespace": q.namespace, "Name": q.name,
+            "Uid": q.uid, "ResourceVersion": q.resource_version, "UpdatedAt": _us(q.updated_at),
+            "ClusterQueue": q.cluster_queue, "Cohort": q.cohort, "StopPolicy": q.stop_policy, "Stopped": q.stopped,
+            "Active": q.active, "ActiveReason": q.active_reason, "ActiveMessage": q.active_message,
+            "Pending": q.pending, "Reserving": q.reserving, "Admitted": q.admitted,
+            "AdmissionChecks": list(q.admission_checks),
+            "Resources": [{"Flavor": r.flavor, "Resource": r.resource, "Nominal": r.nominal,
+                           "BorrowingLimit": r.borrowing_limit, "Reserved": r.reserved, "Used": r.used}
+                          for r in q.resources],
+            "Deleted": q.deleted}
+    for p in positions:
+        yield POSITIONS, p.run_id, {
+            "Cluster": cluster, "RunId": p.run_id, "Namespace": p.namespace, "Workload": p.workload,
+            "ClusterQueue": p.cluster_queue, "LocalQueue": p.local_queue,
+            "PositionInClusterQueue": p.position_in_cluster_queue,
+            "PositionInLocalQueue": p.position_in_local_queue, "PolledAt": _us(p.polled_at)}
+
+
+def _us(value: int | None) -> str | None:
+    """µs since the epoch as a Kusto datetime (RFC 3339, UTC)."""
+    return None if value is None else _ts(datetime.fromtimestamp(value / 1e6, UTC))
+
+
 def _state(run: RunRecord) -> Row:
     return {column: _jsonable(getattr(run, name)) for name, column in STATE_COLUMNS.items()}
 
@@ -303,7 +342,7 @@ class _Spool:
         return self._write(self.rejected, chunk)
 
 
-_SPOOL_NAME = re.compile(rf"(\d{{16}})\.({'|'.join(TABLES)})\.jsonl")
+_SPOOL_NAME = re.compile(rf"(\d{{16}})\.({'|'.join(ALL_TABLES)})\.jsonl")
 
 
 def _spool_files(directory: Path) -> tuple[list[Path], list[Path]]:
@@ -347,8 +386,9 @@ class AdxSink:
         self._props = {t: IngestionProperties(database=settings.database, table=t, data_format=DataFormat.JSON,
                                               ingestion_mapping_reference=mapping_name(t),
                                               ingestion_mapping_kind=IngestionMappingKind.JSON)
-                       for t in TABLES}
+                       for t in ALL_TABLES}
         self._memo: OrderedDict[str, dict[RowKey, str | bytes]] = OrderedDict()
+        self._queue_memo: OrderedDict[tuple[str, str], str] = OrderedDict()  # (table, key) -> digest last queued
         self._revision = 0
         self._spool = _Spool(settings.spool_dir, self.stats)
         self._cond = threading.Condition()
@@ -421,6 +461,35 @@ class AdxSink:
         while len(self._memo) > self.settings.memo_max_runs:
             self._memo.popitem(last=False)
         return out
+
+    def write_queues(self, queues: Sequence[QueueState], positions: Sequence[QueuePosition]) -> int:
+        """Queues a row per queue state and per position not sent before (``TaugridQueueState``,
+        ``TaugridQueuePositions``; a bounded memo of the digest last queued per key); returns their number."""
+        self._revision = max(self._revision + 1, time.time_ns() // 1_000)
+        lines: list[tuple[str, bytes]] = []
+        for table, key, row in queue_rows(queues, positions, self.settings.source_cluster):
+            digest = _digest(json.dumps(row, sort_keys=True, separators=(",", ":")))
+            memo_key = (table, key)
+            if self._queue_memo.get(memo_key) != digest:
+                lines.append((table, _line({"EventId": _digest(f"{digest}|{self._revision}"),
+                                            "Revision": self._revision, **row})))
+            self._queue_memo[memo_key] = digest
+            self._queue_memo.move_to_end(memo_key)
+        while len(self._queue_memo) > self.settings.memo_max_runs:
+            self._queue_memo.popitem(last=False)
+        with self._cond:
+            if self._closing.is_set():
+                raise RuntimeError("AdxSink is closed")
+            for item in lines:
+                if len(self._pending) >= self.settings.queue_max_rows:
+                    self.stats.backpressure_waits += 1
+                    self._cond.notify_all()
+                    self._cond.wait_for(lambda: len(self._pending) < self.settings.queue_max_rows)
+                self._pending.append((*item, time.monotonic()))
+                self._pending_bytes += len(item[1])
+            self.stats.rows_queued += len(lines)
+            self._cond.notify_all()
+        return len(lines)
 
     def flush(self, timeout_s: float | None = None) -> bool:
         """Sends the queued rows now; True once each was accepted by Kusto or spooled (False on timeout)."""

@@ -7,6 +7,10 @@ record's size does not grow with the run's width, and compaction keeps the lates
 in partition order and writes each as the update it is; ``combine`` makes one update per run of a batch. Records a
 tracker before the split published (no ``kind`` header: the run's whole history, pods inside its attempts) are read
 as the full update they are. A record that is none of these is a ValueError.
+
+Kueue's queues travel on the same topic (``tracker.core.publish``): a queue's newest state (kind ``queue``, key
+``queue:...``) and a pending run's newest position (kind ``position``, key ``<run id>/position``); ``decode_queue``
+reads them (``is_queue_record`` tells them apart), for the sinks that keep queues (``write_queues``).
 """
 
 from __future__ import annotations
@@ -23,15 +27,54 @@ from tracker.core.model import (
     load,
     load_json,
 )
-from tracker.core.publish import HISTORY, POD, POINTS
+from tracker.core.publish import HISTORY, POD, POINTS, POSITION, QUEUE, record_key
+from tracker.core.queues import QUEUE_KEY_PREFIX, QueuePosition, QueueState
 from tracker.shell import jsonio
 
-KIND_HEADER = "kind"  # of a transitions record: history, points or pod (tracker.core.publish); of a run-state one: pod
+KIND_HEADER = "kind"  # of a transitions record: history, points, pod, queue or position (tracker.core.publish);
+# of a run-state one: pod, queue or position
+
+
+def _kind(headers: Sequence[tuple[str, bytes]] | None) -> str | None:
+    return next((v.decode(errors="replace") for k, v in headers or () if k == KIND_HEADER), None)
+
+
+def is_queue_record(headers: Sequence[tuple[str, bytes]] | None) -> bool:
+    """Whether a transitions record is a queue's state or a run's position (``decode_queue``), not a run's part."""
+    return _kind(headers) in (QUEUE, POSITION)
+
+
+def decode_queue(key: bytes | None, value: bytes | None,
+                 headers: Sequence[tuple[str, bytes]] | None) -> QueueState | QueuePosition:
+    """A queue's newest state or a pending run's newest position; ValueError if the record is neither, or its key is
+    not the one its content has."""
+    kind = _kind(headers)
+    text_key = key.decode(errors="replace") if key is not None else ""
+    if value is None:
+        raise ValueError(f"a tombstone of a {kind} record (key {text_key[:200]!r}): queues and positions are kept")
+    try:
+        doc = jsonio.loads(value)
+        if not isinstance(doc, dict):
+            raise ValueError("not a JSON object")
+        item: QueueState | QueuePosition
+        if kind == QUEUE:
+            item = QueueState.from_json(doc)
+            expected = item.key if item.key.startswith(QUEUE_KEY_PREFIX) else None
+        elif kind == POSITION:
+            item = QueuePosition.from_json(doc)
+            expected = record_key(item.run_id, POSITION)
+        else:
+            raise ValueError(f"not a queue record: kind {kind!r}")
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"a {kind} record (key {text_key[:200]!r}) that is not one: {exc!r}") from exc
+    if text_key != expected:
+        raise ValueError(f"a {kind} record keyed {text_key[:200]!r} holds {expected!r}")
+    return item
 
 
 def decode(key: bytes | None, value: bytes | None, headers: Sequence[tuple[str, bytes]] | None) -> HistoryUpdate:
     """The update a transitions record stands for; ValueError (pydantic's ValidationError is one) if it is none."""
-    kind = next((v.decode(errors="replace") for k, v in headers or () if k == KIND_HEADER), None)
+    kind = _kind(headers)
     text_key = key.decode(errors="replace") if key is not None else ""
     if kind == POD:
         run_id, sep, uid = text_key.partition("/pod/")

@@ -102,6 +102,8 @@ class RunKeyer:
             run_id = value.get("run_id")
             return [(item, run_id if isinstance(run_id, str) and run_id else None)]
         etype, obj = value.get("type"), value.get("object")
+        if etype is None and "object" not in value and value.get("kind") in (*QUEUE_KINDS, "List"):
+            return _bare_queues(item)  # ``kubectl get clusterqueues,localqueues -o json``: no watch event
         if etype in ("BOOKMARK", "ERROR"):
             return []
         if isinstance(obj, dict) and isinstance(obj.get("kind"), str) and obj["kind"] in QUEUE_KINDS:  # by queue
@@ -129,3 +131,20 @@ class RunKeyer:
         self.corr.held.clear()
         self.corr.held_by_owner.clear()
         return held
+
+
+def _bare_queues(item: Record) -> list[KeyedRecord]:
+    """A bare queue object keyed by its queue; a List, each of its items apart (a queue object keyed by its queue,
+    anything else unkeyed, for the reducer to dead-letter as it does in a replay)."""
+    value = item.value
+    items = value.get("items") if value.get("kind") == "List" else [value]
+    if not isinstance(items, list):
+        return [(item, None)]
+    out: list[KeyedRecord] = []
+    for obj in items:
+        rec = item if obj is value else Record(item.source, obj)
+        try:
+            out.append((rec, queue_key(obj) if isinstance(obj, dict) and obj.get("kind") in QUEUE_KINDS else None))
+        except x.Malformed:
+            out.append((rec, None))
+    return out
