@@ -20,7 +20,7 @@ from tests.histories import ups
 from tracker.cli import DEMO_CAPTURES, PHASES, STATUSES, build_parser, main, replay
 from tracker.core.model import Phase, RunRecord, Status, field_names
 from tracker.render import runs_json
-from tracker.runs_view import kube_duration
+from tracker.runs_view import NOW_FIELDS, kube_duration
 from tracker.shell import index_query
 from tracker.shell.index import ExperimentIndex
 from tracker.shell.index_schema import SCHEMA_VERSION
@@ -57,8 +57,9 @@ def ids(capsys: pytest.CaptureFixture[str], index: Path, *args: str) -> list[str
 
 
 def rows(capsys: pytest.CaptureFixture[str], index: Path, *args: str) -> list[dict[str, object]]:
+    """The RunRecord fields of ``runs -o json`` (without what it reads at --now: runs_view.NOW_FIELDS)."""
     data: list[dict[str, object]] = json.loads(run(capsys, "runs", "--index", str(index), "-o", "json", *args))
-    return data
+    return [{k: v for k, v in d.items() if k not in NOW_FIELDS} for d in data]
 
 
 # ------------------------------------------------------------------------------------------ the table
@@ -76,7 +77,8 @@ def test_the_table_fits_80_columns_with_age_and_short_ids_show_accepts(
     short = row.split()[1]
     assert short != UUID_RUN and UUID_RUN.startswith(short)
     qwen = next(line for line in lines if "qwen-rm-5vt2j" in line).split()
-    assert qwen[2:7] == ["Admission", "2", "1", "-", "36m"]  # pending in Admission since 12:24:00
+    # pending in Admission since 12:24:00: its wait (queued then) grows up to --now
+    assert qwen[2:7] == ["Admission", "2", "1", "36m+", "36m"]
     shown = run(capsys, "show", short, "--index", str(index), "--now", NOW)
     assert UUID_RUN in shown and "eval-hotfix-0820" in shown
 
@@ -222,8 +224,11 @@ def test_json_yaml_and_name_outputs(index: Path, capsys: pytest.CaptureFixture[s
     with ExperimentIndex(index, readonly=True) as ix:
         expected = runs_json(ix.runs())
     assert rows(capsys, index) == expected
-    assert json.loads(run(capsys, "runs", "--index", str(index), "--json")) == expected
-    assert yaml.safe_load(run(capsys, "runs", "--index", str(index), "-o", "yaml")) == expected
+    def plain(data: list[dict[str, object]]) -> list[dict[str, object]]:
+        return [{k: v for k, v in d.items() if k not in NOW_FIELDS} for d in data]
+
+    assert plain(json.loads(run(capsys, "runs", "--index", str(index), "--json"))) == expected
+    assert plain(yaml.safe_load(run(capsys, "runs", "--index", str(index), "-o", "yaml"))) == expected
     assert ids(capsys, index) == [r["run_id"] for r in expected]
 
 
@@ -257,7 +262,7 @@ def test_show_notes_when_a_name_had_several_runs(tmp_path: Path, capsys: pytest.
 
 
 def test_show_output_is_the_published_history_schema(index: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    schema = json.loads((REPO / "schemas" / "history" / "v2.schema.json").read_text())
+    schema = json.loads((REPO / "schemas" / "history" / "v3.schema.json").read_text())
     for fmt in ("json", "yaml"):
         text = run(capsys, "show", "gpt-moe-6wz8r", "--index", str(index), "-o", fmt)
         data = json.loads(text) if fmt == "json" else yaml.safe_load(text)
