@@ -3,18 +3,29 @@ table, show, compare, audit, the web view), on the hand-written capture of tests
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import io
 import json
 from datetime import UTC, datetime
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 from tests import pending_capture as cap
+from tests.test_metrics import values
 from tracker.cli import main
+from tracker.core import stuck
 from tracker.core.model import PendingCategory
+from tracker.core.reducer import Reducer, ReducerLimits
 from tracker.core.waits import PENDING_CATEGORIES, admission_wait, pending_by_category
+from tracker.runtime.embedded_metrics import EmbeddedMetrics
+from tracker.runtime.ops import Metrics
+from tracker.runtime.pipeline import PipelineLimits, run_pipeline
+from tracker.settings import load_settings
+from tracker.shell.capture import Record, capture_files
+from tracker.shell.capture import interleave as round_robin
 from tracker.shell.index import ExperimentIndex
 from tracker.ui.pages import run_page
 
@@ -41,7 +52,7 @@ def run(capsys: pytest.CaptureFixture[str], *args: str) -> str:
 
 
 def test_the_categories_agree_with_the_model() -> None:
-    assert PENDING_CATEGORIES == tuple(c.value for c in PendingCategory)
+    assert tuple(c.value for c in PendingCategory) == PENDING_CATEGORIES
 
 
 def test_a_wait_grows_only_while_queued_and_not_admitted() -> None:
@@ -160,3 +171,56 @@ def test_the_run_page_draws_the_steps_and_the_categories(index: Path) -> None:
     assert 'class="step-released"' in page and "QuotaReleased (AdmissionCheck)" in page
     assert "check prov Retry: provisioning failed, retrying" in page
     assert "style=" not in page and "<script" not in page
+
+
+# ------------------------------------------------------------------------------------------ metrics and alerts
+
+
+def _us(at: datetime) -> int:
+    return int(at.timestamp() * 1_000_000)
+
+
+def test_the_reducer_counts_pending_seconds_and_the_open_spans(tmp_path: Path) -> None:
+    """``tracker_pending_seconds_total`` counts the ended spans by category (once each, whatever the batches),
+    ``tracker_pending_open_seconds`` the open spans' summed age at the metrics clock (here the wall clock at
+    10:30)."""
+    capture = tmp_path / "c.jsonl"
+    capture.write_text("".join(json.dumps(r) + "\n" for r in cap.records()))
+    records = [rec for rec in round_robin(capture_files([capture])) if isinstance(rec, Record)]
+    metrics = Metrics("serve-embedded")
+    settings = load_settings(None, {"alerts": {"clock": "wall"}})  # both clocks: the wall clock
+    gauges = EmbeddedMetrics(metrics, settings, wall_us=lambda: _us(NOW_DT), monotonic=lambda: 0.0)
+    reducer = Reducer(ReducerLimits())
+    asyncio.run(run_pipeline(records, reducer, sinks=[], limits=PipelineLimits(flush_every=1),
+                             on_flush=gauges.flushed))
+    gauges.refresh(reducer.watermark)
+    ended = {dict(k)["category"]: v for k, v in values(metrics, "tracker_pending_seconds").items()}
+    # run-check: queued 5s, quota 9m55s; run-retry: queued 4m (quota released 10:05 to 10:08, reserved at once
+    # at 10:01), admission-check:prov 5m
+    assert ended == {"queued": 245.0, "quota": 595.0, "admission-check": 300.0}
+    open_ = {dict(k)["category"]: v for k, v in values(metrics, "tracker_pending_open_seconds").items()}
+    assert set(open_) == set(PENDING_CATEGORIES)
+    assert {k: v for k, v in open_.items() if v} == {"admission-check": 1200.0, "pod-creation": 1260.0}
+    # every pending second up to 10:30: two runs queued at 10:00
+    assert sum(ended.values()) + sum(open_.values()) == 3600.0
+    # the live wait of the run still waiting, as the queue's oldest pending admission
+    waits = {dict(k)["queue"]: v for k, v in values(metrics, "tracker_oldest_pending_admission_seconds").items()}
+    assert waits == {"team-c/lq-c": 1800.0}
+
+
+def test_an_admission_alert_carries_the_live_wait_and_the_open_category(index: Path) -> None:
+    with ExperimentIndex(index, readonly=True) as ix:
+        check, retry = ix.history(cap.CHECK_RUN), ix.history(cap.RETRY_RUN)
+    assert check is not None and retry is not None
+    s = stuck.stuck_candidate(check)
+    assert s is not None and s.phase.value == "Admission"
+    alert = json.loads(stuck.stuck_alert(s, _us(NOW_DT), "wall", 600.0).model_dump_json(by_alias=True))
+    published = json.loads((Path(__file__).parent.parent / "schemas" / "stuck-run-alert" / "v1.schema.json")
+                           .read_text())
+    jsonschema.validate(alert, published)
+    assert (alert["admission_wait_s"], alert["pending_category"], alert["pending_since"]) == \
+        (1800.0, "admission-check", "2026-08-20T10:10:00Z")
+    s = stuck.stuck_candidate(retry)
+    assert s is not None and s.phase.value == "Scheduling"
+    alert = json.loads(stuck.stuck_alert(s, _us(NOW_DT), "wall", 600.0).model_dump_json(by_alias=True))
+    assert (alert["admission_wait_s"], alert["pending_category"]) == (None, "pod-creation")  # admitted: no wait

@@ -54,15 +54,16 @@ def compare_data(histories: Sequence[RunHistory], now: datetime | None) -> dict[
     for h in histories:
         r = h.run
         waits = [attempt_wait(a, r, now) for a in h.attempts]
+        pending = [attempt_pending(a, now) for a in h.attempts]
         attempts = [{
             "attempt": a.attempt, "trigger": a.trigger, "cluster_queue": a.cluster_queue,
             "admission_wait_s": w.seconds, "admission_wait_growing": w.growing,
-            "pending_s_by": attempt_pending(a, now), "end_reason": a.end_reason, "end_message": a.end_message,
+            "pending_s_by": p, "end_reason": a.end_reason, "end_message": a.end_message,
             "underlying_cause": a.underlying_cause, "retries": a.retries,
             "failures": [{"pod": f.pod, "reason": f.reason, "exit_code": f.exit_code, "message": f.message}
                          for f in a.failures],
             "failed_pods": max(a.failed_pods, len(a.failures)),
-        } for a, w in zip(h.attempts, waits, strict=True)]
+        } for a, w, p in zip(h.attempts, waits, pending, strict=True)]
         runs.append({
             "run_id": r.run_id, "kind": r.kind, "namespace": r.namespace, "name": r.name,
             "status": r.status.value, "reason": r.reason, "phase": r.phase.value,
@@ -74,7 +75,7 @@ def compare_data(histories: Sequence[RunHistory], now: datetime | None) -> dict[
             "evicted_by": [a.trigger for a in h.attempts[1:]],
             "admission_waits_s": [w.seconds for w in waits],  # a wait still growing: up to now
             "admission_wait_growing": any(w.growing for w in waits),
-            "pending_s_by": _pending_sum(a["pending_s_by"] for a in attempts),
+            "pending_s_by": _pending_sum(pending),
             "attempt_details": attempts,
             "phase_durations_s": phase_durations(h, now),
             "metrics": {m.metric: {"first": _num(m.first_value), "first_step": m.first_step,

@@ -261,6 +261,6 @@ ALTER TABLE runs ADD COLUMN pending_category TEXT; -- the category of the span s
 ALTER TABLE runs ADD COLUMN pending_since TEXT;
 ALTER TABLE runs ADD COLUMN quota_reserved_at TEXT;
 ALTER TABLE attempts ADD COLUMN quota_reserved_at TEXT;
-ALTER TABLE attempts ADD COLUMN admission_steps TEXT NOT NULL DEFAULT '[]'; -- JSON array of {kind, at, check, state, message}
+ALTER TABLE attempts ADD COLUMN admission_steps TEXT NOT NULL DEFAULT '[]'; -- JSON array of steps
 ALTER TABLE attempts ADD COLUMN pending TEXT NOT NULL DEFAULT '[]'; -- JSON array of {category, detail, start, end}
 ALTER TABLE attempts ADD COLUMN pending_s_by TEXT NOT NULL DEFAULT '{}'; -- JSON object: category -> seconds
