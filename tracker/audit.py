@@ -177,7 +177,7 @@ def _table(groups: Sequence[dict[str, Any]], total: dict[str, Any], by: str, fie
         Column("GPU-H", lambda r: _hours(r.data["gpu_hours"]), right=True),
         Column("LOST-H", lambda r: _hours(r.data["lost_gpu_hours"]), right=True),
         Column("GOODPUT", lambda r: _share(r.data["goodput"]), right=True),
-        Column("PENDING-H", lambda r: _hours(r.data["pending_s"] / 3600), right=True),
+        Column("PEND-H", lambda r: _hours(r.data["pending_s"] / 3600), right=True),
     ]
     return render_table(rows, cols, width=width)
 
