@@ -224,3 +224,41 @@ def test_an_admission_alert_carries_the_live_wait_and_the_open_category(index: P
     assert s is not None and s.phase.value == "Scheduling"
     alert = json.loads(stuck.stuck_alert(s, _us(NOW_DT), "wall", 600.0).model_dump_json(by_alias=True))
     assert (alert["admission_wait_s"], alert["pending_category"]) == (None, "pod-creation")  # admitted: no wait
+
+
+def test_the_runs_page_shows_the_live_wait(index: Path) -> None:
+    from tracker.shell.index_query import IndexReader, RunFilter
+    from tracker.ui.pages import runs_page
+
+    with IndexReader(index) as reader:
+        body = runs_page(reader, RunFilter(), values={}, now=NOW_DT, stuck_before=NOW_DT, stuck_label="0s")
+    row = next(r for r in body.split("<tr") if f">{cap.CHECK_RUN}<" in r)
+    assert '<td class="num">30m+</td>' in row
+    row = next(r for r in body.split("<tr") if f">{cap.RETRY_RUN}<" in r)
+    assert '<td class="num">9m</td>' in row
+
+
+def test_the_kafka_reducers_policy_counts_each_ended_second_once_and_keeps_it_in_run_state(tmp_path: Path) -> None:
+    """``PartitionPolicy.decide`` (the Kafka reducer's decisions) gives the ended pending seconds to count, once
+    each whatever the batches; the run-state keeps what was counted, so a restored partition does not count again."""
+    from tracker.core.publish import Limits, PartitionPolicy
+
+    capture = tmp_path / "c.jsonl"
+    capture.write_text("".join(json.dumps(r) + "\n" for r in cap.records()))
+    records = [rec for rec in round_robin(capture_files([capture])) if isinstance(rec, Record)]
+    limits = Limits(max_value_bytes=10_000_000, transitions_topic="t", thresholds_s={}, clock="event")
+    policy, reducer = PartitionPolicy(), Reducer(ReducerLimits())
+    counted: dict[str, float] = {}
+    for rec in records:  # a batch per record
+        reducer.apply(rec.value, rec.source)
+        for category, seconds in policy.decide(reducer.flush(), limits, now_us=None).pending.items():
+            counted[category] = counted.get(category, 0.0) + seconds
+    assert counted == {"queued": 245.0, "quota": 595.0, "admission-check": 300.0}
+    restored = PartitionPolicy()
+    for run_id in policy.runs:
+        restored.restore_shell(run_id, json.loads(json.dumps(policy.shell_doc(run_id))), retired=False)
+    assert {r: s.pending for r, s in restored.runs.items()} == {r: s.pending for r, s in policy.runs.items()}
+    again = Reducer(ReducerLimits())
+    for rec in records:
+        again.apply(rec.value, rec.source)
+    assert restored.decide(again.flush(), limits, now_us=None).pending == {}
