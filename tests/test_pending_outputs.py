@@ -262,3 +262,11 @@ def test_the_kafka_reducers_policy_counts_each_ended_second_once_and_keeps_it_in
     for rec in records:
         again.apply(rec.value, rec.source)
     assert restored.decide(again.flush(), limits, now_us=None).pending == {}
+
+
+def test_sort_by_wait_counts_a_live_wait_up_to_now(index: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    def order(now: str) -> list[str]:
+        return run(capsys, "runs", "--index", str(index), "--now", now, "--sort-by", "wait", "-o", "name").split()
+
+    assert order(NOW) == [cap.CHECK_RUN, cap.RETRY_RUN]  # waited 30m (and waits on) > 9m
+    assert order("2026-08-20T10:05:00Z") == [cap.RETRY_RUN, cap.CHECK_RUN]  # 9m > 5m so far
