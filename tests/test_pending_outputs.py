@@ -107,7 +107,7 @@ def test_show_draws_the_steps_and_the_pending_spans(index: Path, capsys: pytest.
     assert "waiting 30m00s+ for admission" in out  # the attempt's header
     steps = next(line for line in out.splitlines() if line.strip().startswith("steps"))
     assert "◇" in steps and "10:10:00 QuotaReserved (cq-c)" in steps
-    rows = {line.split()[0]: line for line in out.splitlines() if line.startswith("    ")}
+    rows = {line.split()[0]: line for line in out.splitlines() if line.startswith("   ")}
     assert "5s" in rows["queued"] and "9m55s" in rows["quota"]
     assert "20m00s+" in rows["adm."] and "admission-check: prov" in rows["adm."]
     assert "↳ pending admission-check:prov 20m00s+, quota 9m55s, queued 5s" in out

@@ -371,7 +371,7 @@ def _pending_lines(a: Attempt, now: datetime | None, col: Callable[[datetime], i
             if cells[x] == " " or marks.index(mark) > marks.index(cells[x]):
                 cells[x] = mark
         line = Text(no_wrap=True, overflow="ellipsis")
-        line.append(f"  {'  steps':<{LABEL_WIDTH}} ", style="dim")
+        line.append(f"  {' steps':<{LABEL_WIDTH}} ", style="dim")
         line.append("".join(cells), style="yellow")
         line.append(" " + " " * DURATION_WIDTH + "  ")
         line.append(", ".join(f"{_clock(s.at, '%H:%M:%S')} {step_text(s)}" for s in a.admission_steps), style="dim")
@@ -394,7 +394,7 @@ def _pending_lines(a: Attempt, now: datetime | None, col: Callable[[datetime], i
                 seconds += max(0.0, (_utc(stop) - _utc(span.start)).total_seconds())
             growing = growing or span.end is None
         line = Text(no_wrap=True, overflow="ellipsis")
-        line.append(f"  {'  ' + CATEGORY_LABEL.get(cat, cat):<{LABEL_WIDTH}} ", style="dim")
+        line.append(f"  {' ' + CATEGORY_LABEL.get(cat, cat):<{LABEL_WIDTH}} ", style="dim")
         line.append("".join(cells), style="yellow" if cat != "unexplained" else "red")
         duration = human_duration(seconds) + (GROWING if growing else "")
         line.append(f" {duration:>{DURATION_WIDTH}}  ", style="dim")
