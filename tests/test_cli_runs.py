@@ -197,9 +197,12 @@ def test_time_window(index: Path, capsys: pytest.CaptureFixture[str]) -> None:
 def test_limit_and_sort(index: Path, capsys: pytest.CaptureFixture[str]) -> None:
     newest = ids(capsys, index)
     assert ids(capsys, index, "--limit", "3") == newest[:3]
-    waits = [r["run_id"] for r in sorted((r for r in rows(capsys, index) if r["admission_wait_s"] is not None),
-                                         key=lambda r: (-float(r["admission_wait_s"]), r["run_id"]))]  # type: ignore[arg-type]
+    # the wait at --now: the recorded one, or up to --now for a run still waiting (qwen-rm-5vt2j, 36m)
+    at_now = json.loads(run(capsys, "runs", "--index", str(index), "--now", NOW, "-o", "json"))
+    waits = [r["run_id"] for r in sorted((r for r in at_now if r["admission_wait_now_s"] is not None),
+                                         key=lambda r: (-float(r["admission_wait_now_s"]), r["run_id"]))]
     assert ids(capsys, index, "--sort-by", "wait")[: len(waits)] == waits
+    assert waits[:2] == ["llama-sft-4xq9t", "qwen-rm-5vt2j"]
     assert ids(capsys, index, "--sort-by", "name") == sorted(newest, key=lambda rid: next(
         r["name"] for r in rows(capsys, index) if r["run_id"] == rid))  # type: ignore[arg-type, return-value]
     by_age = ids(capsys, index, "--sort-by", "age")  # longest in its phase first
