@@ -29,9 +29,12 @@ from tests.adx_standin import KustoStandIn, _Refused
 from tests.histories import ups
 from tracker.cli import DEMO_CAPTURES
 from tracker.core.model import (
+    AdmissionStep,
     Attempt,
     MetricPoint,
     MetricSummary,
+    PendingCategory,
+    PendingSpan,
     Phase,
     PodFailure,
     PodPlacement,
@@ -133,14 +136,22 @@ def pending_run(message: str = "insufficient quota for nvidia.com/gpu in flavor 
         workspace="applied", target="a100-pool", queue="team-b-gpu", cluster_queue=None, status=Status.PENDING,
         reason="Pending", phase=Phase.ADMISSION, attempts=1, retries=0, evictions=0, created_at=at(2),
         queued_at=at(2), admitted_at=None, started_at=None, finished_at=None, admission_wait_s=None,
-        pending_reason="Pending", pending_message=message)
+        pending_reason="Pending", pending_message=message, pending_s_by={"queued": 60.0},
+        pending_category="admission-check", pending_since=at(3), quota_reserved_at=at(3))
     return RunHistory(
         run=run,
         transitions=[Transition(run_id=rid, attempt=1, phase=Phase.ADMISSION, at=at(2), reason="Queued",
                                 source="Workload/team-b/rayjob-sweep")],
         attempts=[Attempt(run_id=rid, attempt=1, trigger="Submitted", queued_at=at(2), admitted_at=None,
                           scheduled_at=None, started_at=None, progress_at=None, ended_at=None, end_reason=None,
-                          admission_wait_s=None, retries=0)],
+                          admission_wait_s=None, retries=0, quota_reserved_at=at(3),
+                          admission_steps=[AdmissionStep(kind="QuotaReserved", at=at(3), state="gpu-a100"),
+                                           AdmissionStep(kind="AdmissionCheck", at=at(3), check="prov",
+                                                         state="Pending", message="waiting for nodes")],
+                          pending=[PendingSpan(category=PendingCategory.QUEUED, start=at(2), end=at(3)),
+                                   PendingSpan(category=PendingCategory.ADMISSION_CHECK, detail="prov", start=at(3),
+                                               end=None)],
+                          pending_s_by={"queued": 60.0})],
         metrics=[], resume_links=[])
 
 
@@ -262,7 +273,17 @@ def test_write_streams_each_table_with_its_mapping(standin: KustoStandIn, make_s
         "Failures": [{"Pod": "llama-ft-0-old", "At": "2026-08-20T09:10:00Z", "Reason": "OOMKilled",
                       "ExitCode": 137, "Message": "container trainer"}],
         "Pods": 1, "Gpus": 0, "GpuHours": 0.0, "LostGpuHours": 0.0, "LostGpuHoursBy": {}, "GpusOpen": 0,
-        "OpenSince": None}
+        "OpenSince": None, "QuotaReservedAt": None, "AdmissionSteps": [], "Pending": [], "PendingSecBy": {}}
+    # Admission in steps and every pending second (issue 24): the spans as the history has them, End null while open
+    waiting = attempts[("run-pending", 1)]
+    assert (waiting["QuotaReservedAt"], waiting["PendingSecBy"]) == ("2026-08-20T09:03:00Z", {"queued": 60.0})
+    assert waiting["AdmissionSteps"] == [
+        {"Kind": "QuotaReserved", "At": "2026-08-20T09:03:00Z", "Check": None, "State": "gpu-a100", "Message": ""},
+        {"Kind": "AdmissionCheck", "At": "2026-08-20T09:03:00Z", "Check": "prov", "State": "Pending",
+         "Message": "waiting for nodes"}]
+    assert waiting["Pending"] == [
+        {"Category": "queued", "Detail": "", "Start": "2026-08-20T09:02:00Z", "End": "2026-08-20T09:03:00Z"},
+        {"Category": "admission-check", "Detail": "prov", "Start": "2026-08-20T09:03:00Z", "End": None}]
     assert [strip(r, "IngestedAt", "Revision", "EventId") for r in tables["TaugridRunPods"]] == [
         {"RunId": "run-llama-ft", "Attempt": 1, "Cluster": "aks-east-1", "Namespace": "team-a", "Pod": "llama-ft-0",
          "Node": "aks-gpu-0", "CreatedAt": "2026-08-20T09:03:00Z", "StartTime": "2026-08-20T09:03:30Z",
@@ -275,6 +296,9 @@ def test_write_streams_each_table_with_its_mapping(standin: KustoStandIn, make_s
     assert strip(state["run-pending"], "IngestedAt", "Revision", "EventId") == {"Cluster": "aks-east-1", **{
         STATE_COLUMNS[f]: (iso(v) if isinstance(v, datetime) else v) for f, v in asdict(record).items()}}
     assert state["run-pending"]["PendingMessage"] == "insufficient quota for nvidia.com/gpu in flavor a100"
+    assert (state["run-pending"]["PendingCategory"], state["run-pending"]["PendingSince"],
+            state["run-pending"]["PendingSecBy"], state["run-pending"]["QuotaReservedAt"]) == \
+        ("admission-check", "2026-08-20T09:03:00Z", {"queued": 60.0}, "2026-08-20T09:03:00Z")
     assert state["run-llama-ft"]["ResumeOf"] == "run-llama-base"
     assert state["run-llama-ft"]["InputRefs"] == ["ds://alpaca"]
     assert [strip(r, "IngestedAt", "Revision", "EventId") for r in tables["TaugridMetricSummaries"]] == [

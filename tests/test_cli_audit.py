@@ -125,12 +125,12 @@ def test_table_fits_80_columns_and_agrees_with_json(index: Path, capsys: pytest.
     monkeypatch.setenv("COLUMNS", "80")
     text = run(capsys, "audit", "--index", str(index), "--now", NOW)
     assert text == (
-        "NAMESPACE  RUNS  ATT  EVICT  RETRY  RESUME  GPU-H  LOST-H  GOODPUT\n"
-        "team-a        8   10      4      2       1   59.5    20.7    65.2%\n"
-        "team-b        6    9      2      1       0   64.6    20.3    68.6%\n"
-        "TOTAL        14   19      6      3       1  124.1    41.0    67.0%\n")
+        "NAMESPACE  RUNS  ATT  EVICT  RETRY  RESUME  GPU-H  LOST-H  GOODPUT  PEND-H\n"
+        "team-a        8   10      4      2       1   59.5    20.7    65.2%     1.5\n"
+        "team-b        6    9      2      1       0   64.6    20.3    68.6%     1.4\n"
+        "TOTAL        14   19      6      3       1  124.1    41.0    67.0%     2.9\n")
     text = run(capsys, "audit", "--index", str(index), "--now", NOW, "--by", "cluster-queue")
-    assert text.splitlines()[2] == "-                 1    0      0      0       0    0.0     0.0        -"
+    assert text.splitlines()[2] == "-                 1    0      0      0       0    0.0     0.0        -     0.0"
     assert all(len(line) <= 80 for line in text.splitlines())
 
 

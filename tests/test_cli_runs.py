@@ -20,7 +20,7 @@ from tests.histories import ups
 from tracker.cli import DEMO_CAPTURES, PHASES, STATUSES, build_parser, main, replay
 from tracker.core.model import Phase, RunRecord, Status, field_names
 from tracker.render import runs_json
-from tracker.runs_view import kube_duration
+from tracker.runs_view import NOW_FIELDS, kube_duration
 from tracker.shell import index_query
 from tracker.shell.index import ExperimentIndex
 from tracker.shell.index_schema import SCHEMA_VERSION
@@ -57,8 +57,9 @@ def ids(capsys: pytest.CaptureFixture[str], index: Path, *args: str) -> list[str
 
 
 def rows(capsys: pytest.CaptureFixture[str], index: Path, *args: str) -> list[dict[str, object]]:
+    """The RunRecord fields of ``runs -o json`` (without what it reads at --now: runs_view.NOW_FIELDS)."""
     data: list[dict[str, object]] = json.loads(run(capsys, "runs", "--index", str(index), "-o", "json", *args))
-    return data
+    return [{k: v for k, v in d.items() if k not in NOW_FIELDS} for d in data]
 
 
 # ------------------------------------------------------------------------------------------ the table
@@ -76,7 +77,8 @@ def test_the_table_fits_80_columns_with_age_and_short_ids_show_accepts(
     short = row.split()[1]
     assert short != UUID_RUN and UUID_RUN.startswith(short)
     qwen = next(line for line in lines if "qwen-rm-5vt2j" in line).split()
-    assert qwen[2:7] == ["Admission", "2", "1", "-", "36m"]  # pending in Admission since 12:24:00
+    # pending in Admission since 12:24:00: its wait (queued then) grows up to --now
+    assert qwen[2:7] == ["Admission", "2", "1", "36m+", "36m"]
     shown = run(capsys, "show", short, "--index", str(index), "--now", NOW)
     assert UUID_RUN in shown and "eval-hotfix-0820" in shown
 
@@ -195,9 +197,12 @@ def test_time_window(index: Path, capsys: pytest.CaptureFixture[str]) -> None:
 def test_limit_and_sort(index: Path, capsys: pytest.CaptureFixture[str]) -> None:
     newest = ids(capsys, index)
     assert ids(capsys, index, "--limit", "3") == newest[:3]
-    waits = [r["run_id"] for r in sorted((r for r in rows(capsys, index) if r["admission_wait_s"] is not None),
-                                         key=lambda r: (-float(r["admission_wait_s"]), r["run_id"]))]  # type: ignore[arg-type]
+    # the wait at --now: the recorded one, or up to --now for a run still waiting (qwen-rm-5vt2j, 36m)
+    at_now = json.loads(run(capsys, "runs", "--index", str(index), "--now", NOW, "-o", "json"))
+    waits = [r["run_id"] for r in sorted((r for r in at_now if r["admission_wait_now_s"] is not None),
+                                         key=lambda r: (-float(r["admission_wait_now_s"]), r["run_id"]))]
     assert ids(capsys, index, "--sort-by", "wait")[: len(waits)] == waits
+    assert waits[:2] == ["llama-sft-4xq9t", "qwen-rm-5vt2j"]
     assert ids(capsys, index, "--sort-by", "name") == sorted(newest, key=lambda rid: next(
         r["name"] for r in rows(capsys, index) if r["run_id"] == rid))  # type: ignore[arg-type, return-value]
     by_age = ids(capsys, index, "--sort-by", "age")  # longest in its phase first
@@ -222,8 +227,11 @@ def test_json_yaml_and_name_outputs(index: Path, capsys: pytest.CaptureFixture[s
     with ExperimentIndex(index, readonly=True) as ix:
         expected = runs_json(ix.runs())
     assert rows(capsys, index) == expected
-    assert json.loads(run(capsys, "runs", "--index", str(index), "--json")) == expected
-    assert yaml.safe_load(run(capsys, "runs", "--index", str(index), "-o", "yaml")) == expected
+    def plain(data: list[dict[str, object]]) -> list[dict[str, object]]:
+        return [{k: v for k, v in d.items() if k not in NOW_FIELDS} for d in data]
+
+    assert plain(json.loads(run(capsys, "runs", "--index", str(index), "--json"))) == expected
+    assert plain(yaml.safe_load(run(capsys, "runs", "--index", str(index), "-o", "yaml"))) == expected
     assert ids(capsys, index) == [r["run_id"] for r in expected]
 
 

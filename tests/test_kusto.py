@@ -290,3 +290,24 @@ def test_functions_take_defaults_and_are_called_with_and_without_arguments(node:
     found = [(d["file"], d["line"]) for d in out["diagnostics"]]
     assert found == [("calls.kql", len(calls) + 1), ("calls.kql", len(calls) + 2)], out["diagnostics"]
     assert rc == 1
+
+
+def test_pending_by_reason_and_live_waits() -> None:
+    """Issue 24: TaugridPendingByReason sums the attempts' pending spans by category (an open span up to now()), and
+    the functions that show admission waits count a run still waiting up to now() - QueuedAt."""
+    bodies = {m.group(1): c.text for c in schema_commands()
+              if (m := re.search(r"\) (\w+)\(", c.text)) and c.text.startswith(".create-or-alter function")}
+    pending = bodies["TaugridPendingByReason"]
+    assert "mv-expand Span = Pending" in pending and "coalesce(SpanEnd, now())" in pending
+    assert 'Category == "admission-check", Detail' in pending
+    from tracker.core.waits import PENDING_CATEGORIES
+
+    docstring = re.search(r'docstring="([^"]+)"', pending)
+    assert docstring and all(c in docstring.group(1) for c in PENDING_CATEGORIES)
+    for name in ("TaugridRuns", "TaugridRunHistory", "TaugridStuckRuns", "TaugridPhaseDurations",
+                 "TaugridStalledAdmission"):
+        assert "now() - QueuedAt" in bodies[name], name
+    for column in ("Pending", "AdmissionSteps", "PendingSecBy", "QuotaReservedAt"):
+        assert column in SCHEMA["tables"]["TaugridRunAttempts"]["columns"], column
+    for column in ("PendingSecBy", "PendingCategory", "PendingSince", "QuotaReservedAt"):
+        assert column in SCHEMA["tables"]["TaugridRunState"]["columns"], column

@@ -197,7 +197,8 @@ def test_an_older_shell_without_phase_entries_counts_them_as_counted() -> None:
     policy.restore_shell("a", {"watermark_us": 0, "hash": "x", "alerted": [1]}, retired=False)
     h = history("a", (Phase.ADMISSION, 0), (Phase.SCHEDULING, 1))
     policy.restored([h])
-    assert policy.runs["a"] == RunShell("x", None, entries.phase_entries(h), [1], [], Status.PENDING)
+    # and its pending seconds (none ended in this history) as counted too
+    assert policy.runs["a"] == RunShell("x", None, entries.phase_entries(h), [1], [], Status.PENDING, {})
 
 
 # ------------------------------------------------------------------------------------------ laws

@@ -558,10 +558,16 @@ def test_the_timeline_shows_the_deactivated_interval() -> None:
     header = next(line for line in lines if "attempt 2" in line)
     assert "trigger Deactivated" in header and "waited 13m05s for admission" in header
     assert any("Reactivated: The workload was reactivated" in line for line in lines)
-    # attempt 1's GPU line, attempt 2's header, its five phases and its GPU line, then the legend
-    assert "16 GPUs · 9.06 GPU-h held · 9.06 lost (Evicted 9.06)" in lines[lines.index(stopped) + 1]
-    assert "16 GPUs · 5.67 GPU-h held" in lines[lines.index(stopped) + 8]
-    assert "┄ deactivated" in lines[lines.index(stopped) + 9]
+    # attempt 1's pending rows and GPU line, attempt 2's header, its five phases, its pending rows and its GPU
+    # line, then the legend
+    def at(text: str) -> int:
+        return next(i for i, line in enumerate(lines) if text in line)
+
+    first_gpus, second = at("16 GPUs · 9.06 GPU-h held · 9.06 lost (Evicted 9.06)"), lines.index(header)
+    assert lines.index(stopped) < first_gpus < second
+    assert all(line.startswith("   ") for line in lines[lines.index(stopped) + 1:first_gpus])  # steps, spans
+    second_gpus = at("16 GPUs · 5.67 GPU-h held")
+    assert second + 5 < second_gpus and "┄ deactivated" in lines[second_gpus + 1]
 
 
 def test_a_deactivated_run_may_reopen_until_its_job_is_deleted() -> None:

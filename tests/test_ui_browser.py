@@ -137,4 +137,6 @@ def test_the_runs_page_and_a_runs_page_in_a_real_browser(chromium: Path, screens
         "filter button": "#1f883d"})
     _check(run, width=1400, height=1300, colours={
         "header bar": "#24292f", "runtime bar": "#16a34a", "progress bar": "#22c55e", "admission stripes": "#d97706",
-        "scheduling bar": "#c026d3", "figure boxes": "#f6f8fa"})
+        "scheduling bar": "#c026d3", "figure boxes": "#f6f8fa",
+        # the pending spans under each attempt, coloured by category from the stylesheet (no inline style)
+        "image-pull span": "#14b8a6"})

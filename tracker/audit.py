@@ -19,8 +19,9 @@ from datetime import datetime
 from itertools import pairwise
 from typing import Any
 
+from tracker.core.waits import PENDING_CATEGORIES, pending_by_category
 from tracker.runs_view import Column, render_table, runs_data
-from tracker.shell.index_query import Run, time_text
+from tracker.shell.index_query import Run, parse_time, time_text
 
 # --by: the run field each grouping reads
 GROUP_BY = {"namespace": "namespace", "queue": "queue", "cluster-queue": "cluster_queue", "workspace": "workspace",
@@ -29,7 +30,7 @@ OUTPUTS = ("table", "json", "csv")
 # the run fields the audit reads
 FIELDS = ("run_id", "namespace", "queue", "cluster_queue", "workspace", "project", "status", "reason", "attempts",
           "retries", "evictions", "resume_of", "gpu_hours", "lost_gpu_hours", "lost_gpu_hours_by", "gpus_open",
-          "open_since")
+          "open_since", "pending_s_by", "pending_category", "pending_since")
 # tracker.core.gpu.LOST_REASONS (not imported: this module starts without pydantic; a test checks they agree)
 LOST_REASONS = ("PodFailure", "PodEvicted", "Preempted", "PodsReadyTimeout", "Evicted", "RayJobRetry", "RunFailed")
 # attempt triggers that are not evictions (tracker.core.derive_attempts), and the prefixes of a deactivation
@@ -59,7 +60,8 @@ def eviction_reasons(run: Mapping[str, Any], attempts: Sequence[tuple[str, str |
 
 
 class _Group:
-    __slots__ = ("attempts", "evictions", "held", "key", "lost", "lost_by", "resumes", "retries", "runs", "worst")
+    __slots__ = ("attempts", "evictions", "held", "key", "lost", "lost_by", "pending", "resumes", "retries", "runs",
+                 "worst")
 
     def __init__(self, key: str | None) -> None:
         self.key = key
@@ -67,9 +69,10 @@ class _Group:
         self.evictions: dict[str, int] = {}
         self.held = self.lost = 0.0
         self.lost_by: dict[str, float] = {}
+        self.pending = dict.fromkeys(PENDING_CATEGORIES, 0.0)  # seconds by category (schemas/pending.md)
         self.worst: tuple[float, str] | None = None  # (lost GPU-hours, run id) of the run that lost the most
 
-    def add(self, run: Mapping[str, Any], evictions: Mapping[str, int]) -> None:
+    def add(self, run: Mapping[str, Any], evictions: Mapping[str, int], now: datetime) -> None:
         self.runs += 1
         self.attempts += int(run["attempts"])
         self.retries += int(run["retries"])
@@ -81,6 +84,10 @@ class _Group:
         self.lost += lost
         for reason, hours in (run.get("lost_gpu_hours_by") or {}).items():
             self.lost_by[reason] = self.lost_by.get(reason, 0.0) + float(hours)
+        since = run.get("pending_since")
+        for cat, seconds in pending_by_category(run.get("pending_s_by") or {}, run.get("pending_category"),
+                                                None if since is None else parse_time(since), now).items():
+            self.pending[cat] = self.pending.get(cat, 0.0) + seconds
         if lost > 0 and (self.worst is None or (-lost, run["run_id"]) < (-self.worst[0], self.worst[1])):
             self.worst = (lost, str(run["run_id"]))
 
@@ -93,6 +100,7 @@ class _Group:
             "goodput": None if self.held <= 0 else 1 - self.lost / self.held,
             "worst_run": self.worst[1] if self.worst else None,
             "worst_run_lost_gpu_hours": self.worst[0] if self.worst else 0.0,
+            "pending_s": sum(self.pending.values()), "pending_s_by": dict(self.pending),
         }
 
 
@@ -109,8 +117,8 @@ def audit(runs: Sequence[Run], attempts: Mapping[str, Sequence[tuple[str, str | 
     for data in runs_data(runs, now):
         evictions = eviction_reasons(data, attempts.get(str(data["run_id"]), ()))
         key = data.get(field)
-        groups.setdefault(key, _Group(key)).add(data, evictions)
-        total.add(data, evictions)
+        groups.setdefault(key, _Group(key)).add(data, evictions, now)
+        total.add(data, evictions, now)
     ordered = sorted(groups.values(), key=lambda g: (-g.lost, -g.held, g.key is None, g.key or ""))
     return [g.data(field) for g in ordered], total.data(field)
 
@@ -135,7 +143,8 @@ def _csv(groups: Sequence[dict[str, Any]], field: str) -> str:
     evictions = sorted({r for g in groups for r in g["evictions_by"]})
     head = [field, "runs", "attempts", "evictions", "pod_retries", "resumes", "gpu_hours",
             "lost_gpu_hours", "goodput", *(f"lost_gpu_hours_{r}" for r in LOST_REASONS),
-            *(f"evictions_{r}" for r in evictions), "worst_run", "worst_run_lost_gpu_hours"]
+            *(f"evictions_{r}" for r in evictions), "worst_run", "worst_run_lost_gpu_hours", "pending_s",
+            *(f"pending_s_{c}" for c in PENDING_CATEGORIES)]
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(head)
@@ -144,7 +153,7 @@ def _csv(groups: Sequence[dict[str, Any]], field: str) -> str:
                     g["gpu_hours"], g["lost_gpu_hours"], "" if g["goodput"] is None else g["goodput"],
                     *(g["lost_gpu_hours_by"].get(r, 0.0) for r in LOST_REASONS),
                     *(g["evictions_by"].get(r, 0) for r in evictions), g["worst_run"] or "",
-                    g["worst_run_lost_gpu_hours"]])
+                    g["worst_run_lost_gpu_hours"], g["pending_s"], *(g["pending_s_by"][c] for c in PENDING_CATEGORIES)])
     return buf.getvalue()
 
 
@@ -168,6 +177,7 @@ def _table(groups: Sequence[dict[str, Any]], total: dict[str, Any], by: str, fie
         Column("GPU-H", lambda r: _hours(r.data["gpu_hours"]), right=True),
         Column("LOST-H", lambda r: _hours(r.data["lost_gpu_hours"]), right=True),
         Column("GOODPUT", lambda r: _share(r.data["goodput"]), right=True),
+        Column("PEND-H", lambda r: _hours(r.data["pending_s"] / 3600), right=True),
     ]
     return render_table(rows, cols, width=width)
 

@@ -9,7 +9,7 @@ spent in its current phase is counted up to the ``now`` the caller gives.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -18,7 +18,8 @@ from rich.table import Table
 from rich.text import Text
 
 from tracker.core.model import FINAL_STATUSES, Phase, RunHistory
-from tracker.render import human_duration
+from tracker.core.waits import GROWING
+from tracker.render import attempt_pending, attempt_wait, human_duration
 
 
 def _utc(dt: datetime) -> datetime:
@@ -52,14 +53,17 @@ def compare_data(histories: Sequence[RunHistory], now: datetime | None) -> dict[
     runs = []
     for h in histories:
         r = h.run
+        waits = [attempt_wait(a, r, now) for a in h.attempts]
+        pending = [attempt_pending(a, now) for a in h.attempts]
         attempts = [{
             "attempt": a.attempt, "trigger": a.trigger, "cluster_queue": a.cluster_queue,
-            "admission_wait_s": a.admission_wait_s, "end_reason": a.end_reason, "end_message": a.end_message,
+            "admission_wait_s": w.seconds, "admission_wait_growing": w.growing,
+            "pending_s_by": p, "end_reason": a.end_reason, "end_message": a.end_message,
             "underlying_cause": a.underlying_cause, "retries": a.retries,
             "failures": [{"pod": f.pod, "reason": f.reason, "exit_code": f.exit_code, "message": f.message}
                          for f in a.failures],
             "failed_pods": max(a.failed_pods, len(a.failures)),
-        } for a in h.attempts]
+        } for a, w, p in zip(h.attempts, waits, pending, strict=True)]
         runs.append({
             "run_id": r.run_id, "kind": r.kind, "namespace": r.namespace, "name": r.name,
             "status": r.status.value, "reason": r.reason, "phase": r.phase.value,
@@ -69,7 +73,9 @@ def compare_data(histories: Sequence[RunHistory], now: datetime | None) -> dict[
                            "queue": r.queue, "cluster_queue": r.cluster_queue},
             "attempts": r.attempts, "retries": r.retries, "evictions": r.evictions,
             "evicted_by": [a.trigger for a in h.attempts[1:]],
-            "admission_waits_s": [a.admission_wait_s for a in h.attempts],
+            "admission_waits_s": [w.seconds for w in waits],  # a wait still growing: up to now
+            "admission_wait_growing": any(w.growing for w in waits),
+            "pending_s_by": _pending_sum(pending),
             "attempt_details": attempts,
             "phase_durations_s": phase_durations(h, now),
             "metrics": {m.metric: {"first": _num(m.first_value), "first_step": m.first_step,
@@ -78,6 +84,14 @@ def compare_data(histories: Sequence[RunHistory], now: datetime | None) -> dict[
                         for m in h.metrics},
         })
     return {"runs": runs}
+
+
+def _pending_sum(parts: Iterable[dict[str, float]]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for part in parts:
+        for k, v in part.items():
+            out[k] = out.get(k, 0.0) + v
+    return dict(sorted(out.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 def _fmt(value: float | None) -> str:
@@ -114,7 +128,10 @@ def compare_table(data: dict[str, Any]) -> Table:
     row("evictions", [str(r["evictions"]) + (f": {', '.join(r['evicted_by'])}" if r["evicted_by"] else "")
                       for r in runs])
     row("retries", [str(r["retries"]) + _failures(r) for r in runs])
-    row("admission waits", [", ".join(human_duration(w) for w in r["admission_waits_s"]) or "-" for r in runs])
+    row("admission waits", [", ".join(human_duration(w) for w in r["admission_waits_s"])
+                            + (GROWING if r["admission_wait_growing"] else "") or "-" for r in runs])
+    row("pending by reason", [", ".join(f"{k} {human_duration(v)}" for k, v in r["pending_s_by"].items()) or "-"
+                              for r in runs])
     row("attempt ends", [", ".join(f"{a['attempt']}: {a['end_reason']}"
                                    + (f" ({a['underlying_cause']})" if a["underlying_cause"] else "")
                                    for a in r["attempt_details"] if a["end_reason"]) or "-" for r in runs])

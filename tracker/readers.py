@@ -60,7 +60,7 @@ def run_filter(args: argparse.Namespace, now: datetime) -> RunFilter:
         until=None if args.until is None else parse_when(args.until, now, flag="--until"),
         stalled_admission_before=stalled, stuck_before=stuck,
         sort_by="age" if args.stuck is not None and args.sort_by is None else (args.sort_by or "created"),
-        limit=args.limit)
+        limit=args.limit, now=now)
 
 
 def cmd_runs(args: argparse.Namespace, console: object) -> int:

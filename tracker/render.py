@@ -21,8 +21,10 @@ from rich.text import Text
 
 from tracker.core.model import (
     FINAL_STATUSES,
+    AdmissionStep,
     Attempt,
     MetricSummary,
+    PendingSpan,
     Phase,
     RunHistory,
     RunRecord,
@@ -30,7 +32,9 @@ from tracker.core.model import (
     Transition,
     iso,
 )
+from tracker.core.pending import span_key
 from tracker.core.timefmt import ts
+from tracker.core.waits import GROWING, Wait, admission_wait, open_seconds
 
 STATUS_STYLE: dict[Status, str] = {
     Status.PENDING: "yellow",
@@ -117,11 +121,63 @@ def _reason(reason: str | None, message: str = "") -> str:
     return reason or message
 
 
+def run_wait(run: RunRecord, now: datetime | None) -> Wait:
+    """The run's admission wait at ``now`` (``tracker.core.waits``): while it still waits, ``now - queued_at``."""
+    return admission_wait(run.status.value, run.queued_at, run.admitted_at, run.admission_wait_s, now)
+
+
+def attempt_wait(a: Attempt, run: RunRecord, now: datetime | None) -> Wait:
+    """An attempt's admission wait at ``now``: the current attempt of a run still waiting grows up to ``now``."""
+    live = a.ended_at is None and a.attempt == run.attempts
+    return admission_wait(run.status.value if live else "", a.queued_at, a.admitted_at, a.admission_wait_s, now)
+
+
+def wait_text(wait: Wait) -> str:
+    return human_duration(wait.seconds) + (GROWING if wait.growing else "")
+
+
+def attempt_pending(a: Attempt, now: datetime | None) -> dict[str, float]:
+    """An attempt's pending seconds by key (``span_key``), its open span counted up to ``now``, longest first."""
+    out = dict(a.pending_s_by)
+    last = a.pending[-1] if a.pending else None
+    if last is not None and last.end is None:
+        key = span_key(last.category, last.detail)
+        out[key] = out.get(key, 0.0) + open_seconds(last.start, now)
+    return dict(sorted(out.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def pending_text(a: Attempt, now: datetime | None) -> str:
+    """``quota 12m00s, admission-check:prov 3m00s+`` (the open span's key marked ``+``)."""
+    last = a.pending[-1] if a.pending else None
+    open_key = span_key(last.category, last.detail) if last is not None and last.end is None else None
+    return ", ".join(f"{k} {human_duration(v)}{GROWING if k == open_key else ''}"
+                     for k, v in attempt_pending(a, now).items())
+
+
+def step_text(step: AdmissionStep) -> str:
+    """An admission step in words: ``QuotaReserved (cq)``, ``check prov Ready: msg``, ``QuotaReleased (reason)``."""
+    if step.kind == "AdmissionCheck":
+        text = f"check {step.check} {step.state}"
+    else:
+        text = f"{step.kind} ({step.state})" if step.state else step.kind
+    return f"{text}: {step.message}" if step.message else text
+
+
+# short labels of the pending categories, as wide as a phase's label at most
+CATEGORY_LABEL = {"queued": "queued", "quota": "quota", "preemption": "preemption", "inadmissible": "inadmiss.",
+                  "backoff": "backoff", "admission-check": "adm. check", "pod-creation": "pod create",
+                  "unschedulable": "unsched.", "scheduling": "scheduling", "image-pull": "image pull",
+                  "container-creation": "containers", "unexplained": "unexplain."}
+STEP_MARK = {"QuotaReserved": "◇", "AdmissionCheck": "•", "QuotaReleased": "✕"}
+PENDING_BAR = "─"
+
+
 # ------------------------------------------------------------------------------------------ runs table
 
 
-def runs_table(records: Sequence[RunRecord]) -> Table:
-    """One row per run: identity, status, phase, attempt counters, queue time and admission wait."""
+def runs_table(records: Sequence[RunRecord], now: datetime | None = None) -> Table:
+    """One row per run: identity, status, phase, attempt counters, queue time and admission wait (a run still
+    waiting: up to ``now``, marked ``+``)."""
     table = Table(title=f"{len(records)} run{'s' if len(records) != 1 else ''}", title_justify="left",
                   header_style="bold", box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False)
     table.add_column("run", no_wrap=True, overflow="ellipsis", min_width=12, max_width=26)
@@ -140,7 +196,8 @@ def runs_table(records: Sequence[RunRecord]) -> Table:
             _status_text(r.status), Text(r.phase.value, style=PHASE_STYLE[r.phase]),
             Text(str(r.attempts)), Text(str(r.retries)), Text(str(r.evictions), style="yellow" if r.evictions else ""),
             Text(_clock(r.queued_at, "%m-%d %H:%M:%S")),
-            Text(human_duration(r.admission_wait_s), style="yellow" if r.admission_wait_s else ""),
+            Text(wait_text(run_wait(r, now)), style="yellow" if r.admission_wait_s or r.status == Status.PENDING
+                 else ""),
             Text(r.reason or "-"),
         )
     return table
@@ -158,6 +215,9 @@ def timeline(history: RunHistory, width: int, *, now: datetime | None = None) ->
     """
     run = history.run
     parts: list[RenderableType] = [_header(run)]
+    live_header = _header_wait(run, now) if run.status not in FINAL_STATUSES else Text()
+    if live_header.plain:
+        parts.append(live_header)
     if history.transitions:
         parts.extend(_bars(history, width, now))
     else:
@@ -189,6 +249,19 @@ def _header(run: RunRecord) -> Text:
         t.append(f"\n{run.message}", style="dim")
     if run.pending_reason:
         t.append(f"\npending: {_reason(run.pending_reason, run.pending_message)}", style="yellow")
+    return t
+
+
+def _header_wait(run: RunRecord, now: datetime | None) -> Text:
+    wait = run_wait(run, now)
+    t = Text()
+    if wait.growing:
+        t.append("waiting for admission for ")
+        t.append(wait_text(wait), style="bold yellow")
+        t.append(f" (queued {_clock(run.queued_at)})", style="dim")
+    if run.pending_category:
+        t.append(("  ·  " if wait.growing else "") + f"pending: {run.pending_category} since "
+                 f"{_clock(run.pending_since)}", style="yellow")
     return t
 
 
@@ -224,7 +297,7 @@ def _bars(history: RunHistory, width: int, now: datetime | None) -> list[Text]:
     for n in sorted(set(groups) | set(attempts)):
         a = attempts.get(n)
         if a is not None:
-            lines.append(_attempt_header(a, width))
+            lines.append(_attempt_header(a, width, attempt_wait(a, run, now if live else None)))
         for i in groups.get(n, []):
             t = trs[i]
             nxt = trs[i + 1].at if i + 1 < len(trs) else None
@@ -232,13 +305,22 @@ def _bars(history: RunHistory, width: int, now: datetime | None) -> list[Text]:
             seg_end = nxt if nxt is not None else (end if ongoing and now is not None else None)
             lines.append(_bar_line(t, seg_end, ongoing, col, bar_w, width))
         if a is not None:
+            lines.extend(_pending_lines(a, end if live else None, col, bar_w, width))
             lines.extend(_attempt_end(a, [trs[i] for i in groups.get(n, [])], width))
     legend = f"{lead}{BAR} in phase   {WAIT_BAR} waiting for admission   {POINT} end of run"
+    steps_legend = ""
+    if any(a.admission_steps for a in history.attempts):
+        steps_legend += (f"{STEP_MARK['QuotaReserved']} quota reserved   {STEP_MARK['AdmissionCheck']} admission "
+                         f"check   {STEP_MARK['QuotaReleased']} quota released before admission   ")
+    if any(a.pending for a in history.attempts):
+        steps_legend += f"{PENDING_BAR} pending, by reason"
     if stopped_between:
         legend += f"   {STOPPED_BAR} deactivated"
     if live and now is None:
         legend += f"   {NOW} in this phase since"
     lines.append(Text(legend, style="dim", no_wrap=True, overflow="ellipsis"))
+    if steps_legend:
+        lines.append(Text(lead + steps_legend.rstrip(), style="dim", no_wrap=True, overflow="ellipsis"))
     return lines
 
 
@@ -275,7 +357,59 @@ def _bar_line(t: Transition, seg_end: datetime | None, ongoing: bool, col: Calla
     return line
 
 
-def _attempt_header(a: Attempt, width: int) -> Text:
+def _pending_lines(a: Attempt, now: datetime | None, col: Callable[[datetime], int], bar_w: int,
+                   width: int) -> list[Text]:
+    """The attempt's admission steps (markers on one row) and its pending spans (a row per category, each span
+    drawn where it was, the open one up to ``now``), then its pending seconds by category in words."""
+    lines: list[Text] = []
+    if a.admission_steps:
+        cells = [" "] * bar_w
+        marks = [STEP_MARK["AdmissionCheck"], STEP_MARK["QuotaReserved"], STEP_MARK["QuotaReleased"]]
+        for step in a.admission_steps:  # at one column, a quota released shows over a reservation over a check
+            x = min(col(step.at), bar_w - 1)
+            mark = STEP_MARK.get(step.kind, "•")
+            if cells[x] == " " or marks.index(mark) > marks.index(cells[x]):
+                cells[x] = mark
+        line = Text(no_wrap=True, overflow="ellipsis")
+        line.append(f"  {' steps':<{LABEL_WIDTH}} ", style="dim")
+        line.append("".join(cells), style="yellow")
+        line.append(" " + " " * DURATION_WIDTH + "  ")
+        line.append(", ".join(f"{_clock(s.at, '%H:%M:%S')} {step_text(s)}" for s in a.admission_steps), style="dim")
+        line.truncate(width, overflow="ellipsis")
+        lines.append(line)
+    by_cat: dict[str, list[PendingSpan]] = {}
+    for span in a.pending:
+        by_cat.setdefault(span.category.value, []).append(span)
+    for cat, spans in by_cat.items():
+        cells = [" "] * bar_w
+        seconds = 0.0
+        growing = False
+        for span in spans:
+            stop = span.end if span.end is not None else now
+            x0 = min(col(span.start), bar_w - 1)
+            x1 = min(bar_w, max(col(stop), x0 + 1)) if stop is not None else x0 + 1
+            for x in range(x0, x1):
+                cells[x] = PENDING_BAR
+            if stop is not None:
+                seconds += max(0.0, (_utc(stop) - _utc(span.start)).total_seconds())
+            growing = growing or span.end is None
+        line = Text(no_wrap=True, overflow="ellipsis")
+        line.append(f"  {' ' + CATEGORY_LABEL.get(cat, cat):<{LABEL_WIDTH}} ", style="dim")
+        line.append("".join(cells), style="yellow" if cat != "unexplained" else "red")
+        duration = human_duration(seconds) + (GROWING if growing else "")
+        line.append(f" {duration:>{DURATION_WIDTH}}  ", style="dim")
+        details = [s.detail for s in spans if s.detail]
+        line.append(cat + (f": {details[-1]}" if details else ""), style="dim")
+        line.truncate(width, overflow="ellipsis")
+        lines.append(line)
+    if a.pending:
+        t = Text(f"   ↳ pending {pending_text(a, now)}", no_wrap=True, overflow="ellipsis", style="yellow")
+        t.truncate(width, overflow="ellipsis")
+        lines.append(t)
+    return lines
+
+
+def _attempt_header(a: Attempt, width: int, wait: Wait | None = None) -> Text:
     t = Text(no_wrap=True, overflow="ellipsis")
     t.append(f" attempt {a.attempt} ", style="bold")
     t.append(f"· trigger {a.trigger}")
@@ -283,9 +417,10 @@ def _attempt_header(a: Attempt, width: int) -> Text:
         t.append(f" · ClusterQueue {a.cluster_queue}")
     if a.ray_cluster:
         t.append(f" · RayCluster {a.ray_cluster}")
-    if a.admission_wait_s is not None:
-        t.append(" · waited ")
-        t.append(human_duration(a.admission_wait_s), style="bold yellow")
+    wait = wait or Wait(a.admission_wait_s, False)
+    if wait.seconds is not None:
+        t.append(" · waiting " if wait.growing else " · waited ")
+        t.append(wait_text(wait), style="bold yellow")
         t.append(" for admission")
     t.append(" ")
     t.append("─" * max(0, width - t.cell_len), style="dim")

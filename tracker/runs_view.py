@@ -14,16 +14,17 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
 
+from tracker.core.waits import GROWING, Wait, admission_wait, open_seconds
 from tracker.shell.index_query import Run, parse_time
 
 OUTPUTS = ("table", "wide", "json", "yaml", "name")
 # The run fields each output reads (json and yaml: all of them).
 FIELDS: dict[str, tuple[str, ...]] = {
     "table": ("run_id", "namespace", "status", "phase", "attempts", "evictions", "admission_wait_s", "reason",
-              "created_at"),
+              "created_at", "queued_at", "admitted_at"),
     "wide": ("run_id", "kind", "namespace", "name", "status", "phase", "attempts", "retries", "evictions", "queue",
              "cluster_queue", "project", "workspace", "created_at", "admission_wait_s", "reason", "message",
-             "pending_message"),
+             "pending_message", "queued_at", "admitted_at", "pending_category"),
     "name": ("run_id",),
 }
 GAP = "  "
@@ -69,6 +70,18 @@ def display_status(data: dict[str, Any]) -> str:
     return status.capitalize()
 
 
+def wait_text(data: dict[str, Any], now: datetime | None) -> str:
+    """The admission WAIT: the recorded one, or while the run still waits ``now - queued_at`` marked ``+``."""
+    wait = live_wait(data, now)
+    return kube_duration(wait.seconds) + (GROWING if wait.growing else "")
+
+
+def live_wait(data: dict[str, Any], now: datetime | None) -> Wait:
+    """``tracker.core.waits.admission_wait`` of a row (a ``Wait``)."""
+    return admission_wait(str(data.get("status")), parse_time(data.get("queued_at")),
+                          parse_time(data.get("admitted_at")), data.get("admission_wait_s"), now)
+
+
 def age_seconds(run: Run, now: datetime) -> float | None:
     """How long the run has been in its current phase (since its last transition, else since it was created)."""
     since = parse_time(run.phase_since) or parse_time(run.data.get("created_at"))
@@ -109,7 +122,7 @@ def columns(kind: str, now: datetime, *, short: dict[str, str], one_namespace: b
         return kube_duration(age_seconds(r, now))
 
     def wait(r: Run) -> str:
-        return kube_duration(r.data.get("admission_wait_s"))
+        return wait_text(r.data, now)
 
     if kind == "table":
         namespace = [] if one_namespace else [Column("NAMESPACE", lambda r: str(r.data.get("namespace") or "-"),
@@ -141,6 +154,7 @@ def columns(kind: str, now: datetime, *, short: dict[str, str], one_namespace: b
         Column("CREATED", lambda r: _clock(r.data.get("created_at"))),
         Column("WAIT", wait, right=True),
         Column("AGE", age, right=True),
+        Column("PENDING", lambda r: str(r.data.get("pending_category") or "-")),
         Column("REASON", _reason, free_text=True),
         Column("MESSAGE", _message, free_text=True),
     ]
@@ -203,6 +217,22 @@ def runs_data(runs: Sequence[Run], now: datetime | None = None) -> list[dict[str
     return [_held_to(r.data, now) for r in runs]
 
 
+NOW_FIELDS = ("admission_wait_now_s", "admission_wait_growing", "pending_open_s")  # what runs_json reads at now
+
+
+def runs_json(runs: Sequence[Run], now: datetime) -> list[dict[str, Any]]:
+    """``runs_data`` at ``now`` plus what is read at ``now``: ``admission_wait_now_s`` (the recorded wait, or
+    ``now - queued_at`` while the run still waits, then ``admission_wait_growing`` is true) and
+    ``pending_open_s`` (the span still going on, ``pending_category`` since ``pending_since``, up to ``now``)."""
+    out = []
+    for data in runs_data(runs, now):
+        wait = live_wait(data, now)
+        out.append({**data, "admission_wait_now_s": wait.seconds, "admission_wait_growing": wait.growing,
+                    "pending_open_s": open_seconds(parse_time(data.get("pending_since")), now)
+                    if data.get("pending_category") else 0.0})
+    return out
+
+
 def _held_to(data: dict[str, Any], now: datetime) -> dict[str, Any]:
     """``gpu_hours + gpus_open * (now - open_since)``, as ``tracker.core.gpu.held_hours`` (not imported: this module
     starts without pydantic)."""
@@ -223,11 +253,11 @@ def _with_waiting(data: list[dict[str, Any]], waiting: dict[str, dict[str, Any]]
 def render(runs: Sequence[Run], output: str, *, now: datetime, width: int | None, short: dict[str, str],
            one_namespace: bool = False, why: bool = False, waiting: dict[str, dict[str, Any]] | None = None) -> str:
     if output == "json":
-        return json.dumps(_with_waiting(runs_data(runs, now), waiting), indent=2) + "\n"
+        return json.dumps(_with_waiting(runs_json(runs, now), waiting), indent=2) + "\n"
     if output == "yaml":
         import yaml
 
-        return str(yaml.safe_dump(_with_waiting(runs_data(runs, now), waiting), sort_keys=False,
+        return str(yaml.safe_dump(_with_waiting(runs_json(runs, now), waiting), sort_keys=False,
                                   allow_unicode=True))
     if output == "name":
         return "".join(f"{r.run_id}\n" for r in runs)

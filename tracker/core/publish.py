@@ -55,6 +55,7 @@ from tracker.core.queues import QueuePosition, QueueState
 from tracker.core.reducer import Flushed
 from tracker.core.stuck import Clock, Stuck, StuckRunAlert
 from tracker.core.timefmt import ts
+from tracker.core.waits import pending_by_category
 
 
 def content_hash(value: bytes) -> str:
@@ -72,6 +73,7 @@ class RunShell:
     alerted: list[int] = field(default_factory=list)  # attempts already alerted stuck in Admission
     alerted_stuck: list[tuple[int, Phase]] = field(default_factory=list)  # (attempt, phase) alerted, other phases
     status: Status = Status.PENDING
+    pending: dict[str, float] | None = None  # ended pending seconds by category already counted in the metrics
 
     def alerted_pairs(self) -> list[tuple[int, Phase]]:
         return [(a, Phase.ADMISSION) for a in self.alerted] + self.alerted_stuck
@@ -147,6 +149,7 @@ class Decisions:
     dead_letters: list[DeadLetter] = field(default_factory=list)  # the fold's, then histories too large
     oversized: list[tuple[str, int]] = field(default_factory=list)  # (record key, bytes) of records too large
     phases: Counter[str] = field(default_factory=Counter)  # phase entries to count
+    pending: dict[str, float] = field(default_factory=dict)  # ended pending seconds to count, by category
     finished: Counter[str] = field(default_factory=Counter)  # retired runs, by final status
     # run-state records of queues and positions: (key, kind, value) of those published; keys whose record goes
     queue_state: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
@@ -213,6 +216,10 @@ class PartitionPolicy:
                 now = entries.phase_entries(h)
                 out.phases.update({p.value: n for p, n in entries.added(shell.entries or entries.NONE, now).items()})
                 shell.content_hash, shell.entries = digest, now
+                counted = ended_pending(h)
+                for cat, seconds in pending_added(shell.pending or {}, counted).items():
+                    out.pending[cat] = out.pending.get(cat, 0.0) + seconds
+                shell.pending = counted
         if u.points is not None and (u.points or shell.points_hash is not None):  # none yet: no record either
             value = adapter(MetricPointsRecord).dump_json(MetricPointsRecord(run_id=run_id, metric_points=u.points))
             digest = content_hash(value)
@@ -295,7 +302,8 @@ class PartitionPolicy:
             return {"watermark_us": self.watermark_us}
         return {"watermark_us": self.watermark_us, "hash": shell.content_hash, "points_hash": shell.points_hash,
                 "entries": None if shell.entries is None else list(shell.entries),
-                "alerted": shell.alerted, "alerted_stuck": [[a, p.value] for a, p in shell.alerted_stuck]}
+                "alerted": shell.alerted, "alerted_stuck": [[a, p.value] for a, p in shell.alerted_stuck],
+                "pending": shell.pending}
 
     def restore_shell(self, run_id: str, doc: Mapping[str, Any], *, retired: bool) -> None:
         """Read back a run-state record's ``shell`` field (``doc``); a retired run keeps no shell."""
@@ -303,7 +311,8 @@ class PartitionPolicy:
         if not retired:
             self.runs[run_id] = RunShell(doc.get("hash"), doc.get("points_hash"),
                                          tuple(doc.get("entries") or ()) or None, list(doc.get("alerted", ())),
-                                         [(int(a), Phase(p)) for a, p in doc.get("alerted_stuck", ())])
+                                         [(int(a), Phase(p)) for a, p in doc.get("alerted_stuck", ())],
+                                         pending=doc.get("pending"))
 
     def restored(self, histories: Iterable[RunHistory]) -> None:
         """After the records are read back: each live run's status and stuck candidacy from its history (and its
@@ -315,7 +324,19 @@ class PartitionPolicy:
             shell.status = h.run.status
             if shell.entries is None or len(shell.entries) != len(entries.PHASES):
                 shell.entries = entries.phase_entries(h)
+            if shell.pending is None:  # an older state: its pending seconds were not counted, nor will they be
+                shell.pending = ended_pending(h)
             self.track(h)
+
+
+def ended_pending(h: RunHistory) -> dict[str, float]:
+    """A run's ended pending seconds by category (``tracker_pending_seconds_total`` counts them)."""
+    return {k: v for k, v in pending_by_category(h.run.pending_s_by).items() if v}
+
+
+def pending_added(before: Mapping[str, float], now: Mapping[str, float]) -> dict[str, float]:
+    """The seconds to count since ``before`` (a counter never goes down: a category that shrank adds nothing)."""
+    return {k: v - before.get(k, 0.0) for k, v in now.items() if v > before.get(k, 0.0)}
 
 
 def advance(watermark_us: int, h: RunHistory) -> int:

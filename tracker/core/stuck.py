@@ -47,9 +47,22 @@ class Stuck:
     message: str
     pending_reason: str | None
     pending_message: str
+    admitted: bool = False  # the current attempt was admitted (its admission wait has ended)
+    pending_category: str | None = None  # the category of its open pending span (tracker.core.pending) ...
+    pending_since_us: int | None = None  # ... and when that span began
 
     def age_us(self, now_us: int) -> int:
         return now_us - self.since_us
+
+    def admission_wait_s(self, now_us: int) -> float | None:
+        """Its admission wait at ``now_us`` while it still waits (queued, not admitted), else None."""
+        if self.admitted or self.queued_at_us is None:
+            return None
+        return max(0, now_us - self.queued_at_us) / 1e6
+
+    def pending_open_s(self, now_us: int) -> float:
+        """The age of its open pending span at ``now_us`` (0 without one)."""
+        return 0.0 if self.pending_since_us is None else max(0, now_us - self.pending_since_us) / 1e6
 
 
 def stuck_candidate(history: RunHistory) -> Stuck | None:
@@ -61,7 +74,9 @@ def stuck_candidate(history: RunHistory) -> Stuck | None:
     return Stuck(run_id=r.run_id, attempt=r.attempts, phase=r.phase, since_us=_us(last.at),
                  queue=f"{r.namespace or '-'}/{r.queue or '-'}", cluster_queue=r.cluster_queue,
                  queued_at_us=None if r.queued_at is None else _us(r.queued_at), reason=r.reason,
-                 message=r.message, pending_reason=r.pending_reason, pending_message=r.pending_message)
+                 message=r.message, pending_reason=r.pending_reason, pending_message=r.pending_message,
+                 admitted=r.admitted_at is not None, pending_category=r.pending_category,
+                 pending_since_us=None if r.pending_since is None else _us(r.pending_since))
 
 
 def is_due(stuck: Stuck, now_us: int, thresholds_s: Mapping[Phase, float]) -> bool:
@@ -76,6 +91,16 @@ def due(candidates: Iterable[Stuck], now_us: int, thresholds_s: Mapping[Phase, f
     (attempt, phase); ``alerted`` maps a run id to the (attempt, phase) pairs already alerted."""
     return [s for s in candidates
             if is_due(s, now_us, thresholds_s) and (s.attempt, s.phase) not in set(alerted.get(s.run_id, ()))]
+
+
+def pending_open(candidates: Iterable[Stuck], now_us: int) -> dict[str, float]:
+    """The summed age in seconds of the open pending spans by category (``tracker_pending_open_seconds``): with
+    ``tracker_pending_seconds_total`` (the ended spans), every pending second up to ``now_us``."""
+    out: dict[str, float] = {}
+    for s in candidates:
+        if s.pending_category:
+            out[s.pending_category] = out.get(s.pending_category, 0.0) + s.pending_open_s(now_us)
+    return out
 
 
 def oldest(candidates: Iterable[Stuck], now_us: int) -> dict[tuple[Phase, str], float]:
@@ -141,6 +166,12 @@ class StuckRunAlert(_Alert):
     message: str = Field(description="The message that goes with the reason (may be empty).")
     pending_reason: str | None = Field(description="Kueue's pending reason while not admitted, else null.")
     pending_message: str
+    admission_wait_s: float | None = Field(default=None, description=(
+        "While the current attempt is not admitted (Admission): its admission wait at observed_at, observed_at - "
+        "queued_at, still growing; else null."))
+    pending_category: str | None = Field(default=None, description=(
+        "The category of the pending span going on at observed_at (README \"Every pending second\"), if any."))
+    pending_since: datetime | None = Field(default=None, description="When that pending span began.")
 
 
 def stuck_alert(stuck: Stuck, now_us: int, clock: Clock, threshold_s: float) -> StuckRunAlert:
@@ -149,7 +180,9 @@ def stuck_alert(stuck: Stuck, now_us: int, clock: Clock, threshold_s: float) -> 
         since=_dt(stuck.since_us), queue=stuck.queue, cluster_queue=stuck.cluster_queue,
         queued_at=None if stuck.queued_at_us is None else _dt(stuck.queued_at_us), observed_at=_dt(now_us),
         clock=clock, age_s=stuck.age_us(now_us) / 1e6, threshold_s=threshold_s, reason=stuck.reason,
-        message=stuck.message, pending_reason=stuck.pending_reason, pending_message=stuck.pending_message)
+        message=stuck.message, pending_reason=stuck.pending_reason, pending_message=stuck.pending_message,
+        admission_wait_s=stuck.admission_wait_s(now_us), pending_category=stuck.pending_category,
+        pending_since=None if stuck.pending_since_us is None else _dt(stuck.pending_since_us))
 
 
 def _us(at: datetime) -> int:

@@ -2,11 +2,12 @@
 
 The Kafka reducer counts in its transaction loop (``tracker.runtime.reduce``); the embedded pipeline has no such
 loop, so this counts the same families from each flush of the reducer: changes folded, phase entries added (as
-``tracker.core.entries`` counts them),
-dead letters by reason, runs in memory by status, runs retired by status, and the oldest pending and stuck ages
-per queue (``tracker_oldest_pending_admission_seconds`` on ``alerts.clock``, ``tracker_oldest_stuck_seconds`` on
-``alerts.metrics_clock``, as the Kafka reducer sets them). It runs on the pipeline's thread; prometheus_client's
-metrics are thread-safe. Gauges are refreshed at most every ``ops.metrics_interval_s``.
+``tracker.core.entries`` counts them), dead letters by reason, runs in memory by status, runs retired by status,
+the oldest pending and stuck ages per queue (``tracker_oldest_pending_admission_seconds`` on ``alerts.clock``,
+``tracker_oldest_stuck_seconds`` on ``alerts.metrics_clock``, as the Kafka reducer sets them), the ended pending
+seconds by category (``tracker_pending_seconds_total``) and the open pending spans' summed age
+(``tracker_pending_open_seconds``). It runs on the pipeline's thread; prometheus_client's metrics are thread-safe.
+Gauges are refreshed at most every ``ops.metrics_interval_s``.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from collections.abc import Callable
 from tracker.core import entries
 from tracker.core import stuck as policy
 from tracker.core.model import Phase, RunHistory, Status
+from tracker.core.publish import ended_pending, pending_added
 from tracker.core.reducer import Flushed, Reducer
+from tracker.core.waits import PENDING_CATEGORIES
 from tracker.runtime.ops import Metrics
 from tracker.settings import Settings
 
@@ -40,6 +43,7 @@ class EmbeddedMetrics:
         self.stuck: dict[str, policy.Stuck] = {}  # live runs before their application started
         self._queues: set[str] = set()
         self._stuck_keys: set[tuple[str, str]] = set()
+        self.pending: dict[str, dict[str, float]] = {}  # live run id -> ended pending seconds counted, by category
 
     def restored(self, reducer: Reducer) -> None:
         """Start from the runs a restored reducer holds (their phase entries were counted by an earlier process)."""
@@ -47,6 +51,7 @@ class EmbeddedMetrics:
             h = reducer.current(run_id)
             if h is not None:
                 self._seen(h)
+                self.pending[run_id] = ended_pending(h)  # counted by an earlier process
 
     def flushed(self, out: Flushed, folded: int, watermark_us: int) -> None:
         """One flush of the reducer: ``folded`` records were folded since the previous one."""
@@ -58,6 +63,10 @@ class EmbeddedMetrics:
             if u.history is not None:
                 before = self.entries.get(u.run_id, entries.NONE)
                 counted.update(entries.added(before, self._seen(u.history)))
+                now_pending = ended_pending(u.history)
+                for category, seconds in pending_added(self.pending.get(u.run_id, {}), now_pending).items():
+                    m.pending_seconds.labels(category).inc(seconds)
+                self.pending[u.run_id] = now_pending
         for phase, n in counted.items():
             m.transitions.labels(phase.value).inc(n)
         for reason, n in Counter(dl.reason for dl in out.dead_letters).items():
@@ -66,6 +75,7 @@ class EmbeddedMetrics:
             status = self.status.pop(run_id, Status.SUCCEEDED)
             self.entries.pop(run_id, None)
             self.stuck.pop(run_id, None)
+            self.pending.pop(run_id, None)
             m.runs_finished.labels(status.value).inc()
         now = self._monotonic()
         if self._last_refresh is None or now - self._last_refresh >= self.interval_s:
@@ -97,6 +107,9 @@ class EmbeddedMetrics:
         for key, age in stuck.items():
             m.oldest_stuck.labels(*key).set(age)
         self._stuck_keys = set(stuck)
+        pending_open = policy.pending_open(self.stuck.values(), gauge_clock)
+        for category in PENDING_CATEGORIES:  # every category, 0 without an open span
+            m.pending_open.labels(category).set(pending_open.get(category, 0.0))
 
     def _seen(self, h: RunHistory) -> tuple[int, ...]:
         """Remember the run's status, phase entries and stuck state; its phase entries per phase."""

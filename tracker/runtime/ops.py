@@ -103,10 +103,10 @@ class _Repeats(logging.Filter):
 _COMMON = ("build_info", "errors")
 _REDUCER = ("changes_consumed", "records_produced", "fold_seconds", "transaction_seconds", "transactions",
             "consumer_lag", "dead_letters", "transitions", "oldest_pending", "alerts", "oldest_stuck", "stuck_alerts",
-            "runs", "runs_finished", "partitions", "restore_seconds")
+            "runs", "runs_finished", "partitions", "restore_seconds", "pending_seconds", "pending_open")
 _SINK = ("sink_rows", "sink_histories", "sink_bad_records", "sink_write_seconds", "consumer_lag")
 _EMBEDDED = ("changes_consumed", "dead_letters", "dead_letters_dropped", "transitions",
-             "oldest_pending", "oldest_stuck", "runs", "runs_finished")
+             "oldest_pending", "oldest_stuck", "runs", "runs_finished", "pending_seconds", "pending_open")
 PROCESS_FAMILIES: dict[str, tuple[str, ...]] = {
     "reduce": _REDUCER,
     "sink-index": _SINK,
@@ -173,6 +173,13 @@ class Metrics:
                                   "(namespace/name), on alerts.metrics_clock.", ["phase", "queue"], registry=None)
         self.stuck_alerts = Counter("tracker_stuck_run_alerts_total", "Stuck-run alerts emitted, per phase and "
                                     "LocalQueue.", ["phase", "queue"], registry=None)
+        self.pending_seconds = Counter("tracker_pending_seconds", "Seconds live runs' attempts spent before their "
+                                       "application started, by category (README \"Every pending second\"): the "
+                                       "ended pending spans, counted when a history shows them.", ["category"],
+                                       registry=None)
+        self.pending_open = Gauge("tracker_pending_open_seconds", "Summed age of the pending spans still going on, by "
+                                  "category, on alerts.metrics_clock (with tracker_pending_seconds_total: every "
+                                  "pending second up to now).", ["category"], registry=None)
         self.runs = Gauge("tracker_runs", "Runs held in memory by the reducer, by status.", ["status"], registry=None)
         self.runs_finished = Counter("tracker_runs_finished_total", "Runs retired after a final status.",
                                      ["status"], registry=None)

@@ -31,7 +31,10 @@ becomes the reducer's retired marker in the transaction of that batch. When the 
 Stuck runs (``tracker.core.stuck``, as ``tracker runs --stuck``): a live run pending in Admission, Scheduling or
 Runtime is stuck for ``clock - since`` (its entry into the phase). The oldest age per phase and LocalQueue is
 ``tracker_oldest_stuck_seconds`` on ``alerts.metrics_clock`` (wall by default); Admission's, as ``clock -
-queued_at``, also ``tracker_oldest_pending_admission_seconds`` on ``alerts.clock``. A ``StuckRunAlert`` goes to the
+queued_at`` (the live admission wait), also ``tracker_oldest_pending_admission_seconds`` on ``alerts.clock``. Every
+pending second (``tracker.core.pending``): the ended spans' seconds by category are counted in
+``tracker_pending_seconds_total`` once the transaction of the history showing them commits, the open spans' summed
+age by category is ``tracker_pending_open_seconds`` on ``alerts.metrics_clock``. A ``StuckRunAlert`` goes to the
 alerts topic when the age reaches the phase's threshold (``alerts.stalled_admission_s``, ``stuck_scheduling_s``,
 ``stuck_runtime_s``) by ``alerts.clock``: ``event`` (the default) is the partition's watermark, the latest
 transition time of any history it produced, persisted in run-state; it depends on the input only (a replay of last
@@ -60,6 +63,7 @@ from tracker.core.publish import POSITION_SUFFIX, Decisions, Limits, PartitionPo
 from tracker.core.queues import QUEUE_KEY_PREFIX
 from tracker.core.reducer import Flushed, Reducer, ReducerLimits
 from tracker.core.stuck import STUCK_RUN_SCHEMA, StalledAdmissionAlert, StuckRunAlert
+from tracker.core.waits import PENDING_CATEGORIES
 from tracker.runtime.ops import Health, Metrics
 from tracker.settings import Settings
 from tracker.shell import jsonio, kafka
@@ -107,6 +111,7 @@ class _Plan:
     dead: Counter[str] = field(default_factory=Counter)
     alerts: Counter[tuple[str, str]] = field(default_factory=Counter)  # (phase, queue)
     finished: Counter[str] = field(default_factory=Counter)
+    pending: dict[str, float] = field(default_factory=dict)  # ended pending seconds, by category
 
 
 class ReduceService:
@@ -366,7 +371,7 @@ class ReduceService:
         topics, partition = self.topics, part.tp.partition
         for key, size in decided.oversized:
             log.error("record_too_large_to_publish", key=key, bytes=size, limit=self._limits().max_value_bytes)
-        plan = _Plan(phases=decided.phases, finished=decided.finished)
+        plan = _Plan(phases=decided.phases, finished=decided.finished, pending=decided.pending)
         for p in decided.publish:
             headers = ((KIND_HEADER, p.kind.encode()),) + \
                 (((CONTENT_HASH_HEADER, p.digest.encode()),) if p.digest is not None else ())
@@ -497,6 +502,8 @@ class ReduceService:
                 m.alerts.labels(queue).inc(n)
         for status, n in plan.finished.items():
             m.runs_finished.labels(status).inc(n)
+        for category, seconds in plan.pending.items():
+            m.pending_seconds.labels(category).inc(seconds)
 
     # ------------------------------------------------------------------------------------ gauges
     async def _tick(self, consumer: AIOKafkaConsumer) -> None:
@@ -512,6 +519,7 @@ class ReduceService:
         statuses: Counter[str] = Counter()
         oldest: dict[str, float] = {}
         oldest_stuck: dict[tuple[str, str], float] = {}
+        pending_open: dict[str, float] = {}
         wall_us = int(time.time() * 1_000_000)
         for tp, part in self._parts.items():
             high = consumer.last_stable_offset(tp)
@@ -527,6 +535,8 @@ class ReduceService:
             for (phase, queue), age in stuck.oldest(part.policy.stuck.values(), gauge_clock).items():
                 key = (phase.value, queue)
                 oldest_stuck[key] = max(oldest_stuck.get(key, 0.0), age)
+            for category, age in stuck.pending_open(part.policy.stuck.values(), gauge_clock).items():
+                pending_open[category] = pending_open.get(category, 0.0) + age
         for status in Status:
             m.runs.labels(status.value).set(statuses.get(status.value, 0))
         for queue in self._queues - oldest.keys():
@@ -539,6 +549,8 @@ class ReduceService:
         for key, age in oldest_stuck.items():
             m.oldest_stuck.labels(*key).set(age)
         self._stuck_keys = set(oldest_stuck)
+        for category in PENDING_CATEGORIES:  # every category, 0 without an open span
+            m.pending_open.labels(category).set(pending_open.get(category, 0.0))
         m.partitions.labels(group).set(sum(1 for tp in self._parts if tp not in self._pending))
 
 

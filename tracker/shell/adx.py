@@ -126,6 +126,8 @@ STATE_COLUMNS: dict[str, str] = {
     "config_ref": "ConfigRef", "input_refs": "InputRefs", "output_uri": "OutputUri", "resume_of": "ResumeOf",
     "last_checkpoint": "LastCheckpoint", "gpus": "Gpus", "gpu_hours": "GpuHours", "lost_gpu_hours": "LostGpuHours",
     "lost_gpu_hours_by": "LostGpuHoursBy", "gpus_open": "GpusOpen", "open_since": "OpenSince",
+    "pending_s_by": "PendingSecBy", "pending_category": "PendingCategory", "pending_since": "PendingSince",
+    "quota_reserved_at": "QuotaReservedAt",
 }
 # The GPU accounting of an attempt (schemas/gpu-accounting.md): the same columns as TaugridRunState's.
 _GPU_FIELDS = ("gpus", "gpu_hours", "lost_gpu_hours", "lost_gpu_hours_by", "gpus_open", "open_since")
@@ -181,7 +183,14 @@ def _history_rows(h: RunHistory, cluster: str) -> Iterator[tuple[str, RowKey, Ro
             "AdmissionWaitSec": a.admission_wait_s, "Retries": a.retries,
             "Failures": [{"Pod": f.pod, "At": _ts(f.at), "Reason": f.reason, "ExitCode": f.exit_code,
                           "Message": f.message} for f in a.failures],
-            "Pods": a.pod_count, **{STATE_COLUMNS[f]: _jsonable(getattr(a, f)) for f in _GPU_FIELDS}}
+            "Pods": a.pod_count, **{STATE_COLUMNS[f]: _jsonable(getattr(a, f)) for f in _GPU_FIELDS},
+            # Admission in steps and every pending second (README "Every pending second"); End null: still going on
+            "QuotaReservedAt": _ts(a.quota_reserved_at),
+            "AdmissionSteps": [{"Kind": st.kind, "At": _ts(st.at), "Check": st.check, "State": st.state,
+                                "Message": st.message} for st in a.admission_steps],
+            "Pending": [{"Category": sp.category.value, "Detail": sp.detail, "Start": _ts(sp.start),
+                         "End": _ts(sp.end)} for sp in a.pending],
+            "PendingSecBy": dict(a.pending_s_by)}
     yield STATE, ("S",), {"Cluster": cluster, **_state(run)}
     for m in h.metrics:
         yield METRICS, ("M", m.metric), {

@@ -185,6 +185,7 @@ class RunFilter(NamedTuple):
     stalled_admission_before: datetime | None = None  # pending in Admission, queued before this
     sort_by: str = "created"
     limit: int | None = None
+    now: datetime | None = None  # the reference time of ``--sort-by wait``: a run still waiting has waited until now
 
 
 # When the run entered its current phase: the time of its last transition. SQLite gives a bare column of an
@@ -333,7 +334,7 @@ class IndexReader:
         names = tuple(fields)
         since = _LAST_AT if phase_since or f.sort_by == "age" else "NULL"
         select = (f"SELECT {', '.join(names)}, {since} AS phase_since FROM runs"
-               + (f" WHERE {' AND '.join(where)}" if where else "") + f" ORDER BY {_order(f.sort_by)}")
+               + (f" WHERE {' AND '.join(where)}" if where else "") + f" ORDER BY {_order(f.sort_by, f.now)}")
         if f.limit is not None and not label_terms:
             select += " LIMIT ?"
             params.append(f.limit)
@@ -548,10 +549,16 @@ def _stored_labels(conn: sqlite3.Connection, run_ids: Sequence[str]) -> dict[str
     return out
 
 
-def _order(sort_by: str) -> str:
+def _order(sort_by: str, now: datetime | None = None) -> str:
     column = SORT_KEYS.get(sort_by)
     if column is None:
         raise IndexQueryError(f"cannot sort by {sort_by!r} (one of: {', '.join(SORT_KEYS)})")
+    if column == "admission_wait_s" and now is not None:
+        # a run still waiting (pending, queued, not admitted) has waited now - queued_at (tracker.core.waits)
+        live = ("(CASE WHEN admission_wait_s IS NULL AND status = 'pending' AND queued_at IS NOT NULL AND admitted_at "
+                f"IS NULL THEN (julianday('{time_text(now)[:-1]}') - julianday(substr(queued_at, 1, "
+                "length(queued_at) - 1))) * 86400.0 ELSE admission_wait_s END)")
+        return f"{live} IS NULL, {live} DESC, run_id"
     if column == "phase_since":  # age in the current phase: the longest first
         return f"{column} IS NULL, {_exact(column)}, run_id"
     if column.endswith("_at"):

@@ -15,8 +15,18 @@ from urllib.parse import urlencode
 
 from tracker.core.gpu import goodput, held_hours
 from tracker.core.model import Attempt, MetricSummary, RunHistory, RunRecord
-from tracker.render import gpu_hours_text, human_duration, provenance_rows
+from tracker.render import (
+    attempt_pending,
+    attempt_wait,
+    gpu_hours_text,
+    human_duration,
+    provenance_rows,
+    run_wait,
+    step_text,
+    wait_text,
+)
 from tracker.runs_view import age_seconds, display_status, kube_duration, runs_data
+from tracker.runs_view import wait_text as row_wait_text
 from tracker.shell.index_query import PHASES, SORT_KEYS, STATUSES, IndexReader, Run, RunFilter
 from tracker.ui.markup import clock, esc, path_part
 from tracker.ui.timeline import timeline_svg
@@ -140,7 +150,7 @@ def _run_row(run: Run, held: dict[str, Any], *, now: datetime, short: dict[str, 
         f'<td class="num">{esc(d["attempts"])}</td>', f'<td class="num">{esc(d["retries"])}</td>',
         f'<td class="num">{esc(d["evictions"])}</td>',
         f'<td>{esc(d.get("queue") or "-")}</td>',
-        f'<td class="num">{esc(kube_duration(d.get("admission_wait_s")))}</td>',
+        f'<td class="num">{esc(row_wait_text(d, now))}</td>',
         f'<td class="num">{esc(kube_duration(age_seconds(run, now)))}</td>',
         f'<td class="num">{esc(d.get("gpus") or 0)}</td>',
         f'<td class="num">{esc(gpu_hours_text(float(held.get("gpu_hours") or 0.0)))}</td>',
@@ -180,7 +190,11 @@ def run_page(history: RunHistory, *, now: datetime, note: str | None, waiting: d
     if history.transitions:
         parts.append(_transitions(history, now))
     parts.append("<h2>Attempts</h2>")
-    parts.append(_attempts(history.attempts, now) if history.attempts else '<p class="note">No attempt yet.</p>')
+    parts.append(_attempts(history.attempts, run, now) if history.attempts
+                 else '<p class="note">No attempt yet.</p>')
+    if any(a.pending or a.admission_steps for a in history.attempts):
+        parts.append("<h2>Pending, by reason</h2>")
+        parts.append(_pending(history, now))
     parts.append("<h2>Provenance</h2>")
     parts.append(_provenance(history))
     if history.metrics:
@@ -214,7 +228,7 @@ def _figures(run: RunRecord, now: datetime) -> str:
     figures = [
         _figure("attempts", str(run.attempts)), _figure("pod retries", str(run.retries)),
         _figure("evictions", str(run.evictions), bad=run.evictions > 0),
-        _figure("admission wait", human_duration(run.admission_wait_s)),
+        _figure("admission wait", wait_text(run_wait(run, now))),
         _figure("GPUs", str(run.gpus)), _figure("GPU-hours held", gpu_hours_text(held)),
         _figure("GPU-hours lost", gpu_hours_text(run.lost_gpu_hours), bad=run.lost_gpu_hours > 0),
         _figure("goodput", "-" if share is None else f"{share:.1%}"),
@@ -223,6 +237,8 @@ def _figures(run: RunRecord, now: datetime) -> str:
     ]
     if run.gpus_open:
         figures.append(_figure("GPUs still held", f"{run.gpus_open} since {clock(run.open_since)}"))
+    if run.pending_category and run.status.value == "pending":
+        figures.append(_figure("pending now", f"{run.pending_category} since {clock(run.pending_since)}"))
     lost_by = ""
     if run.lost_gpu_hours_by:
         lost_by = ('<p class="note">GPU-hours lost by reason: ' + esc(", ".join(
@@ -247,9 +263,11 @@ def _transitions(history: RunHistory, now: datetime) -> str:
             f'<tbody>{"".join(rows)}</tbody></table>')
 
 
-def _attempts(attempts: Sequence[Attempt], now: datetime) -> str:
+def _attempts(attempts: Sequence[Attempt], run: RunRecord, now: datetime) -> str:
     rows = []
+    live = run.status.value in ("pending", "running")
     for a in attempts:
+        wait = attempt_wait(a, run, now if live else None)
         held = held_hours(a.gpu_hours, a.gpus_open, a.open_since, now)
         lost = gpu_hours_text(a.lost_gpu_hours)
         if a.lost_gpu_hours_by:
@@ -270,7 +288,7 @@ def _attempts(attempts: Sequence[Attempt], now: datetime) -> str:
             f'<tr><td class="num">{a.attempt}</td><td>{esc(a.trigger)}</td><td>{esc(a.cluster_queue or "-")}</td>'
             f'<td class="mono">{esc(clock(a.queued_at))}</td><td class="mono">{esc(clock(a.admitted_at))}</td>'
             f'<td class="mono">{esc(clock(a.started_at))}</td><td class="mono">{esc(clock(a.ended_at))}</td>'
-            f'<td class="num">{esc(human_duration(a.admission_wait_s))}</td><td class="num">{a.retries}</td>'
+            f'<td class="num">{esc(wait_text(wait))}</td><td class="num">{a.retries}</td>'
             f'<td class="num">{a.gpus}</td><td class="num">{esc(gpu_hours_text(held))}</td>'
             f'<td class="num">{esc(lost)}</td><td class="reason">{esc(ended)}'
             f'{"<ul>" + failures + "</ul>" if failures else ""}</td></tr>')
@@ -279,6 +297,33 @@ def _attempts(attempts: Sequence[Attempt], now: datetime) -> str:
         ("started", False), ("ended", False), ("wait", True), ("retries", True), ("GPUs", True), ("GPU-h", True),
         ("lost GPU-h", True), ("ended by", False)))
     return f'<table class="attempts"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+
+
+def _pending(history: RunHistory, now: datetime) -> str:
+    """Per attempt: its admission steps, then its pending seconds by category (an admission check by its name; the
+    span still going on up to ``now``, marked +), longest first, with what explains the longest span of each."""
+    live = history.run.status.value in ("pending", "running")
+    at = now if live else None
+    rows = []
+    for a in history.attempts:
+        for step in a.admission_steps:
+            rows.append(f'<tr class="step"><td class="num">{a.attempt}</td><td>step</td>'
+                        f'<td class="mono">{esc(clock(step.at))}</td><td class="num"></td>'
+                        f'<td class="reason">{esc(step_text(step))}</td></tr>')
+        last = a.pending[-1] if a.pending else None
+        for key, seconds in attempt_pending(a, at).items():
+            spans = [sp for sp in a.pending if (f"{sp.category.value}:{sp.detail}" if sp.category.value ==
+                                                "admission-check" and sp.detail else sp.category.value) == key]
+            growing = last is not None and last.end is None and spans and spans[-1] is last
+            detail = next((sp.detail for sp in sorted(spans, key=lambda sp: sp.start, reverse=True) if sp.detail), "")
+            since = clock(spans[0].start) if spans else "-"
+            rows.append(f'<tr class="category"><td class="num">{a.attempt}</td><td>{esc(key)}</td>'
+                        f'<td class="mono">{esc(since)}</td>'
+                        f'<td class="num">{esc(human_duration(seconds) + ("+" if growing else ""))}</td>'
+                        f'<td class="reason">{esc(detail)}</td></tr>')
+    return ('<table class="pending"><thead><tr><th class="num">attempt</th><th>category</th><th>from</th>'
+            '<th class="num">time</th><th>what says so</th></tr></thead>'
+            f'<tbody>{"".join(rows)}</tbody></table>')
 
 
 def _provenance(history: RunHistory) -> str:

@@ -78,4 +78,15 @@ svg.timeline rect.stopped { fill: #ffffff; stroke: var(--completion); stroke-wid
 svg.timeline rect.stripe { fill: var(--admission); }
 svg.timeline rect.stripe-bg { fill: #fde8c4; }
 svg.timeline path.ongoing { fill: var(--fg); }
+svg.timeline .step-reserved { fill: var(--admission); }
+svg.timeline circle.step-check { stroke: var(--admission); stroke-width: 1.5; fill: #ffffff; }
+svg.timeline circle.step-check.ready { fill: var(--admission); }
+svg.timeline path.step-released { stroke: var(--failed); stroke-width: 2; fill: none; }
+svg.timeline .pending-queued { fill: #9ca3af; } svg.timeline .pending-quota { fill: #f59e0b; }
+svg.timeline .pending-preemption { fill: #ea580c; } svg.timeline .pending-inadmissible { fill: #b91c1c; }
+svg.timeline .pending-backoff { fill: #a16207; } svg.timeline .pending-admission-check { fill: #7c3aed; }
+svg.timeline .pending-pod-creation { fill: #0ea5e9; } svg.timeline .pending-unschedulable { fill: #db2777; }
+svg.timeline .pending-scheduling { fill: #c084fc; } svg.timeline .pending-image-pull { fill: #14b8a6; }
+svg.timeline .pending-container-creation { fill: #84cc16; } svg.timeline .pending-unexplained { fill: #111827; }
+table.pending td.reason { white-space: normal; overflow-wrap: anywhere; }
 """

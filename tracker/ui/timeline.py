@@ -14,8 +14,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
-from tracker.core.model import FINAL_STATUSES, Attempt, Phase, RunHistory, Transition
-from tracker.render import human_duration
+from tracker.core.model import FINAL_STATUSES, Attempt, Phase, RunHistory, RunRecord, Transition
+from tracker.core.waits import PENDING_CATEGORIES
+from tracker.render import attempt_wait, human_duration, step_text, wait_text
 from tracker.ui.markup import clock, esc, utc
 
 WIDTH = 1000
@@ -103,7 +104,7 @@ def timeline_svg(history: RunHistory, now: datetime | None) -> str:
     for n in sorted(set(groups) | set(attempts)):
         a = attempts.get(n)
         if a is not None:
-            _attempt_header(svg, a)
+            _attempt_header(svg, a, run, now if live else None)
         for i in groups.get(n, []):
             t = trs[i]
             nxt = trs[i + 1].at if i + 1 < len(trs) else None
@@ -111,11 +112,16 @@ def timeline_svg(history: RunHistory, now: datetime | None) -> str:
             seg_end = nxt if nxt is not None else (end if ongoing else None)
             _bar_row(svg, t, seg_end=seg_end, ongoing=ongoing, x=x)
         if a is not None:
+            _steps_row(svg, a, x)
+            _pending_row(svg, a, end if live else None, x)
             _attempt_notes(svg, a, [trs[i] for i in groups.get(n, [])])
     grid = "".join(f'<line class="grid" x1="{gx:.1f}" y1="{body_top}" x2="{gx:.1f}" y2="{svg.y}"/>'
                    for gx in grid_at)
     svg.y += 8
     _legend(svg, stopped=any(t.phase is Phase.COMPLETION for t in trs[:-1]), live=live)
+    cats = [c for c in PENDING_CATEGORIES if any(s.category.value == c for a in history.attempts for s in a.pending)]
+    if cats or any(a.admission_steps for a in history.attempts):
+        _pending_legend(svg, cats, steps=any(a.admission_steps for a in history.attempts))
     height = svg.y + 6
     defs = ('<defs><pattern id="wait" width="6" height="6" patternUnits="userSpaceOnUse" '
             'patternTransform="rotate(45)"><rect class="stripe-bg" width="6" height="6"/>'
@@ -126,14 +132,15 @@ def timeline_svg(history: RunHistory, now: datetime | None) -> str:
             f'<title>{esc(label)}</title>{grid}{"".join(svg.parts)}</svg>')
 
 
-def _attempt_header(svg: _Svg, a: Attempt) -> None:
+def _attempt_header(svg: _Svg, a: Attempt, run: RunRecord, now: datetime | None) -> None:
     words = [f"attempt {a.attempt}", f"trigger {a.trigger}"]
     if a.cluster_queue:
         words.append(f"ClusterQueue {a.cluster_queue}")
     if a.ray_cluster:
         words.append(f"RayCluster {a.ray_cluster}")
-    if a.admission_wait_s is not None:
-        words.append(f"waited {human_duration(a.admission_wait_s)} for admission")
+    wait = attempt_wait(a, run, now)
+    if wait.seconds is not None:
+        words.append(f"{'waiting' if wait.growing else 'waited'} {wait_text(wait)} for admission")
     text = " · ".join(words)
     y = svg.y
     svg.add(f'<g class="attempt"><title>{esc(text)}</title>'
@@ -178,6 +185,92 @@ def _bar_row(svg: _Svg, t: Transition, *, seg_end: datetime | None, ongoing: boo
             f'<text class="label phase-{phase}" x="{LEFT + 8}" y="{mid + 4:.1f}">{esc(t.phase.value)}</text>{mark}'
             f'<text class="duration" x="{WIDTH - 8}" y="{mid + 4:.1f}" text-anchor="end">{esc(duration)}</text></g>')
     svg.y += ROW_H
+
+
+STEP_CLASS = {"QuotaReserved": "step-reserved", "AdmissionCheck": "step-check", "QuotaReleased": "step-released"}
+
+
+def _steps_row(svg: _Svg, a: Attempt, x: Callable[[datetime], float]) -> None:
+    """The attempt's admission steps as markers on one row: a quota reservation (a diamond), each admission check's
+    state change (a circle; Ready filled), a quota released before admission (a cross: an eviction before any
+    admission); each step's words on hover."""
+    if not a.admission_steps:
+        return
+    y = svg.y
+    mid = y + ROW_H / 2
+    marks = []
+    for step in a.admission_steps:
+        sx = x(step.at)
+        tip = f"{clock(step.at)} {step_text(step)}"
+        css = STEP_CLASS.get(step.kind, "step-check")
+        if step.kind == "QuotaReserved":
+            shape = (f'<path class="{css}" d="M{sx:.1f} {mid - 5:.1f} L{sx + 5:.1f} {mid:.1f} L{sx:.1f} {mid + 5:.1f} '
+                     f'L{sx - 5:.1f} {mid:.1f} Z"/>')
+        elif step.kind == "QuotaReleased":
+            shape = (f'<path class="{css}" d="M{sx - 5:.1f} {mid - 5:.1f} L{sx + 5:.1f} {mid + 5:.1f} '
+                     f'M{sx + 5:.1f} {mid - 5:.1f} L{sx - 5:.1f} {mid + 5:.1f}"/>')
+        else:
+            state = "ready" if step.state == "Ready" else "waiting"
+            shape = f'<circle class="{css} {state}" cx="{sx:.1f}" cy="{mid:.1f}" r="4"/>'
+        marks.append(f'<g class="step"><title>{esc(tip)}</title>{shape}</g>')
+    svg.add(f'<g class="steps"><text class="dim" x="{LEFT + 16}" y="{mid + 4:.1f}">steps</text>{"".join(marks)}</g>')
+    svg.y += ROW_H
+
+
+def _pending_row(svg: _Svg, a: Attempt, now: datetime | None, x: Callable[[datetime], float]) -> None:
+    """The attempt's pending spans on one row, coloured by category (the open one up to ``now``), each span's
+    category, detail and times on hover; its pending seconds by category at the right."""
+    if not a.pending:
+        return
+    y = svg.y
+    parts = []
+    total = 0.0
+    for span in a.pending:
+        stop = span.end if span.end is not None else now
+        x0 = x(span.start)
+        x1 = max(x(stop), x0 + 1) if stop is not None else x0 + 2
+        seconds = 0.0 if stop is None else max(0.0, (utc(stop) - utc(span.start)).total_seconds())
+        total += seconds
+        lasted = human_duration(seconds) + ("+" if span.end is None else "")
+        tip = (f"{span.category.value}{': ' + span.detail if span.detail else ''}\n{clock(span.start)} → "
+               f"{clock(stop) if stop is not None else 'now'} ({lasted})")
+        parts.append(f'<g class="span"><title>{esc(tip)}</title><rect class="pending-{esc(span.category.value)}" '
+                     f'x="{x0:.1f}" y="{y + 7}" width="{x1 - x0:.1f}" height="{ROW_H - 14}"/></g>')
+    growing = a.pending[-1].end is None
+    svg.add(f'<g class="pending"><text class="dim" x="{LEFT + 16}" y="{y + ROW_H / 2 + 4:.1f}">pending</text>'
+            f'{"".join(parts)}<text class="duration dim" x="{WIDTH - 8}" y="{y + ROW_H / 2 + 4:.1f}" '
+            f'text-anchor="end">{esc(human_duration(total) + ("+" if growing else ""))}</text></g>')
+    svg.y += ROW_H
+
+
+def _pending_legend(svg: _Svg, categories: Sequence[str], *, steps: bool) -> None:
+    y = svg.y
+    items: list[str] = []
+    cursor = float(LEFT)
+    if steps:
+        items.append(f'<path class="step-reserved" d="M{cursor + 5:.0f} {y + 3} L{cursor + 10:.0f} {y + 8} '
+                     f'L{cursor + 5:.0f} {y + 13} L{cursor:.0f} {y + 8} Z"/>'
+                     f'<text class="dim" x="{cursor + 14:.0f}" y="{y + 12}">quota reserved</text>')
+        cursor += 110
+        items.append(f'<circle class="step-check ready" cx="{cursor + 5:.0f}" cy="{y + 8}" r="4"/>'
+                     f'<text class="dim" x="{cursor + 14:.0f}" y="{y + 12}">admission check</text>')
+        cursor += 118
+        items.append(f'<path class="step-released" d="M{cursor:.0f} {y + 3} L{cursor + 10:.0f} {y + 13} '
+                     f'M{cursor + 10:.0f} {y + 3} L{cursor:.0f} {y + 13}"/>'
+                     f'<text class="dim" x="{cursor + 14:.0f}" y="{y + 12}">quota released</text>')
+        cursor += 112
+    for cat in categories:
+        items.append(f'<rect class="pending-{esc(cat)}" x="{cursor:.0f}" y="{y + 3}" width="14" height="10"/>'
+                     f'<text class="dim" x="{cursor + 18:.0f}" y="{y + 12}">{esc(cat)}</text>')
+        cursor += 26 + 7 * len(cat)
+        if cursor > WIDTH - 120:
+            svg.add(f'<g class="legend">{"".join(items)}</g>')
+            items, cursor = [], float(LEFT)
+            svg.y += 18
+            y = svg.y
+    if items:
+        svg.add(f'<g class="legend">{"".join(items)}</g>')
+        svg.y += 18
 
 
 def _note(svg: _Svg, text: str, css: str = "dim") -> None:
