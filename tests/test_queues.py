@@ -269,3 +269,15 @@ def test_an_index_of_schema_6_is_migrated(tmp_path: Path) -> None:
     assert conn.execute("SELECT COUNT(*) FROM queues").fetchone() == (0,)
     assert conn.execute("SELECT COUNT(*) FROM queue_positions").fetchone() == (0,)
     conn.close()
+
+
+def test_a_run_reserving_quota_for_its_admission_checks_is_said_to_wait_behind_nothing_pending() -> None:
+    """A run whose quota is reserved while its admission checks run is not pending in Kueue's count: the sentence
+    says so instead of "waiting behind 0 pending workloads"; the GPUs counted are those reserved (issue 24)."""
+    from tracker.queue_view import text
+    from tracker.shell.index_query import gpu_usage
+    gpu = gpu_usage([{"flavor": "h100", "resource": "nvidia.com/gpu", "nominal": 2, "reserved": 2, "used": 0}])
+    assert gpu == {"resource": "nvidia.com/gpu", "used": 2.0, "nominal": 2.0}
+    cq = {"name": "gpu-checked", "pending": 0, "reserving": 1, "gpu": gpu, "stopped": False, "active": True}
+    assert text({"cluster_queue": cq}) == ("no workload pending in ClusterQueue gpu-checked, 1 reserving quota "
+                                           "(nvidia.com/gpu 2/2 used)")

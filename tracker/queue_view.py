@@ -28,7 +28,11 @@ def text(ctx: dict[str, Any] | None) -> str:
     parts: list[str] = []
     if cq:
         pending = int(cq.get("pending") or 0)
-        head = f"waiting behind {pending} pending workload{'' if pending == 1 else 's'} in ClusterQueue {cq['name']}"
+        if pending:
+            head = f"waiting behind {pending} pending workload{'' if pending == 1 else 's'} in ClusterQueue {cq['name']}"
+        else:
+            reserving = int(cq.get("reserving") or 0)
+            head = f"no workload pending in ClusterQueue {cq['name']}, {reserving} reserving quota"
         gpu = cq.get("gpu")
         if gpu:
             head += f" ({gpu['resource']} {_fmt(gpu['used'])}/{_fmt(gpu['nominal'])} used)"

@@ -153,7 +153,9 @@ def cmd_show(args: argparse.Namespace, console: object) -> int:
     if waiting:
         from tracker.queue_view import text
 
-        sys.stdout.write(f"Queue: {text(waiting)}\n")
+        said = text(waiting)
+        if said:
+            sys.stdout.write(f"Queue: {said}\n")
     return 0
 
 

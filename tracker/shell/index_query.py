@@ -413,16 +413,17 @@ class IndexReader:
                 for run_id, namespace, queue, cluster_queue, queued_at in runs:
                     ctx: dict[str, Any] = {}
                     pos = positions.get(run_id)
+                    lq = self._queue(conn, f"queue:{namespace}/{queue}") if namespace and queue else None
+                    if lq is not None:
+                        ctx["local_queue"] = lq
                     if cluster_queue is None and pos is not None:
                         cluster_queue = pos[1]
+                    if cluster_queue is None and lq is not None:  # not admitted yet: its LocalQueue's ClusterQueue
+                        cluster_queue = lq.get("cluster_queue")
                     if cluster_queue:
                         cq = self._queue(conn, f"queue:{cluster_queue}")
                         if cq is not None:
                             ctx["cluster_queue"] = cq
-                    if namespace and queue:
-                        lq = self._queue(conn, f"queue:{namespace}/{queue}")
-                        if lq is not None:
-                            ctx["local_queue"] = lq
                     queued = parse_time(queued_at)
                     if pos is not None and pos[3] is not None and (
                             queued is None or pos[6] >= int(queued.timestamp() * 1_000_000)):
@@ -589,13 +590,15 @@ def _accelerator(resource: str) -> bool:
 
 
 def gpu_usage(resources: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The first accelerator resource of a queue, summed over its flavors: {resource, used, nominal}."""
+    """The first accelerator resource of a queue, summed over its flavors: {resource, used (reserved), nominal}."""
     sums: dict[str, list[float | None]] = {}
     for r in resources:
         name = r.get("resource")
         if not isinstance(name, str) or not _accelerator(name):
             continue
-        used = _number(r.get("used")) if r.get("used") is not None else _number(r.get("reserved"))
+        # quota reserved (flavorsReservation) includes what admitted workloads use (flavorsUsage), and also what
+        # workloads hold while their admission checks run: what a pending workload waits behind
+        used = _number(r.get("reserved")) if r.get("reserved") is not None else _number(r.get("used"))
         nominal = _number(r.get("nominal"))
         acc = sums.setdefault(name, [None, None])
         if used is not None:
