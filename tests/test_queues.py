@@ -276,7 +276,7 @@ def test_a_run_reserving_quota_for_its_admission_checks_is_said_to_wait_behind_n
     says so instead of "waiting behind 0 pending workloads"; the GPUs counted are those reserved (issue 24)."""
     from tracker.queue_view import text
     from tracker.shell.index_query import gpu_usage
-    gpu = gpu_usage([{"flavor": "h100", "resource": "nvidia.com/gpu", "nominal": 2, "reserved": 2, "used": 0}])
+    gpu = gpu_usage([{"flavor": "h100", "resource": "nvidia.com/gpu", "nominal": "2", "reserved": "2", "used": "0"}])
     assert gpu == {"resource": "nvidia.com/gpu", "used": 2.0, "nominal": 2.0}
     cq = {"name": "gpu-checked", "pending": 0, "reserving": 1, "gpu": gpu, "stopped": False, "active": True}
     assert text({"cluster_queue": cq}) == ("no workload pending in ClusterQueue gpu-checked, 1 reserving quota "

@@ -29,7 +29,8 @@ def text(ctx: dict[str, Any] | None) -> str:
     if cq:
         pending = int(cq.get("pending") or 0)
         if pending:
-            head = f"waiting behind {pending} pending workload{'' if pending == 1 else 's'} in ClusterQueue {cq['name']}"
+            plural = "" if pending == 1 else "s"
+            head = f"waiting behind {pending} pending workload{plural} in ClusterQueue {cq['name']}"
         else:
             reserving = int(cq.get("reserving") or 0)
             head = f"no workload pending in ClusterQueue {cq['name']}, {reserving} reserving quota"
