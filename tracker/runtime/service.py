@@ -329,16 +329,26 @@ class _Handoff:
         self.items: queue.Queue[Record | BadRecord | None] = queue.Queue(maxsize=maxsize)
         self._lock = threading.Lock()
         self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
+        self._closed = False
 
     async def get(self) -> Record | BadRecord | None:
+        """The next item; None at the end (a None put, or ``close`` and nothing queued)."""
         while True:
             try:
                 item = self.items.get_nowait()
             except queue.Empty:
-                await self._wait_until(lambda: not self.items.empty())
+                if self._closed:
+                    return None
+                await self._wait_until(lambda: self._closed or not self.items.empty())
                 continue
             self.wake()
             return item
+
+    def close(self) -> None:
+        """Nothing more comes: the getter drains what is queued, then gets None. Needs no room and no await, so it
+        ends the pipeline whatever stopped the feeding side (a source that failed, a cancellation)."""
+        self._closed = True
+        self.wake()
 
     async def put(self, item: Record | BadRecord | None, *, closed: Callable[[], bool]) -> bool:
         """Put ``item``, waiting for room; False (not put) once ``closed()`` is true."""
@@ -432,7 +442,7 @@ async def _serve_embedded(settings: Settings, opts: ServeOptions, intake: Source
             stop.cancel()
             feeding.cancel()
         finally:
-            await changes.put(None, closed=running.done)  # the pipeline drains what is queued, flushes, closes
+            changes.close()  # the pipeline drains what is queued, flushes, closes (also when the source failed)
     report = running.result()
     log.info("embedded_pipeline_done", records=report.records, runs_written=report.runs_written,
              dead_letters=report.dead_letters, dead_letters_dropped=dead.dropped, dead_letter_file=str(dead.path))
