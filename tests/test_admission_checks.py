@@ -286,10 +286,8 @@ def _tiles(att: Obj) -> bool:
         all(s["end"] is not None for s in spans[:-1])
 
 
-@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
-def test_every_scenarios_pending_seconds_tile_its_attempts_and_are_at_most_5_percent_unexplained(
-        scenario: str) -> None:
-    hs = histories(fold_scenario(scenario))
+def assert_tiled_and_explained(hs: dict[str, Any]) -> None:
+    """Every attempt's pending spans tile its window, and at most 5% of their seconds are unexplained."""
     total = unexplained = 0.0
     for h in hs.values():
         for att in h["attempts"]:
@@ -299,6 +297,12 @@ def test_every_scenarios_pending_seconds_tile_its_attempts_and_are_at_most_5_per
                     total += seconds(s)
                     unexplained += seconds(s) if s["category"] == PendingCategory.UNEXPLAINED else 0.0
     assert unexplained <= 0.05 * total, (unexplained, total)
+
+
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+def test_every_scenarios_pending_seconds_tile_its_attempts_and_are_at_most_5_percent_unexplained(
+        scenario: str) -> None:
+    assert_tiled_and_explained(histories(fold_scenario(scenario)))
 
 
 def test_pending_spans_do_not_depend_on_the_order_objects_arrive_in() -> None:
@@ -312,16 +316,7 @@ def test_pending_spans_do_not_depend_on_the_order_objects_arrive_in() -> None:
 @pytest.mark.parametrize(("kueue", "scenario"), KEPT, ids=[f"{k}-{s}" for k, s in KEPT])
 def test_the_real_controllers_pending_seconds_tile_their_attempts_and_are_at_most_5_percent_unexplained(
         kueue: str, scenario: str) -> None:
-    hs = histories(fold(load(scenario, kueue)))
-    total = unexplained = 0.0
-    for h in hs.values():
-        for att in h["attempts"]:
-            assert _tiles(att), (h["run"]["run_id"], att["pending"])
-            for s in att["pending"]:
-                if s["end"] is not None:
-                    total += seconds(s)
-                    unexplained += seconds(s) if s["category"] == PendingCategory.UNEXPLAINED else 0.0
-    assert unexplained <= 0.05 * total, (unexplained, total)
+    assert_tiled_and_explained(histories(fold(load(scenario, kueue))))
 
 
 def test_slimmed_objects_keep_the_admission_checks() -> None:

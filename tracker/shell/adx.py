@@ -417,6 +417,10 @@ class AdxSink:
         lines: list[tuple[str, bytes]] = []
         for u in updates:
             lines.extend(self._new_rows(u))
+        return self._enqueue(lines)
+
+    def _enqueue(self, lines: list[tuple[str, bytes]]) -> int:
+        """Queues ``(table, line)`` rows for the worker; blocks only while the queue is full. Their number."""
         with self._cond:
             if self._closing.is_set():
                 raise RuntimeError("AdxSink is closed")
@@ -486,19 +490,7 @@ class AdxSink:
             self._queue_memo.move_to_end(memo_key)
         while len(self._queue_memo) > self.settings.memo_max_runs:
             self._queue_memo.popitem(last=False)
-        with self._cond:
-            if self._closing.is_set():
-                raise RuntimeError("AdxSink is closed")
-            for item in lines:
-                if len(self._pending) >= self.settings.queue_max_rows:
-                    self.stats.backpressure_waits += 1
-                    self._cond.notify_all()
-                    self._cond.wait_for(lambda: len(self._pending) < self.settings.queue_max_rows)
-                self._pending.append((*item, time.monotonic()))
-                self._pending_bytes += len(item[1])
-            self.stats.rows_queued += len(lines)
-            self._cond.notify_all()
-        return len(lines)
+        return self._enqueue(lines)
 
     def flush(self, timeout_s: float | None = None) -> bool:
         """Sends the queued rows now; True once each was accepted by Kusto or spooled (False on timeout)."""
