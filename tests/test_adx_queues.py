@@ -8,47 +8,21 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from tests.adx_standin import KustoStandIn
+from tests.test_adx_sink import DB, make_sink, standin  # noqa: F401  (fixtures)
 from tests.test_queues import DEMO, cq, ev, lq, position
 from tracker.core.queues import QueueBook
 from tracker.core.reducer import Reducer
 from tracker.runtime.pipeline import run_pipeline
-from tracker.settings import AdxSettings
 from tracker.shell.adx import POSITIONS, QUEUE_TABLES, QUEUES, AdxSink, queue_rows
 from tracker.shell.capture import capture_files, interleave
 
 SCHEMA = json.loads((Path(__file__).parents[1] / "schemas" / "kusto" / "schema.json").read_text())
-DB = "TauGridTest"
 META = ("EventId", "Revision", "IngestedAt")
-
-
-@pytest.fixture
-def standin() -> Iterator[KustoStandIn]:
-    s = KustoStandIn().up()
-    yield s
-    s.down()
-
-
-@pytest.fixture
-def make_sink(standin: KustoStandIn, tmp_path: Path) -> Iterator[Callable[[], AdxSink]]:
-    sinks: list[AdxSink] = []
-
-    def make() -> AdxSink:
-        sink = AdxSink(AdxSettings(cluster_uri=standin.url, auth="none", database=DB, source_cluster="aks-east-1",
-                                   spool_dir=tmp_path / "spool", batch_max_delay_s=0.05, retry_attempts=2,
-                                   retry_initial_s=0.01, retry_max_s=0.2, ingest_timeout_s=30))
-        sinks.append(sink)
-        return sink
-
-    yield make
-    for sink in sinks:
-        sink.close(timeout_s=30)
 
 
 def book(*records: dict[str, Any]) -> QueueBook:
@@ -91,8 +65,8 @@ def test_queue_rows_have_exactly_the_declared_columns() -> None:
     assert seen == set(QUEUE_TABLES)
 
 
-def test_write_queues_streams_each_table_and_resends_only_changes(standin: KustoStandIn,
-                                                                   make_sink: Callable[[], AdxSink]) -> None:
+def test_write_queues_streams_each_table_and_resends_only_changes(
+        standin: KustoStandIn, make_sink: Callable[[], AdxSink]) -> None:  # noqa: F811  (imported fixtures)
     sink = make_sink()
     b = book(ev("ADDED", cq()), ev("ADDED", lq()), position())
     assert sink.write_queues(list(b.queues.values()), list(b.positions.values())) == 3
@@ -136,8 +110,8 @@ def test_write_queues_streams_each_table_and_resends_only_changes(standin: Kusto
     assert len(event_ids) == len(set(event_ids)) == 5
 
 
-def test_replay_with_queue_captures_writes_the_queue_tables(standin: KustoStandIn, make_sink: Callable[[], AdxSink],
-                                                            tmp_path: Path) -> None:
+def test_replay_with_queue_captures_writes_the_queue_tables(
+        standin: KustoStandIn, make_sink: Callable[[], AdxSink], tmp_path: Path) -> None:  # noqa: F811
     """The embedded pipeline hands the queues to every sink that keeps them: the ADX sink gets the newest state."""
     capture = tmp_path / "queues.jsonl"
     capture.write_text("\n".join(json.dumps(r) for r in [
