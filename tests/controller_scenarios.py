@@ -505,15 +505,21 @@ async def held(d: Driver, owner: str) -> None:
     assert job_obj["spec"].get("suspend") is True, f"{owner}: unsuspended with its check Pending"
 
 
+async def check_held_pending(d: Driver, name: str, hold_s: float) -> None:
+    """A Job `name` in the checked queue, its quota reserved and its check held Pending (HOLD_MESSAGE) for `hold_s`,
+    its Job suspended all along."""
+    queue = await checked_queue(d)
+    await d.create(job(name, queue=queue, pods=1, gpus=1, annotations=delays(complete="5s")))
+    await reserved_pending(d, name, "quota reserved, its check Pending")
+    await d.check(name, "Pending", HOLD_MESSAGE)
+    await asyncio.sleep(hold_s)
+    await held(d, name)
+
+
 async def admission_check_two_phase(d: Driver) -> None:
     """Quota reserved, the AdmissionCheck Pending (with a message) for HOLD_S, then Ready: Kueue admits the Workload
     (Admitted=True), the Job is unsuspended, runs and completes."""
-    queue = await checked_queue(d)
-    await d.create(job("two-phase", queue=queue, pods=1, gpus=1, annotations=delays(complete="5s")))
-    await reserved_pending(d, "two-phase", "quota reserved, its check Pending")
-    await d.check("two-phase", "Pending", HOLD_MESSAGE)
-    await asyncio.sleep(HOLD_S)
-    await held(d, "two-phase")
+    await check_held_pending(d, "two-phase", HOLD_S)
     await d.check("two-phase", "Ready", READY_MESSAGE)
     await d.until_workload("two-phase", "admitted", lambda w: has(w, "Admitted"), 30)
     await d.until("two-phase to complete", lambda: d.job_has("two-phase", "Complete"), 90)
@@ -524,12 +530,7 @@ async def admission_check_retry(d: Driver) -> None:
     AdmissionCheck), releases its quota, resets the check to Pending and requeues it (after requeueAfterSeconds on
     Kueue 0.17); quota is reserved again, the check goes Pending, then Ready; the Job runs and completes."""
     assert d.checks is not None
-    queue = await checked_queue(d)
-    await d.create(job("retried", queue=queue, pods=1, gpus=1, annotations=delays(complete="5s")))
-    await reserved_pending(d, "retried", "quota reserved, its check Pending")
-    await d.check("retried", "Pending", HOLD_MESSAGE)
-    await asyncio.sleep(HOLD_S / 2)
-    await held(d, "retried")
+    await check_held_pending(d, "retried", HOLD_S / 2)
     await d.check("retried", "Retry", RETRY_MESSAGE,
                   requeue_after_s=RETRY_AFTER_S if d.workload_version == "v1beta2" else None)
     check = d.checks.check
@@ -547,12 +548,7 @@ async def admission_check_retry(d: Driver) -> None:
 async def admission_check_rejected(d: Driver) -> None:
     """The check goes Pending, then Rejected: Kueue deactivates the Workload (spec.active=false, Evicted=True
     DeactivatedDueToAdmissionCheck) and releases its quota; the Job never leaves suspend=true."""
-    queue = await checked_queue(d)
-    await d.create(job("rejected", queue=queue, pods=1, gpus=1, annotations=delays(complete="5s")))
-    await reserved_pending(d, "rejected", "quota reserved, its check Pending")
-    await d.check("rejected", "Pending", HOLD_MESSAGE)
-    await asyncio.sleep(HOLD_S / 2)
-    await held(d, "rejected")
+    await check_held_pending(d, "rejected", HOLD_S / 2)
     await d.check("rejected", "Rejected", REJECT_MESSAGE)
     await d.until_workload("rejected", "deactivated by Kueue and its quota released",
                            lambda w: w["spec"].get("active") is False and has(w, "Evicted")
