@@ -101,7 +101,7 @@ def attempt_pending(r: RunFacts, a: _Att, number: int, pods: AttemptPods, runtim
     w1 = _app_start(r, a, pods, runtime_at, progress_at, w0)
     adm_end = a.admitted if a.admitted is not None else (a.start if a.start is not None and a.queued is not None
                                                           else None)
-    last = adm_end if adm_end is not None else (a.end if a.end is not None else None)
+    last = adm_end if adm_end is not None else a.end
 
     def inside(t: int, inclusive_end: bool = True) -> bool:
         return t >= w0 and (last is None or t < last or (inclusive_end and t == last))
@@ -150,11 +150,15 @@ def attempt_pending(r: RunFacts, a: _Att, number: int, pods: AttemptPods, runtim
     backoff: str | None = None
     checks: dict[str, tuple[int, int, str, str]] = {}  # name -> (at, resourceVersion, state, message)
 
+    def not_ready() -> list[tuple[str, str, str]]:
+        """The checks not Ready now, by name: (name, state, message)."""
+        return sorted((n, st, m) for n, (_at, _rv, st, m) in checks.items() if st != "Ready")
+
     def current() -> tuple[Cat, str]:
         if reserved:
-            waiting = sorted(n for n, (_at, _rv, st, _m) in checks.items() if st != "Ready")
+            waiting = not_ready()
             if waiting:
-                return Cat.ADMISSION_CHECK, waiting[0]
+                return Cat.ADMISSION_CHECK, waiting[0][0]
             if checks:
                 return Cat.ADMISSION_CHECK, max(checks.items(), key=lambda kv: (kv[1][:2], kv[0]))[0]
             return Cat.UNEXPLAINED, "quota reserved, not admitted, no admission check known"
@@ -218,10 +222,8 @@ def attempt_pending(r: RunFacts, a: _Att, number: int, pods: AttemptPods, runtim
             key = span_key(cat, detail)
             by[key] = by.get(key, 0.0) + (end - t) / 1_000_000
     check = None
-    if a.queued is not None and a.admitted is None and reserved and (a.end is None):
-        waiting = sorted((n, st, m) for n, (_at, _rv, st, m) in checks.items() if st != "Ready")
-        if waiting:
-            check = waiting[0]
+    if a.queued is not None and a.admitted is None and reserved and a.end is None:
+        check = next(iter(not_ready()), None)
     return AttemptPending(steps, out, by, reserved_at, check)
 
 
