@@ -138,7 +138,7 @@ def cmd_show(args: argparse.Namespace, console: object) -> int:
 
         from tracker.core.model import to_json
 
-        data = to_json(history)  # the published history schema (schemas/history/v3.schema.json)
+        data = to_json(history)  # the published history schema (schemas/history/v4.schema.json)
         if args.output == "json":
             sys.stdout.write(json.dumps(data, indent=2) + "\n")
         else:

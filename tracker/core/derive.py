@@ -67,6 +67,8 @@ from tracker.core.derive_attempts import (
     _split_ray_retries,
     is_deactivation,
 )
+from tracker.core.derive_ledger import attempt_fields, checkpoint_rows, record_fields, run_ledger
+from tracker.core.derive_ledger import spans as ledger_spans
 from tracker.core.derive_pods import _BEFORE_ALL, AttemptContext, AttemptPods, Layout, PodSide
 from tracker.core.derive_rules import (
     ATTEMPT_PHASES,
@@ -153,8 +155,8 @@ class Derivation:
     run record) is recomputed from the facts at every update: it reads the run's conditions, deployments, events and
     intake events, which do not grow with its pods."""
 
-    __slots__ = ("_facts", "_metrics", "_points_key", "_points_taken", "_progress", "_seq", "_taken", "history",
-                 "pods")
+    __slots__ = ("_facts", "_metrics", "_points_key", "_points_taken", "_progress", "_seq", "_steps", "_taken",
+                 "history", "pods")
 
     def __init__(self) -> None:
         self.pods = PodSide()
@@ -165,6 +167,7 @@ class Derivation:
         # the metric points as the facts hold them (their tuples, shared, not rows: a run keeps up to 10,000)
         self._points_key: tuple[Any, ...] = ()
         self._progress: list[int] = []
+        self._steps: list[tuple[int, int]] = []  # the step records (the ledger's), as of progress_seq
         self._points_taken = False  # the current points went out with a take
         self._taken: RunHistory | None = None  # the history the last take gave
 
@@ -180,7 +183,8 @@ class Derivation:
                 self._points_taken = False
             self._metrics, self._points_key = _metrics(r), key
             self._progress = sorted(r.progress_buckets.values())
-        self.history = _derive(r, self.pods, changed, self._metrics, self._progress)
+            self._steps = r.steps.records()
+        self.history = _derive(r, self.pods, changed, self._metrics, self._progress, self._steps)
         return self.history
 
     def take(self) -> HistoryUpdate:
@@ -205,7 +209,7 @@ class Derivation:
 
 
 def _derive(r: RunFacts, side: PodSide, changed: Iterable[str] | None, metrics: list[MetricSummary],
-            progress_times: list[int]) -> RunHistory:
+            progress_times: list[int], steps: list[tuple[int, int]]) -> RunHistory:
     intake = _intake(r)
     atts = _split_ray_retries(r, _kueue_attempts(r))
     run = _Run(r, atts, _source(r.kind, r.namespace, r.name), _source("Workload", r.namespace, r.wl_name))
@@ -213,7 +217,10 @@ def _derive(r: RunFacts, side: PodSide, changed: Iterable[str] | None, metrics: 
     # close the last attempt at completion
     if final is not None and atts and atts[-1].end is None:
         atts[-1].end, atts[-1].end_reason, atts[-1].end_message = final.at, final.reason, final.message
-    side.update(r, _layout(r, atts, final), changed)
+    losses = gpu.attempt_losses([a.trigger for a in atts], [a.end_reason for a in atts],
+                                [a.end is not None for a in atts], final.status if final else None,
+                                final.reason if final else None)
+    side.update(r, _layout(r, atts, losses), changed)
 
     transitions: list[Transition] = []
     last_attempt = last_at = 0  # of the last entry
@@ -273,16 +280,17 @@ def _derive(r: RunFacts, side: PodSide, changed: Iterable[str] | None, metrics: 
         reason, message = _pending_reason(r, atts, side.attempts[-1] if side.attempts else None, last_phase, pending)
     phase = transitions[-1].phase if transitions else (Phase.ADMISSION if r.kind else Phase.RESOLUTION)
 
+    led = run_ledger(r, steps, atts, losses, side.attempts, attempts_out, final.at if final else None)
+    attempts_out = [replace(a, **attempt_fields(led, i)) for i, a in enumerate(attempts_out)]
     record = _record(run, intake, final, attempts_out, status, reason, message, phase, pending, total_retries)
+    record = record_fields(r, led, record, attempts_out)
     links = [ResumeLink(run_id=r.run_id, resume_of=record.resume_of)] if record.resume_of else []
-    return RunHistory(run=record, transitions=transitions, attempts=attempts_out, metrics=metrics, resume_links=links)
+    return RunHistory(run=record, transitions=transitions, attempts=attempts_out, metrics=metrics, resume_links=links,
+                      checkpoints=checkpoint_rows(r, atts), ledger=ledger_spans(led))
 
 
-def _layout(r: RunFacts, atts: list[_Att], final: _Final | None) -> Layout:
+def _layout(r: RunFacts, atts: list[_Att], losses: list[str | None]) -> Layout:
     """What the pods read of the attempts (``derive_pods.Layout``)."""
-    losses = gpu.attempt_losses([a.trigger for a in atts], [a.end_reason for a in atts],
-                                [a.end is not None for a in atts], final.status if final else None,
-                                final.reason if final else None)
     return Layout(r.kind == "RayJob", r.namespace, tuple(
         AttemptContext(a.start if a.start is not None else (a.queued if a.queued is not None else _BEFORE_ALL),
                        a.ray_cluster, a.end, loss) for a, loss in zip(atts, losses, strict=True)))

@@ -30,6 +30,130 @@ _MAX_WIDTH = 1 << 63  # a step bucket this wide holds every step (steps are belo
 
 MetricPoint = tuple[int, float, int]  # (step, value, at): one kept point of a metric's curve
 
+# The goodput ledger's facts (tracker.core.ledger; schemas/goodput.md "Bounds")
+STEP_TRAIL_BUCKETS = 2048  # time buckets of step records a run keeps (two records each)
+STEP_TRAIL_WIDTH = 1 << 20  # µs: the first bucket width, about a second; it doubles as a run grows
+MAX_CHECKPOINT_SAVES = 1024  # checkpoint saves a run keeps (those of the highest steps)
+MAX_CHECKPOINT_RESTORES = 256  # checkpoint restores a run keeps (those of the highest steps)
+MAX_RESTORE_TIMES = 16  # start (and end) times kept of the restores of one checkpoint
+StepRecord = tuple[int, int]  # (at, step)
+
+
+@dataclass(slots=True)
+class StepTrail:
+    """A run's step records (the time each reported step was reached), bounded: records fall in time buckets of one
+    width for the whole run (a power of two times ``STEP_TRAIL_WIDTH``), each bucket keeps its earliest and its
+    latest record (by time, then step), and the width doubles while more than ``STEP_TRAIL_BUCKETS`` buckets are
+    held. As with ``MetricPoints``, the width is the smallest that fits every record seen and each bucket's two
+    records are its extremes at that width: a function of the set of records, whatever their order or repeats."""
+
+    width: int = STEP_TRAIL_WIDTH
+    buckets: dict[int, tuple[StepRecord, StepRecord]] = field(default_factory=dict)
+
+    def add(self, at: int, step: int, cap: int = STEP_TRAIL_BUCKETS) -> None:
+        rec = (at, step)
+        b = at // self.width
+        cur = self.buckets.get(b)
+        if cur is None:
+            self.buckets[b] = (rec, rec)
+            while len(self.buckets) > cap and self.width < _MAX_WIDTH:
+                self.width *= 2
+                coarse: dict[int, tuple[StepRecord, StepRecord]] = {}
+                for k, (lo, hi) in self.buckets.items():
+                    ck = k >> 1  # floor division by two, negative buckets too
+                    old = coarse.get(ck)
+                    coarse[ck] = (lo, hi) if old is None else (min(old[0], lo), max(old[1], hi))
+                self.buckets = coarse
+        elif rec < cur[0] or rec > cur[1]:
+            self.buckets[b] = (min(cur[0], rec), max(cur[1], rec))
+
+    def records(self) -> list[StepRecord]:
+        """The kept records, by time then step, each once."""
+        return sorted({r for pair in self.buckets.values() for r in pair})
+
+    def to_json(self) -> list[Any]:
+        return [self.width, [[lo[0], lo[1], hi[0], hi[1]] for lo, hi in self.buckets.values()]]
+
+    @classmethod
+    def from_json(cls, v: list[Any] | None) -> StepTrail:
+        t = cls()
+        if v:
+            t.width = v[0]
+            t.buckets = {row[0] // t.width: ((row[0], row[1]), (row[2], row[3])) for row in v[1]}
+        return t
+
+
+@dataclass(slots=True)
+class Checkpoints:
+    """A run's checkpoint saves and restores, as its intake events told (merged by min, max and bounded set union,
+    so any order and any repeat give the same facts).
+
+    ``saves``: (step, uri) -> [started, completed, failed, bytes] (the earliest time of each phase, the largest
+    size), at most ``MAX_CHECKPOINT_SAVES`` (those of the highest (step, uri)). ``restores``: (step, uri) -> the
+    start times and the end times of its restores (the earliest ``MAX_RESTORE_TIMES`` of each), at most
+    ``MAX_CHECKPOINT_RESTORES``. ``resume``: the run's Resume event (the latest, by time then content)."""
+
+    saves: dict[tuple[int, str], list[int | None]] = field(default_factory=dict)
+    restores: dict[tuple[int, str], tuple[tuple[int, ...], tuple[int, ...]]] = field(default_factory=dict)
+    resume: tuple[int, str, str | None, int | None] | None = None  # (at, resume_of, checkpoint uri, step)
+
+    def save(self, step: int, uri: str, phase: str, at: int, size: int | None) -> None:
+        key = (step, uri)
+        cur = self.saves.get(key)
+        if cur is None:
+            if len(self.saves) >= MAX_CHECKPOINT_SAVES and key < min(self.saves):
+                return  # below every kept one: never kept (a function of the set)
+            cur = self.saves[key] = [None, None, None, None]
+            if len(self.saves) > MAX_CHECKPOINT_SAVES:
+                del self.saves[min(self.saves)]
+        i = {"started": 0, "completed": 1, "failed": 2}[phase]
+        cur[i] = _min(cur[i], at)
+        if size is not None:
+            cur[3] = _max(cur[3], size)
+
+    def restore(self, step: int, uri: str, phase: str, at: int) -> None:
+        key = (step, uri)
+        cur = self.restores.get(key)
+        if cur is None:
+            if len(self.restores) >= MAX_CHECKPOINT_RESTORES and key < min(self.restores):
+                return
+            cur = self.restores[key] = ((), ())
+            if len(self.restores) > MAX_CHECKPOINT_RESTORES:
+                del self.restores[min(self.restores)]
+        starts, ends = cur
+        if phase == "started":
+            starts = tuple(sorted({*starts, at}))[:MAX_RESTORE_TIMES]
+        else:  # completed or failed: either ends it
+            ends = tuple(sorted({*ends, at}))[:MAX_RESTORE_TIMES]
+        self.restores[key] = (starts, ends)
+
+    def resumed(self, at: int, resume_of: str, uri: str | None, step: int | None) -> None:
+        new = (at, resume_of, uri, step)
+        if self.resume is None or _order(new) > _order(self.resume):
+            self.resume = new
+
+    def __bool__(self) -> bool:
+        return bool(self.saves or self.restores or self.resume)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"saves": [[k[0], k[1], *v] for k, v in sorted(self.saves.items())],
+                "restores": [[k[0], k[1], list(v[0]), list(v[1])] for k, v in sorted(self.restores.items())],
+                "resume": list(self.resume) if self.resume else None}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any] | None) -> Checkpoints:
+        c = cls()
+        if d:
+            c.saves = {(r[0], r[1]): list(r[2:6]) for r in d["saves"]}
+            c.restores = {(r[0], r[1]): (tuple(r[2]), tuple(r[3])) for r in d["restores"]}
+            res = d["resume"]
+            c.resume = (res[0], res[1], res[2], res[3]) if res else None
+        return c
+
+
+def _order(resume: tuple[int, str, str | None, int | None]) -> tuple[int, str, str, int]:
+    return resume[0], resume[1], resume[2] or "", -1 if resume[3] is None else resume[3]
+
 
 def _min(a: int | None, b: int | None) -> int | None:
     if a is None:
@@ -294,6 +418,8 @@ class RunFacts:
     metrics: dict[str, MetricFacts] = field(default_factory=dict)
     points: MetricPoints = field(default_factory=MetricPoints)  # the metrics' curves, downsampled
     checkpoint: tuple[int, int, str] | None = None  # the latest (step, at, uri)
+    steps: StepTrail = field(default_factory=StepTrail)  # step records (the goodput ledger's)
+    ckpts: Checkpoints = field(default_factory=Checkpoints)  # checkpoint saves, restores and the resume
     # Not a fact (not kept in snapshots): counts the progress reports merged, so that the derivation rebuilds the
     # metric curves, summaries and progress times only when one changed them (``derive.Derivation``).
     progress_seq: int = 0
@@ -387,6 +513,7 @@ class RunFacts:
             "metrics": {k: [list(m.first), list(m.latest), m.lo, m.hi, m.points]
                         for k, m in self.metrics.items()},
             "checkpoint": self.checkpoint, "points": self.points.to_json(),
+            "steps": self.steps.to_json(), "ckpts": self.ckpts.to_json(),
         }
         if not pods:
             del doc["pods"]
@@ -419,6 +546,8 @@ class RunFacts:
                      for k, m in d["metrics"].items()}
         r.checkpoint = tuple(d["checkpoint"]) if d["checkpoint"] else None
         r.points = MetricPoints.from_json(d.get("points"))
+        r.steps = StepTrail.from_json(d.get("steps"))  # older snapshots: none (the ledger then says "accounting")
+        r.ckpts = Checkpoints.from_json(d.get("ckpts"))
         return r
 
 
@@ -442,6 +571,25 @@ def _conds_in(rows: list[list[Any]]) -> tuple[CondFacts, CondVersions]:
     return conds, versions
 
 
-__all__ = ["METRIC_POINTS_PER_RUN", "CondFacts", "CondKey", "CondVersions", "EventFacts", "MetricFacts", "MetricPoint",
-           "MetricPoints", "PodEnd", "PodFacts", "RayAttemptFacts", "RayClusterFacts", "RayOutcome", "RunFacts",
-           "Unschedulable", "_max", "_min", "newer"]
+__all__ = [
+    "METRIC_POINTS_PER_RUN",
+    "Checkpoints",
+    "CondFacts",
+    "CondKey",
+    "CondVersions",
+    "EventFacts",
+    "MetricFacts",
+    "MetricPoint",
+    "MetricPoints",
+    "PodEnd",
+    "PodFacts",
+    "RayAttemptFacts",
+    "RayClusterFacts",
+    "RayOutcome",
+    "RunFacts",
+    "StepTrail",
+    "Unschedulable",
+    "_max",
+    "_min",
+    "newer",
+]

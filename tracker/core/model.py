@@ -16,7 +16,9 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
 from tracker.core.redact import redact_inline, redact_text
 
-INTAKE_SCHEMA = "taugrid.io/intake/v1"
+INTAKE_SCHEMA = "taugrid.io/intake/v2"
+INTAKE_SCHEMA_V1 = "taugrid.io/intake/v1"  # still read: every v1 event is a v2 event with the older schema id
+INTAKE_SCHEMAS = frozenset({INTAKE_SCHEMA, INTAKE_SCHEMA_V1})
 
 # TauGrid's own labels and annotations on Jobs / RayJobs (rendered by the `tau` CLI).
 LABEL_RUN_ID = "taugrid.io/run-id"
@@ -69,6 +71,20 @@ class PendingCategory(StrEnum):
     UNEXPLAINED = "unexplained"  # no evidence of why
 
 
+class GoodputCategory(StrEnum):
+    """Where an instant of a run's time (and the GPU-time held at it) went: each falls in exactly one
+    (``tracker.core.ledger``; the definitions are in ``schemas/goodput.md``)."""
+
+    PRODUCTIVE = "productive"  # training progress that was kept
+    SCHEDULING = "scheduling"  # before the first step: queued, admission (quota, checks), pods not bound yet
+    STARTUP = "startup"  # before the first step: pods bound (image pull, containers, initialization)
+    CHECKPOINT_SAVE = "checkpoint-save"  # saving a checkpoint (blocking)
+    CHECKPOINT_RESTORE = "checkpoint-restore"  # restoring a checkpoint
+    WASTED_PROGRESS = "wasted-progress"  # progress lost: the last checkpoint kept -> the interruption
+    INFRASTRUCTURE_RECOVERY = "infrastructure-recovery"  # an interruption -> the next first step
+    UNCLASSIFIED = "unclassified"  # no rule says (e.g. GPU-time after the run's end)
+
+
 class Status(StrEnum):
     PENDING = "pending"
     RUNNING = "running"
@@ -112,10 +128,14 @@ def iso(ts_us: int | None) -> str | None:
 # Intake events: what TauGrid's `tau` CLI and the training process report, outside the Kubernetes API.
 
 
+URI_MAX = 2048  # characters of a checkpoint URI
+
+
 class _Intake(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
-    schema_: Literal["taugrid.io/intake/v1"] = Field(alias="schema", description="Schema id and version.")
+    schema_: Literal["taugrid.io/intake/v1", "taugrid.io/intake/v2"] = Field(
+        alias="schema", description="Schema id and version (v1 events are read as they are).")
     event_id: str = Field(min_length=1, max_length=256, description="Unique id; repeats are ignored.")
     run_id: str = Field(min_length=1, max_length=253, description="The run (taugrid.io/run-id label value).")
     at: datetime = Field(description="When it happened, by the reporter's clock (RFC 3339 with offset).")
@@ -152,15 +172,54 @@ class RenderingEvent(_Intake):
 
 
 class ProgressEvent(_Intake):
-    """The training process reports a step with metric points (and optionally a checkpoint)."""
+    """A step record: the training process reached ``step`` at ``at`` (the time the step starts), with metric
+    points; optionally a checkpoint of that step completed then (v1's way; v2 reports saves with
+    ``CheckpointSave`` events, which give their duration)."""
 
     kind: Literal["Progress"]
     step: int = Field(ge=0, le=2**63 - 1, description="Training step: a signed 64-bit integer, as stored.")
     metrics: dict[str, Annotated[float, Field(allow_inf_nan=False)]] = Field(default_factory=dict, max_length=256)
-    checkpoint_uri: str | None = None
+    checkpoint_uri: str | None = None  # unbounded, as v1 published it
 
 
-IntakeEvent = Annotated[ResolutionEvent | RenderingEvent | ProgressEvent, Field(discriminator="kind")]
+class _IntakeV2(_Intake):
+    schema_: Literal["taugrid.io/intake/v2"] = Field(alias="schema", description="Schema id and version.")
+
+
+class CheckpointSaveEvent(_IntakeV2):
+    """The training process began (``started``), finished (``completed``) or gave up (``failed``) saving a
+    checkpoint of a step. ``at`` is when; the save's blocking time is from ``started`` to ``completed``/``failed``
+    (schemas/goodput.md). The two events of one save share step and URI."""
+
+    kind: Literal["CheckpointSave"]
+    phase: Literal["started", "completed", "failed"]
+    step: int = Field(ge=0, le=2**63 - 1, description="The training step the checkpoint holds.")
+    uri: str = Field(min_length=1, max_length=URI_MAX, description="Where the checkpoint is written.")
+    bytes: int | None = Field(default=None, ge=0, le=2**63 - 1, description="Its size, when known (completed).")
+
+
+class CheckpointRestoreEvent(_IntakeV2):
+    """The training process began (``started``), finished (``completed``) or gave up (``failed``) restoring a
+    checkpoint; the step it restores is where training goes on from (progress after it is wasted)."""
+
+    kind: Literal["CheckpointRestore"]
+    phase: Literal["started", "completed", "failed"]
+    step: int = Field(ge=0, le=2**63 - 1, description="The training step the checkpoint holds.")
+    uri: str = Field(min_length=1, max_length=URI_MAX, description="Where the checkpoint is read from.")
+
+
+class ResumeEvent(_IntakeV2):
+    """This run resumes another run (its lineage): from which run, and from which of its checkpoints when known.
+    The root's ``taugrid.io/resume-of`` annotation, when set, names the run instead."""
+
+    kind: Literal["Resume"]
+    resume_of: str = Field(min_length=1, max_length=253, description="The run id resumed.")
+    checkpoint_uri: str | None = Field(default=None, max_length=URI_MAX)
+    step: int | None = Field(default=None, ge=0, le=2**63 - 1)
+
+
+IntakeEvent = Annotated[ResolutionEvent | RenderingEvent | ProgressEvent | CheckpointSaveEvent |
+                        CheckpointRestoreEvent | ResumeEvent, Field(discriminator="kind")]
 
 
 class IntakeEnvelope(BaseModel):
@@ -181,6 +240,9 @@ class IntakeEnvelope(BaseModel):
 _FORBID = ConfigDict(extra="forbid")
 _LOST_BY = ("lost_gpu_hours by reason (PodFailure, PodEvicted, Preempted, PodsReadyTimeout, Evicted, RayJobRetry, "
             "RunFailed).")
+_LEDGER_GPU = ("GPU-hours held, by goodput category (schemas/goodput.md); with the open pods counted up to "
+               "ledger_until. Sums to gpu_hours + gpus_open x (ledger_until - open_since).")
+_LEDGER_WALL = "Seconds of wall time by goodput category (schemas/goodput.md), from queued to the end or ledger_until."
 _OPEN = ("GPUs still held by pods that have not released them: held at time T = gpu_hours + gpus_open x "
          "(T - open_since).")
 
@@ -279,6 +341,36 @@ class PendingSpan:
     end: Annotated[datetime | None, Field(description="null: it still goes on (a live attempt: up to now).")]
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckpointRecord:
+    """A checkpoint the run saved (``save``) or restored (``restore``), as its intake events told. Keyed by (run_id,
+    kind, step, uri, started_at)."""
+
+    __pydantic_config__ = _FORBID
+
+    kind: Annotated[Literal["save", "restore"], Field(description="save or restore.")]
+    step: int
+    uri: str
+    started_at: Annotated[datetime | None, Field(description="null: the start was not reported (a v1 Progress "
+                                                             "event's checkpoint_uri).")]
+    ended_at: Annotated[datetime | None, Field(description="completed or failed at; null: not reported yet.")]
+    status: Annotated[Literal["started", "completed", "failed"], Field(description="How far it got.")]
+    bytes: int | None = None
+    attempt: Annotated[int | None, Field(description="The attempt it happened in.")] = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LedgerSpan:
+    """A stretch of a run's time the ledger did not count productive (not a checkpoint save: those are the run's
+    ``checkpoints``), for timelines."""
+
+    __pydantic_config__ = _FORBID
+
+    category: GoodputCategory
+    start: datetime
+    end: datetime
+
+
 MAX_FAILURES_LISTED = 64  # pod failures an attempt lists (the earliest); ``failed_pods`` counts them all
 
 
@@ -333,6 +425,9 @@ class Attempt:
     pending_s_by: Annotated[dict[str, float], Field(
         description="Seconds of its ended pending spans by category (an open span counts up to now where read).")
                             ] = dc_field(default_factory=dict)
+    # the goodput ledger (tracker.core.ledger; the definitions are in schemas/goodput.md)
+    ledger_gpu_hours_by: Annotated[dict[str, float], Field(description=_LEDGER_GPU)] = dc_field(default_factory=dict)
+    ledger_wall_s_by: Annotated[dict[str, float], Field(description=_LEDGER_WALL)] = dc_field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -427,6 +522,27 @@ class RunRecord:
     pending_since: datetime | None = None
     quota_reserved_at: Annotated[datetime | None, Field(
         description="When Kueue reserved quota for the current attempt (admitted_at: Admitted=True).")] = None
+    # the goodput ledger (tracker.core.ledger; the definitions are in schemas/goodput.md)
+    ledger_basis: Annotated[Literal["progress", "accounting"], Field(
+        description="progress: from the run's step and checkpoint events; accounting: it reported none, so the "
+                    "ledger is the GPU accounting's (held - lost productive, lost wasted) and ettr is null.")
+                            ] = "accounting"
+    ledger_gpu_hours_by: Annotated[dict[str, float], Field(description=_LEDGER_GPU)] = dc_field(default_factory=dict)
+    ledger_wall_s_by: Annotated[dict[str, float], Field(description=_LEDGER_WALL)] = dc_field(default_factory=dict)
+    ledger_until: Annotated[datetime | None, Field(
+        description="The open pods' GPU-time is in the ledger up to this time; a reader adds gpus_open x (now - "
+                    "ledger_until) to ledger_open (and the wall time since to ledger_open too).")] = None
+    ledger_open: Annotated[str | None, Field(
+        description="The category the run is in at ledger_until while it goes on (null when it has ended).")] = None
+    ettr: Annotated[float | None, Field(
+        description="Effective training time ratio: productive wall time over wall time since queued (null without "
+                    "progress events).")] = None
+    goodput: Annotated[float | None, Field(
+        description="Productive GPU-time over GPU-time held (null when nothing was held).")] = None
+    resumed_from: Annotated[str | None, Field(
+        description="The checkpoint this run resumed from (a Resume event's, else its first restore's URI).")
+                            ] = None
+    checkpoints_saved: Annotated[int, Field(ge=0, description="Checkpoints it saved (completed).")] = 0
 
 
 EXCERPT_MAX = 2048  # characters of a dead letter's excerpt
@@ -496,6 +612,12 @@ class RunHistory:
     pods: Annotated[list[PodPlacement] | None, Field(
         description="The run's pods, by attempt, then creation time and name; null where each pod is a record of "
                     "its own (the transitions topic).")] = None
+    checkpoints: Annotated[list[CheckpointRecord], Field(
+        description="Its checkpoint saves and restores, by start time (bounded: schemas/goodput.md).")
+                           ] = dc_field(default_factory=list)
+    ledger: Annotated[list[LedgerSpan], Field(
+        description="Its wasted progress, infrastructure recovery and checkpoint restore spans, in time order.")
+                      ] = dc_field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -559,7 +681,7 @@ class MetricPointsRecord:
     metric_points: list[MetricPoint]
 
 
-HISTORY_SCHEMA = "taugrid.io/run-history/v3"
+HISTORY_SCHEMA = "taugrid.io/run-history/v4"
 POD_SCHEMA = "taugrid.io/pod-placement/v1"
 METRIC_POINTS_SCHEMA = "taugrid.io/metric-points/v1"
 
@@ -605,9 +727,10 @@ def schema_documents() -> dict[str, dict[str, Any]]:
     intake = TypeAdapter(IntakeEvent).json_schema()
     intake["$id"] = INTAKE_SCHEMA
     intake["title"] = "TauGrid intake event"
+    # intake/v1.schema.json is frozen as published: v2 reads every v1 event (tests/test_goodput_intake.py)
     return {
-        "intake/v1.schema.json": intake,
-        "history/v3.schema.json": adapter(RunHistory).json_schema() | {"$id": HISTORY_SCHEMA},
+        "intake/v2.schema.json": intake,
+        "history/v4.schema.json": adapter(RunHistory).json_schema() | {"$id": HISTORY_SCHEMA},
         "pod/v1.schema.json": adapter(PodPlacement).json_schema() | {"$id": POD_SCHEMA},
         "metric-points/v1.schema.json": adapter(MetricPointsRecord).json_schema() | {"$id": METRIC_POINTS_SCHEMA},
         "dead-letter/v1.schema.json": DeadLetter.model_json_schema() | {"$id": "taugrid.io/dead-letter/v1"},

@@ -33,11 +33,14 @@ from tracker.core.gpu import ACCELERATOR_RESOURCES, Accelerators
 from tracker.core.model import (
     EXCERPT_MAX,
     FINAL_STATUSES,
-    INTAKE_SCHEMA,
+    INTAKE_SCHEMAS,
+    CheckpointRestoreEvent,
+    CheckpointSaveEvent,
     DeadLetter,
     HistoryUpdate,
     IntakeEnvelope,
     ProgressEvent,
+    ResumeEvent,
     RunHistory,
     iso,
     load,
@@ -353,6 +356,7 @@ class Reducer:
         # the intake events belong to the run id, whichever root has it
         fresh.intake, fresh.progress_seen, fresh.progress_buckets = r.intake, r.progress_seen, r.progress_buckets
         fresh.metrics, fresh.checkpoint, fresh.points = r.metrics, r.checkpoint, r.points
+        fresh.steps, fresh.ckpts = r.steps, r.ckpts
         self.corr.rebind_run(r.run_id, lost_key(r.run_id))
         # the displaced root's pods are no longer the run's (the derivation sees the new facts and drops their rows)
         self._state_removed.setdefault(r.run_id, set()).update(r.pods)
@@ -370,7 +374,7 @@ class Reducer:
         self._dead(source, "run id taken by another root", record, detail)
 
     def _intake(self, record: dict[str, Any], source: str) -> None:
-        if record.get("schema") != INTAKE_SCHEMA:
+        if record.get("schema") not in INTAKE_SCHEMAS:
             self._dead(source, "unknown intake schema version", v.pruned(record),
                        f"schema={v.brief(record.get('schema'))}")
             return
@@ -394,11 +398,23 @@ class Reducer:
             self.stats.after_retirement += 1
             return
         r = self._run(ev.run_id)
+        if isinstance(ev, CheckpointSaveEvent | CheckpointRestoreEvent | ResumeEvent):
+            r.progress_seq += 1  # each merge is idempotent: no repeat check needed
+            if isinstance(ev, CheckpointSaveEvent):
+                r.ckpts.save(ev.step, ev.uri, ev.phase, at, ev.bytes)
+            elif isinstance(ev, CheckpointRestoreEvent):
+                r.ckpts.restore(ev.step, ev.uri, ev.phase, at)
+            else:
+                r.ckpts.resumed(at, ev.resume_of, ev.checkpoint_uri, ev.step)
+            return
         if isinstance(ev, ProgressEvent):
             r.progress_seq += 1
             cap = self.limits.metric_points_per_run
             for name, value in ev.metrics.items():  # idempotent on its own: before the repeat check
                 r.points.add(name, ev.step, value, at, cap)
+            r.steps.add(at, ev.step)  # idempotent too
+            if ev.checkpoint_uri:  # v1's completed checkpoint (no duration)
+                r.ckpts.save(ev.step, ev.checkpoint_uri, "completed", at, None)
             if r.seen_progress(ev.event_id, at):
                 return
             r.progress_time(at)

@@ -1,0 +1,152 @@
+"""The goodput ledger's part of ``derive``: what the ledger (``ledger.py``) reads of a run's facts and derived
+attempts, and the history fields it fills (schemas/goodput.md). Pure, like the rest of the derivation."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
+
+from tracker.core.derive_attempts import _Att
+from tracker.core.derive_pods import AttemptPods
+from tracker.core.facts import Checkpoints, RunFacts
+from tracker.core.ledger import (
+    US_PER_HOUR,
+    US_PER_S,
+    Ledger,
+    LedgerAttempt,
+    LedgerInput,
+    Restore,
+    Save,
+    ledger,
+)
+from tracker.core.model import (
+    Attempt,
+    CheckpointRecord,
+    GoodputCategory,
+    LedgerSpan,
+    RunRecord,
+    utc,
+)
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_PRODUCTIVE = GoodputCategory.PRODUCTIVE.value
+
+
+def _us(t: datetime | None) -> int | None:
+    return None if t is None else (t - _EPOCH) // timedelta(microseconds=1)
+
+
+def saves(c: Checkpoints) -> list[Save]:
+    return [Save(v[0], v[1] if v[1] is not None else v[2], step, v[1] is not None)
+            for (step, _uri), v in sorted(c.saves.items())]
+
+
+def restores(c: Checkpoints) -> list[tuple[int, str, int, int | None]]:
+    """Each restore: (step, uri, start, end or None); a restore's start is paired with the first end after it."""
+    out = []
+    for (step, uri), (starts, ends) in sorted(c.restores.items()):
+        free = list(ends)
+        for s in starts:
+            e = next((x for x in free if x >= s), None)
+            if e is not None:
+                free.remove(e)
+            out.append((step, uri, s, e))
+    return out
+
+
+def run_ledger(r: RunFacts, steps: Sequence[tuple[int, int]], atts: Sequence[_Att], losses: Sequence[str | None],
+               pods: Sequence[AttemptPods], attempts: Sequence[Attempt], final_at: int | None) -> Ledger:
+    """The run's ledger, from its facts and its derived attempts."""
+    la = []
+    for a, loss, p, out in zip(atts, losses, pods, attempts, strict=True):
+        pending = [(sp.category.value, _us(sp.start) or 0, _us(sp.end)) for sp in out.pending]
+        la.append(LedgerAttempt(a.queued if a.queued is not None else a.start, a.end, loss is not None, pending,
+                                [ev for block in p.peak.blocks for ev in block], p.held, p.lost))
+    rs = [Restore(s, e, step) for step, _uri, s, e in restores(r.ckpts) if e is not None]
+    return ledger(LedgerInput(la, steps, saves(r.ckpts), rs, final_at, bool(losses) and losses[-1] is not None))
+
+
+def _by_hours(by: dict[str, int], unit: int) -> dict[str, float]:
+    return {k: by[k] / unit for k in sorted(by)}
+
+
+def attempt_fields(led: Ledger, i: int) -> dict[str, Any]:
+    return {"ledger_gpu_hours_by": _by_hours(led.gpu_us[i], US_PER_HOUR),
+            "ledger_wall_s_by": _by_hours(led.wall_us[i], US_PER_S)}
+
+
+def record_fields(r: RunFacts, led: Ledger, record: RunRecord, attempts: Sequence[Attempt]) -> RunRecord:
+    """The run record with its ledger fields, lineage and checkpoint summary."""
+    gpu: dict[str, int] = {}
+    wall: dict[str, int] = {}
+    for by in led.gpu_us:
+        for k, v in by.items():
+            gpu[k] = gpu.get(k, 0) + v
+    for by in led.wall_us:
+        for k, v in by.items():
+            wall[k] = wall.get(k, 0) + v
+    total_gpu, total_wall = sum(gpu.values()), sum(wall.values())
+    if led.basis == "accounting":
+        until = record.open_since
+        open_cat = _PRODUCTIVE if record.gpus_open else None
+        ettr = None
+    else:
+        until = utc(led.until)
+        open_cat = led.open
+        ettr = wall.get(_PRODUCTIVE, 0) / total_wall if total_wall > 0 else None
+    goodput = gpu.get(_PRODUCTIVE, 0) / total_gpu if total_gpu > 0 else None
+    c = r.ckpts
+    resume = c.resume
+    first_restore = min(((s, uri) for _step, uri, s, _e in restores(c)), default=None)
+    completed = [(v[1], step, uri) for (step, uri), v in c.saves.items() if v[1] is not None]
+    last = max(((step, at, uri) for at, step, uri in completed if at is not None), default=None)
+    del attempts
+    return replace(
+        record,
+        resume_of=record.resume_of or (resume[1] if resume else None),
+        last_checkpoint=last[2] if last else record.last_checkpoint,
+        ledger_basis="progress" if led.basis == "progress" else "accounting",
+        ledger_gpu_hours_by=_by_hours(gpu, US_PER_HOUR), ledger_wall_s_by=_by_hours(wall, US_PER_S),
+        ledger_until=until, ledger_open=open_cat if record.finished_at is None else None, ettr=ettr, goodput=goodput,
+        resumed_from=(resume[2] if resume and resume[2] else None) or (first_restore[1] if first_restore else None),
+        checkpoints_saved=len(completed),
+    )
+
+
+def checkpoint_rows(r: RunFacts, atts: Sequence[_Att]) -> list[CheckpointRecord]:
+    """The run's checkpoint saves and restores, by start time (else end time), with the attempt of each."""
+    begins = [a.queued if a.queued is not None else a.start for a in atts]
+
+    def attempt(t: int | None) -> int | None:
+        if t is None or not atts:
+            return None
+        n = 1
+        for j, b in enumerate(begins, start=1):
+            if b is not None and b <= t:
+                n = j
+        return n
+
+    rows = []
+    for (step, uri), v in r.ckpts.saves.items():
+        started, completed, failed, size = v
+        end = completed if completed is not None else failed
+        status: Literal["started", "completed", "failed"] = (
+            "completed" if completed is not None else ("failed" if failed is not None else "started"))
+        rows.append(CheckpointRecord(kind="save", step=step, uri=uri, started_at=utc(started), ended_at=utc(end),
+                                     status=status, bytes=size, attempt=attempt(started if started is not None
+                                                                                else end)))
+    for step, uri, s, e in restores(r.ckpts):
+        rows.append(CheckpointRecord(kind="restore", step=step, uri=uri, started_at=utc(s), ended_at=utc(e),
+                                     status="completed" if e is not None else "started", attempt=attempt(s)))
+    rows.sort(key=lambda c: (_us(c.started_at if c.started_at is not None else c.ended_at) or 0, c.kind, c.step,
+                             c.uri))
+    return rows
+
+
+def spans(led: Ledger) -> list[LedgerSpan]:
+    return [LedgerSpan(category=GoodputCategory(cat), start=utc(s), end=utc(e)) for cat, s, e in led.spans]
+
+
+__all__ = ["attempt_fields", "checkpoint_rows", "record_fields", "run_ledger", "spans"]

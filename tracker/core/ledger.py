@@ -1,0 +1,334 @@
+"""The goodput ledger: where a run's time, and the GPU-time its pods held, went.
+
+The definitions are written once, in ``schemas/goodput.md``; this module is their only implementation. In short, each
+instant of a run's time, from its first attempt's queueing to its end, falls in exactly one ``GoodputCategory``, the
+first rule that matches deciding:
+
+1. **checkpoint-save**: a checkpoint save is under way (its start to its completion or failure);
+2. **checkpoint-restore**: a checkpoint restore is under way;
+3. **wasted-progress**: after the point an interrupted stretch of training was kept to (the completion of the
+   checkpoint the next stretch resumed from, else the time the step it resumed from was reached, else the last
+   checkpoint completed before the interruption, else nothing is kept) and before the interruption;
+4. **productive**: training, from a stretch's first step record to its interruption (or the run's end);
+5. **infrastructure-recovery**: from an interruption to the next step record;
+6. **scheduling**: an attempt pending in Kueue or for its pods' placement (its pending spans, but the image pulls
+   and container creations), before any interruption;
+7. **startup**: the rest of the time before the run's first step record;
+8. **unclassified**: anything else (GPU-time after the run's end).
+
+A *stretch* is a run of step records whose steps go up, within one attempt; a new attempt, or a step reported
+again or lower (the training process restarted from a checkpoint), begins another. A stretch is *interrupted* when
+another follows it, or when its attempt was lost (``gpu.attempt_losses``: an eviction, a retry, the run failing);
+it ends at its attempt's end, else (a restart within an attempt) at its last record.
+
+The GPU ledger integrates the GPUs held over each category's time (per attempt, exactly, in GPU-microseconds),
+so its categories sum to the GPU-time held; the wall ledger measures the time itself. Without step records or
+checkpoint events the ledger degrades to the GPU accounting: held less lost is productive, lost is wasted progress,
+and the wall ledger (and ETTR) is empty.
+
+Pure: the derivation (``derive.py``) gives it integer microsecond times taken from the objects and intake events.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Sequence
+from itertools import accumulate
+from typing import NamedTuple
+
+from tracker.core.model import GoodputCategory as G
+from tracker.core.model import PendingCategory as P
+
+US_PER_HOUR = 3_600_000_000
+US_PER_S = 1_000_000
+
+# the priorities of the rules above (a lower one wins)
+_ORDER = (G.CHECKPOINT_SAVE, G.CHECKPOINT_RESTORE, G.WASTED_PROGRESS, G.PRODUCTIVE, G.INFRASTRUCTURE_RECOVERY,
+          G.SCHEDULING, G.STARTUP, G.UNCLASSIFIED)
+_RANK = {c: i for i, c in enumerate(_ORDER)}
+# pending categories that are startup, not scheduling: the pods are bound and their containers are being made
+_STARTUP_PENDING = frozenset({P.IMAGE_PULL.value, P.CONTAINER_CREATION.value})
+# categories drawn on timelines (``RunHistory.ledger``): saves are the run's checkpoints, productive time the rest
+SPAN_CATEGORIES = frozenset({G.WASTED_PROGRESS, G.INFRASTRUCTURE_RECOVERY, G.CHECKPOINT_RESTORE})
+MAX_SPANS = 256  # ledger spans a history lists (the latest)
+
+
+class LedgerAttempt(NamedTuple):
+    """What the ledger reads of one attempt (µs)."""
+
+    begin: int | None  # queued, else its Scheduling entry
+    end: int | None  # its end (an eviction, a retry, the run's end), None while it goes on
+    lost: bool  # its GPU-time was lost by the accounting's rules (gpu.attempt_losses): it was interrupted
+    pending: Sequence[tuple[str, int, int | None]]  # its pending spans: (category, start, end or None)
+    held: Sequence[tuple[int, int]]  # its pods' GPUs held: (time, +GPUs at a bind / -GPUs at a release), in order
+    held_us: int  # the GPU-µs its released pods held (the accounting's)
+    lost_us: int  # of them, the lost (the accounting's)
+
+
+class Save(NamedTuple):
+    start: int | None  # None: not reported (a v1 checkpoint_uri), the save takes no time
+    end: int | None  # completed or failed at
+    step: int
+    completed: bool
+
+
+class Restore(NamedTuple):
+    start: int
+    end: int
+    step: int
+
+
+class LedgerInput(NamedTuple):
+    attempts: Sequence[LedgerAttempt]
+    steps: Sequence[tuple[int, int]]  # (at, step), in order
+    saves: Sequence[Save]
+    restores: Sequence[Restore]
+    final_at: int | None  # the run's end, None while it goes on
+    lost_at_end: bool  # the run's last attempt was lost (the run failed or was stopped by an eviction)
+
+
+class Ledger(NamedTuple):
+    basis: str  # "progress" or "accounting"
+    gpu_us: list[dict[str, int]]  # per attempt: GPU-µs by category
+    wall_us: list[dict[str, int]]  # per attempt: µs by category (an attempt's time: its begin to the next's)
+    until: int | None  # the open pods are counted up to here
+    open: str | None  # the category at ``until`` while the run goes on
+    spans: list[tuple[str, int, int]]  # (category, start, end) of SPAN_CATEGORIES, merged, in order
+
+
+def ledger(inp: LedgerInput) -> Ledger:
+    """The ledger of one run."""
+    atts = inp.attempts
+    if not inp.steps and not inp.saves and not inp.restores:
+        return _accounting(atts)
+    pieces, lo, hi = _pieces(inp)
+    # the wall time of each attempt: from its begin to the next attempt's begin (the first from the run's start)
+    cuts: list[int] = []
+    for a in atts:
+        cuts.append(a.begin if a.begin is not None else (cuts[-1] if cuts else lo))
+    gpu_out: list[dict[str, int]] = []
+    wall_out: list[dict[str, int]] = [{} for _ in atts]
+    wall_end = inp.final_at if inp.final_at is not None else hi
+    for a in atts:
+        gpu_out.append(_integrate(pieces, a.held))
+    for cat, s, e in pieces:
+        e = min(e, wall_end)
+        if e <= s:
+            continue
+        # split the piece over the attempts' wall windows
+        for i in range(len(atts)):
+            w0 = lo if i == 0 else cuts[i]
+            w1 = cuts[i + 1] if i + 1 < len(atts) else wall_end
+            x0, x1 = max(s, w0), min(e, w1)
+            if x1 > x0:
+                wall_out[i][cat] = wall_out[i].get(cat, 0) + x1 - x0
+    open_cat = None
+    if inp.final_at is None and pieces:
+        open_cat = pieces[-1][0]
+    spans: list[tuple[str, int, int]] = []
+    for cat, s, e in pieces:
+        if cat in SPAN_CATEGORIES:
+            if spans and spans[-1][0] == cat and spans[-1][2] == s:
+                spans[-1] = (cat, spans[-1][1], e)
+            else:
+                spans.append((cat, s, e))
+    return Ledger("progress", gpu_out, wall_out, hi, open_cat, spans[-MAX_SPANS:])
+
+
+def _accounting(atts: Sequence[LedgerAttempt]) -> Ledger:
+    """No progress events: the GPU accounting's figures, productive and wasted."""
+    gpu_out = []
+    for a in atts:
+        by: dict[str, int] = {}
+        if a.held_us:
+            by[G.PRODUCTIVE] = a.held_us - a.lost_us
+            by[G.WASTED_PROGRESS] = a.lost_us
+        gpu_out.append(by)
+    return Ledger("accounting", gpu_out, [{} for _ in atts], None, None, [])
+
+
+class _Stretch(NamedTuple):
+    first: tuple[int, int]  # (at, step) of its first record
+    records: list[tuple[int, int]]
+    attempt: int  # index
+
+
+def _stretches(inp: LedgerInput) -> list[_Stretch]:
+    atts = inp.attempts
+    begins = [a.begin for a in atts]
+    out: list[_Stretch] = []
+    cur: list[tuple[int, int]] = []
+    cur_att = -1
+    for at, step in inp.steps:
+        i = _attempt_at(begins, at)
+        if cur and (i != cur_att or step <= cur[-1][1]):
+            out.append(_Stretch(cur[0], cur, cur_att))
+            cur = []
+        if not cur:
+            cur_att = i
+        cur.append((at, step))
+    if cur:
+        out.append(_Stretch(cur[0], cur, cur_att))
+    return out
+
+
+def _attempt_at(begins: Sequence[int | None], at: int) -> int:
+    """The attempt a time falls in: the last one begun at or before it (the first before any)."""
+    i = 0
+    for j, b in enumerate(begins):
+        if b is not None and b <= at:
+            i = j
+    return i
+
+
+def _reached(records: Sequence[tuple[int, int]], step: int) -> int | None:
+    """When a stretch reached ``step``: the record of that step, else interpolated between the records around it;
+    None when it is beyond the stretch's last record."""
+    prev = None
+    for at, s in records:
+        if s == step:
+            return at
+        if s > step:
+            if prev is None:
+                return records[0][0]
+            (a0, s0), (a1, s1) = prev, (at, s)
+            return a0 + (a1 - a0) * (step - s0) // (s1 - s0)
+        prev = (at, s)
+    return None
+
+
+def _pieces(inp: LedgerInput) -> tuple[list[tuple[str, int, int]], int, int]:
+    """The run's time cut into (category, start, end) pieces, in order, covering [lo, hi)."""
+    atts = inp.attempts
+    stretches = _stretches(inp)
+    times = [t for a in atts for t in (a.begin, a.end) if t is not None]
+    times += [t for a in atts for t, _ in a.held[:1]] + [a.held[-1][0] for a in atts if a.held]
+    times += [inp.steps[0][0], inp.steps[-1][0]] if inp.steps else []
+    times += [t for s in inp.saves for t in (s.start, s.end) if t is not None]
+    times += [t for r in inp.restores for t in (r.start, r.end)]
+    if inp.final_at is not None:
+        times.append(inp.final_at)
+    lo, hi = min(times), max(times)
+    intervals: list[tuple[int, int, int]] = [(lo, hi, _RANK[G.UNCLASSIFIED])]  # (start, end, rank)
+
+    def add(cat: G, s: int | None, e: int | None) -> None:
+        if s is not None and e is not None and e > s:
+            intervals.append((s, e, _RANK[cat]))
+
+    for sv in inp.saves:
+        add(G.CHECKPOINT_SAVE, sv.start, sv.end)
+    for rs in inp.restores:
+        add(G.CHECKPOINT_RESTORE, rs.start, rs.end)
+    completed = sorted((sv.end, sv.step) for sv in inp.saves if sv.completed and sv.end is not None)
+    # interruptions: of each stretch that another follows or whose attempt was lost, and of lost attempts
+    interruptions: list[int] = []
+    last = len(atts) - 1
+    for k, st in enumerate(stretches):
+        a = atts[st.attempt]
+        nxt = stretches[k + 1] if k + 1 < len(stretches) else None
+        same_attempt_next = nxt is not None and nxt.attempt == st.attempt
+        if same_attempt_next:
+            x = st.records[-1][0]
+        elif a.lost and a.end is not None and (st.attempt < last or inp.lost_at_end):
+            x = a.end
+        elif nxt is not None:
+            x = a.end if a.end is not None else st.records[-1][0]
+        else:
+            # the run's last stretch, not interrupted: productive to the run's end (or to now)
+            add(G.PRODUCTIVE, st.first[0], inp.final_at if inp.final_at is not None else hi)
+            continue
+        x = max(x, st.records[-1][0])
+        interruptions.append(x)
+        kept = _kept(st, nxt, x, inp.restores, completed)
+        add(G.PRODUCTIVE, st.first[0], kept)
+        add(G.WASTED_PROGRESS, kept, x)
+    for i, a in enumerate(atts):
+        if a.lost and a.end is not None and (i < last or inp.lost_at_end):
+            interruptions.append(a.end)
+    first_record = inp.steps[0][0] if inp.steps else hi
+    record_times = sorted(st.first[0] for st in stretches)
+    for x in sorted(set(interruptions)):
+        j = bisect_right(record_times, x)
+        add(G.INFRASTRUCTURE_RECOVERY, x, record_times[j] if j < len(record_times) else
+            (inp.final_at if inp.final_at is not None else hi))
+    for a in atts:
+        for cat, s, e in a.pending:
+            if cat not in _STARTUP_PENDING:
+                add(G.SCHEDULING, s, e if e is not None else (a.end if a.end is not None else hi))
+    add(G.STARTUP, lo, first_record)
+    return _sweep(intervals), lo, hi
+
+
+def _kept(st: _Stretch, nxt: _Stretch | None, x: int, restores: Sequence[Restore],
+          completed: Sequence[tuple[int, int]]) -> int:
+    """The point an interrupted stretch's training was kept to (rule 3 of the module's docstring)."""
+    first_at = st.first[0]
+    resume_step: int | None = None
+    if nxt is not None:
+        resume_step = nxt.first[1]
+        # a restore between the interruption and the next stretch's first record says where it went on from
+        for rs in restores:
+            if x <= rs.start <= nxt.first[0]:
+                resume_step = rs.step
+    if resume_step is not None:
+        # the completion of that checkpoint's save, if it was saved in this stretch
+        ends = [end for end, step in completed if step == resume_step and first_at <= end <= x]
+        if ends:
+            return max(ends)
+        reached = _reached(st.records, resume_step)
+        if reached is None:
+            return x  # beyond the last record: everything up to the interruption was kept
+        return max(first_at, min(reached, x))
+    # nothing resumed it (yet): the last checkpoint it completed
+    ends = [end for end, _step in completed if first_at <= end <= x]
+    return max(ends) if ends else first_at
+
+
+def _sweep(intervals: list[tuple[int, int, int]]) -> list[tuple[str, int, int]]:
+    """Disjoint pieces of the union of the intervals, each with the category of the lowest rank covering it."""
+    edges: list[tuple[int, int, int]] = []  # (time, +1/-1, rank)
+    for s, e, rank in intervals:
+        edges.append((s, 1, rank))
+        edges.append((e, -1, rank))
+    edges.sort()
+    counts = [0] * len(_ORDER)
+    out: list[tuple[str, int, int]] = []
+    prev: int | None = None
+    i = 0
+    while i < len(edges):
+        t = edges[i][0]
+        if prev is not None and t > prev:
+            cat = next((_ORDER[r].value for r, c in enumerate(counts) if c > 0), None)
+            if cat is not None:
+                if out and out[-1][0] == cat and out[-1][2] == prev:
+                    out[-1] = (cat, out[-1][1], t)
+                else:
+                    out.append((cat, prev, t))
+        while i < len(edges) and edges[i][0] == t:
+            counts[edges[i][2]] += edges[i][1]
+            i += 1
+        prev = t
+    return out
+
+
+def _integrate(pieces: Sequence[tuple[str, int, int]], held: Sequence[tuple[int, int]]) -> dict[str, int]:
+    """GPU-µs by category: the GPUs ``held`` integrated over each piece (the pieces cover every bind and release,
+    and the open pods up to the last piece's end)."""
+    if not held:
+        return {}
+    times = [t for t, _ in held]
+    gpus = list(accumulate(d for _, d in held))  # GPUs held from each event on
+    weights = list(accumulate(d * t for t, d in held))
+
+    def area(x: int) -> int:  # GPU-µs held up to x
+        k = bisect_right(times, x)
+        return 0 if k == 0 else x * gpus[k - 1] - weights[k - 1]
+
+    out: dict[str, int] = {}
+    for cat, s, e in pieces:
+        if e <= times[0] or (s >= times[-1] and gpus[-1] == 0):
+            continue
+        v = area(e) - area(s)
+        if v:
+            out[cat] = out.get(cat, 0) + v
+    return out
