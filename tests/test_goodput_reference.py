@@ -313,6 +313,11 @@ def test_random_timelines_agree_with_the_rules_as_documented(
         assert got.productive_s == pytest.approx(want["productive"], abs=TOL * want["total"])
         for name in CATEGORIES:
             assert got.badput_s[name] == pytest.approx(want[name], abs=TOL * want["total"]), name
+        # OTHER in closed form (goodput_reference's docstring): time before each attempt's first step, less the
+        # restore time Google counts, plus the steps of attempts that restarted from step 0.
+        other = sum(a.steps[0][1] - a.bind for a in tl.attempts) - got.badput_s["UNPRODUCTIVE_CHECKPOINT_RESTORE_TIME"]
+        other += sum(a.steps[-1][1] - a.steps[0][1] for a, n in itertools.pairwise(tl.attempts) if n.steps[0][0] == 0)
+        assert got.badput_s["OTHER"] == pytest.approx(other, abs=TOL * want["total"])
 
 
 def test_random_timelines_are_what_the_generator_promises() -> None:
