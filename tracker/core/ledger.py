@@ -101,6 +101,8 @@ def ledger(inp: LedgerInput) -> Ledger:
     atts = inp.attempts
     if not inp.steps and not inp.saves and not inp.restores:
         return _accounting(atts)
+    if not atts:  # progress reported before any Kubernetes object of the run: nothing to place it in yet
+        return Ledger("progress", [], [], None, None, [])
     pieces, lo, hi = _pieces(inp)
     # the wall time of each attempt: from its begin to the next attempt's begin (the first from the run's start)
     cuts: list[int] = []
