@@ -76,7 +76,8 @@ def test_v2_checkpoints_and_the_resume_make_the_runs_checkpoint_history_and_line
     h = red.history("run-1")
     assert h is not None and not red.dead
     saves = [c for c in h.checkpoints if c.kind == "save"]
-    assert [(c.step, c.status, c.bytes) for c in saves] == [(200, "completed", None), (300, "completed", 12_884_901_888)]
+    assert [(c.step, c.status, c.bytes) for c in saves] == [(200, "completed", None),
+                                                            (300, "completed", 12_884_901_888)]
     assert saves[1].ended_at is not None and saves[1].started_at is not None
     assert (saves[1].ended_at - saves[1].started_at).total_seconds() == 20.5
     restores = [c for c in h.checkpoints if c.kind == "restore"]
