@@ -23,8 +23,8 @@ Pure, like the rest of the derivation; the definitions of the GPU figures are ``
 
 from __future__ import annotations
 
-from bisect import bisect_left, insort
-from collections.abc import Iterable
+from bisect import bisect_left, bisect_right, insort
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any, NamedTuple
@@ -43,7 +43,7 @@ class PeakSet:
 
     BLOCK = 128  # events per block, about; a block is split at twice as many
 
-    __slots__ = ("blocks", "deltas", "lasts", "peaks", "sums")
+    __slots__ = ("blocks", "deltas", "lasts", "peaks", "sums", "wsums")
 
     def __init__(self) -> None:
         self.blocks: list[list[tuple[int, int]]] = []
@@ -51,6 +51,7 @@ class PeakSet:
         self.lasts: list[tuple[int, int]] = []  # each block's last event
         self.sums: list[int] = []
         self.peaks: list[int] = []  # each block's largest prefix sum (0 when every prefix is negative)
+        self.wsums: list[int] = []  # each block's sum of GPUs x time (the ledger's ``area``)
 
     def add(self, event: tuple[int, int]) -> None:
         if not self.blocks:
@@ -59,6 +60,7 @@ class PeakSet:
             self.lasts.append(event)
             self.sums.append(event[1])
             self.peaks.append(max(0, event[1]))
+            self.wsums.append(event[0] * event[1])
             return
         i = min(bisect_left(self.lasts, event), len(self.blocks) - 1)
         block = self.blocks[i]
@@ -72,6 +74,7 @@ class PeakSet:
             self.lasts[i:i + 1] = [block[half - 1], block[-1]]
             self.sums[i:i + 1] = [0, 0]
             self.peaks[i:i + 1] = [0, 0]
+            self.wsums[i:i + 1] = [0, 0]
             self._sum(i + 1)
         else:
             self.lasts[i] = block[-1]
@@ -86,7 +89,7 @@ class PeakSet:
         del block[j]
         del self.deltas[i][j]
         if not block:
-            del self.blocks[i], self.deltas[i], self.lasts[i], self.sums[i], self.peaks[i]
+            del self.blocks[i], self.deltas[i], self.lasts[i], self.sums[i], self.peaks[i], self.wsums[i]
             return
         self.lasts[i] = block[-1]
         self._sum(i)
@@ -95,6 +98,30 @@ class PeakSet:
         prefix = list(accumulate(self.deltas[i]))
         self.sums[i] = prefix[-1]
         self.peaks[i] = max(0, max(prefix))
+        self.wsums[i] = sum(t * d for t, d in self.blocks[i])
+
+    def span(self) -> tuple[int, int] | None:
+        """The first and the last event's times (None without events)."""
+        return (self.blocks[0][0][0], self.blocks[-1][-1][0]) if self.blocks else None
+
+    def areas(self) -> Callable[[int], int]:
+        """A function of x: the GPU-µs held up to x (every event at or before x, each ``GPUs x (x - time)``), in
+        the number of blocks and one block's events, not the number of events: the goodput ledger's integral."""
+        cum_s = list(accumulate(self.sums, initial=0))
+        cum_w = list(accumulate(self.wsums, initial=0))
+        lasts, blocks = self.lasts, self.blocks
+
+        def area(x: int) -> int:
+            j = bisect_right(lasts, (x, 1 << 62))  # blocks 0..j-1 end at or before x
+            total = cum_s[j] * x - cum_w[j]
+            if j < len(blocks):
+                for t, d in blocks[j]:
+                    if t > x:
+                        break
+                    total += d * (x - t)
+            return total
+
+        return area
 
     def peak(self) -> int:
         cur = best = 0
