@@ -35,6 +35,7 @@ from typing import Any
 import pytest
 
 from tests.goodput_reference import GoogleFigures, RefAttempt, RefTimeline, google_figures, random_timeline, validate
+from tracker.core.ledger import LedgerAttempt, LedgerInput, Save, ledger
 from tracker.core.model import RunHistory
 from tracker.core.reducer import Reducer
 
@@ -337,3 +338,42 @@ def test_a_checkpointed_eviction_is_wasted_only_since_the_checkpoint_on_both_sid
     assert h.run.ledger_basis == "progress" and h.run.checkpoints_saved == 1
     assert h.run.resumed_from == CKPT.format(50)
     _assert_agree(tl)
+
+
+def test_a_run_waiting_after_its_eviction_is_in_recovery_and_has_wasted_only_since_its_checkpoint() -> None:
+    """The records of a two-attempt timeline up to the first attempt's pod deletion: the run waits to be admitted
+    again. Its ledger goes on in infrastructure recovery (not scheduling: it was interrupted), and what it has
+    wasted so far is the time since its last checkpoint."""
+    t0 = 1_787_216_400.0
+    steps = tuple((s, t0 + 60 + 10 * s) for s in range(40))
+    save = (30, steps[30][1], steps[30][1] + 4)
+    x = steps[-1][1] + 5.0
+    a1 = RefAttempt(t0, steps, (save,), (), x, x + 10)
+    a2 = RefAttempt(x + 900, ((30, x + 960), (31, x + 970)), (), (), None, x + 980)
+    tl = whole_seconds(RefTimeline((a1, a2), x + 980))
+    records = tracker_records(tl)
+    cut = next(i for i, r in enumerate(records) if r.get("type") == "DELETED")
+    x1 = tl.attempts[0].interrupted_at
+    assert x1 is not None
+    red = Reducer()
+    for i, rec in enumerate(records[:cut + 1]):
+        red.apply(rec, f"cut:{i}")
+    h = red.history(RUN)
+    assert h is not None and h.run.status.value == "pending" and h.run.attempts == 2
+    assert h.run.ledger_open == "infrastructure-recovery"
+    assert h.run.ledger_wall_s_by["wasted-progress"] == pytest.approx(x1 - save[2], abs=1e-6)
+    assert "scheduling" not in h.attempts[1].ledger_wall_s_by
+
+
+def test_a_pending_span_known_past_the_last_pod_keeps_the_waiting_run_in_recovery() -> None:
+    """The ledger's horizon covers every time it was given: a re-queued attempt's backoff span that ended after the
+    evicted pods' release (Requeued=True a minute later) is recovery up to its end, and the run is in recovery
+    there (it was scheduling when the horizon stopped at the release)."""
+    s = 1_000_000
+    a1 = LedgerAttempt(0, 100 * s, True, [], [(10 * s, 8), (105 * s, -8)], 8 * 95 * s, 8 * 95 * s)
+    a2 = LedgerAttempt(100 * s, None, False, [("backoff", 100 * s, 160 * s), ("queued", 160 * s, None)], [], 0, 0)
+    led = ledger(LedgerInput([a1, a2], [(20 * s, 0), (50 * s, 30)], [Save(50 * s, 54 * s, 30, True)], [], None,
+                             False))
+    assert led.until == 160 * s and led.open == "infrastructure-recovery"
+    assert led.wall_us[1] == {"infrastructure-recovery": 60 * s}
+    assert led.gpu_us[0]["wasted-progress"] == 8 * (100 - 54) * s

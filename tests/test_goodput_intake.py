@@ -121,3 +121,14 @@ def test_checkpoint_events_in_any_order_and_repeated_give_the_same_history() -> 
 
     once = history([*V1, *V2])
     assert history([*reversed(V2), *V1, *V2]) == once
+
+
+@pytest.mark.parametrize("schema", [["taugrid.io/intake/v2"], {"v": 2}, 2, None])
+def test_an_intake_event_whose_schema_is_not_a_string_is_a_dead_letter(schema: Any) -> None:
+    red = Reducer()
+    red.apply({**V2[0], "schema": schema}, "bad:0")
+    red.apply(V2[1], "good:0")
+    out = red.flush()
+    assert [d.reason for d in out.dead_letters] == ["unknown intake schema version"]
+    h = red.history("run-1")
+    assert h is not None and [(c.step, c.status) for c in h.checkpoints] == [(300, "completed")]

@@ -239,6 +239,7 @@ def _pieces(inp: LedgerInput) -> tuple[list[tuple[str, int, int]], int, int]:
     times += [inp.steps[0][0], inp.steps[-1][0]] if inp.steps else []
     times += [t for s in inp.saves for t in (s.start, s.end) if t is not None]
     times += [t for r in inp.restores for t in (r.start, r.end)]
+    times += [t for a in atts for _c, s, e in a.pending for t in (s, e) if t is not None]
     if inp.final_at is not None:
         times.append(inp.final_at)
     lo, hi = min(times), max(times)
