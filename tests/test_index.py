@@ -592,3 +592,29 @@ def test_a_schema_4_index_is_read_as_it_is_and_migrated(tmp_path: Path, monkeypa
         assert ix.history("run-resume") == h
     meta = dict(dump(path)["meta"])
     assert meta["schema_version"] == str(SCHEMA_VERSION) and "created_at" in meta
+
+
+# ------------------------------------------------------------------------------------------ lineage
+
+
+def test_resumed_by_lists_the_runs_that_resume_a_run(tmp_path: Path) -> None:
+    """IndexReader.resumed_by: the lineage in reverse, one step (resume_links by resume_of), the first created
+    first, runs without a creation time last."""
+    from tracker.shell.index_query import IndexReader
+
+    path = tmp_path / "index.sqlite"
+    with ExperimentIndex(path):
+        pass
+    with sqlite3.connect(path) as conn:
+        for run_id, created in (("b-late", "2026-08-20T11:00:00Z"), ("a-early", "2026-08-20T10:00:00.500000Z"),
+                                ("c-none", None), ("d-sub", "2026-08-20T10:00:00Z")):
+            conn.execute("INSERT INTO runs (run_id, status, message, phase, attempts, retries, evictions, "
+                         "created_at, pending_message, input_refs, updated_seq) "
+                         "VALUES (?, 'running', '', 'Progress', 1, 0, 0, ?, '', '[]', 1)", (run_id, created))
+            conn.execute("INSERT INTO resume_links (run_id, resume_of) VALUES (?, 'root')", (run_id,))
+        conn.execute("INSERT INTO resume_links (run_id, resume_of) VALUES ('a-early', 'other')")
+    conn.close()
+    with IndexReader(path) as reader:
+        assert reader.resumed_by("root") == ["d-sub", "a-early", "b-late", "c-none"]
+        assert reader.resumed_by("other") == ["a-early"]
+        assert reader.resumed_by("a-early") == [] and reader.resumed_by("no-such-run") == []

@@ -481,6 +481,16 @@ class IndexReader:
                                   "NAMESPACE/NAME of a Job or RayJob; list runs with: tracker runs)")
         return self._read(query)
 
+    def resumed_by(self, run_id: str) -> list[str]:
+        """The runs that resume ``run_id`` (their ``resume_of`` is it: the lineage in reverse, one step), the first
+        created first (runs without a creation time last), ties by run id. A run the index does not hold, or one
+        nobody resumed, gives []."""
+        def query(conn: sqlite3.Connection) -> list[str]:
+            return [r[0] for r in conn.execute(
+                "SELECT l.run_id FROM resume_links l LEFT JOIN runs r ON r.run_id = l.run_id WHERE l.resume_of = ? "
+                f"ORDER BY r.created_at IS NULL, {_exact('r.created_at')}, l.run_id", (run_id,))]
+        return self._read(query)
+
     def short_ids(self, run_ids: Iterable[str], *, minimum: int = 8, full_up_to: int = 18) -> dict[str, str]:
         """For each run id, the shortest start of it (at least ``minimum`` characters) that no other run id in the
         index shares; ids of at most ``full_up_to`` characters are kept whole."""
