@@ -777,3 +777,25 @@ def test_the_reducers_history_with_checkpoint_events_round_trips(tmp_path: Path)
         ix.write(ups([h]))
         assert ix.history(rid) == h
         assert ix.write(ups([h])) == 0
+
+
+def test_a_run_known_only_from_its_intake_events_has_an_empty_ledger(tmp_path: Path) -> None:
+    """Step records before the run's Job or RayJob is seen (intake first, as a capture replayed in pieces or the
+    changes topic may deliver them): no attempt to place them in, so no ledger yet (it crashed the derivation)."""
+    from tracker.core.reducer import Reducer
+
+    red = Reducer()
+    for i, step in enumerate((100, 200)):
+        red.apply({"schema": "taugrid.io/intake/v2", "event_id": f"p-{i}", "run_id": "early", "kind": "Progress",
+                   "at": f"2026-08-20T10:0{i}:00Z", "step": step, "metrics": {"loss": 1.0 / step}}, "intake")
+    red.apply({"schema": "taugrid.io/intake/v2", "event_id": "s-1", "run_id": "early", "kind": "CheckpointSave",
+               "at": "2026-08-20T10:01:30Z", "phase": "completed", "step": 200, "uri": "az://ck/200"}, "intake")
+    red.flush()
+    h = red.history("early")
+    assert h is not None and h.attempts == []
+    assert (h.run.ledger_basis, h.run.ledger_gpu_hours_by, h.run.ledger_wall_s_by, h.ledger) == ("accounting", {}, {},
+                                                                                                  [])
+    assert [(c.kind, c.step) for c in h.checkpoints] == [("save", 200)] and h.run.checkpoints_saved == 1
+    with ExperimentIndex(tmp_path / "index.sqlite") as ix:
+        ix.write(ups([h]))
+        assert ix.history("early") == h

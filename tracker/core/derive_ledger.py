@@ -64,6 +64,8 @@ def run_ledger(r: RunFacts, steps: Sequence[tuple[int, int]], atts: Sequence[_At
         pending = [(sp.category.value, _us(sp.start) or 0, _us(sp.end)) for sp in out.pending]
         la.append(LedgerAttempt(a.queued if a.queued is not None else a.start, a.end, loss is not None, pending,
                                 [ev for block in p.peak.blocks for ev in block], p.held, p.lost))
+    if not la:  # no attempt yet (intake events before the Job or RayJob): nothing to place its steps in
+        return ledger(LedgerInput([], [], [], [], final_at, False))
     rs = [Restore(s, e, step) for step, _uri, s, e in restores(r.ckpts) if e is not None]
     return ledger(LedgerInput(la, steps, saves(r.ckpts), rs, final_at, bool(losses) and losses[-1] is not None))
 
