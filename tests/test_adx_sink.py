@@ -31,6 +31,9 @@ from tracker.cli import DEMO_CAPTURES
 from tracker.core.model import (
     AdmissionStep,
     Attempt,
+    CheckpointRecord,
+    GoodputCategory,
+    LedgerSpan,
     MetricPoint,
     MetricSummary,
     PendingCategory,
@@ -104,7 +107,8 @@ def evicted_run(*, finished: bool) -> RunHistory:
                 underlying_cause="PriorityPreemption", admission_wait_s=120.0, cluster_queue=cq, retries=1,
                 failures=[PodFailure(pod="llama-ft-0-old", at=at(10), reason="OOMKilled", exit_code=137,
                                      message="container trainer")],
-                failed_pods=1, pod_count=1),
+                failed_pods=1, pod_count=1, ledger_gpu_hours_by={"startup": 0.5, "wasted-progress": 0.25},
+                ledger_wall_s_by={"scheduling": 150.0, "startup": 30.0, "wasted-progress": 270.0}),
         Attempt(run_id=rid, attempt=2, trigger="Preempted", queued_at=at(20), admitted_at=at(30),
                 scheduled_at=at(30.5), started_at=at(31), progress_at=at(33), ended_at=at(90) if finished else None,
                 end_reason="Succeeded" if finished else None, admission_wait_s=600.0, cluster_queue=cq, retries=0,
@@ -118,15 +122,26 @@ def evicted_run(*, finished: bool) -> RunHistory:
         created_at=at(0.5), queued_at=at(20), admitted_at=at(30), started_at=at(4),
         finished_at=at(90) if finished else None, admission_wait_s=600.0, git_commit="abc123",
         config_digest="sha256:cfg", config_ref="configs/llama.yaml", input_refs=["ds://alpaca"],
-        output_uri="az://runs/llama-ft", resume_of="run-llama-base", last_checkpoint="az://runs/llama-ft/ck-3")
+        output_uri="az://runs/llama-ft", resume_of="run-llama-base", last_checkpoint="az://runs/llama-ft/ck-3",
+        ledger_basis="progress", ledger_gpu_hours_by={"startup": 0.5, "wasted-progress": 0.25, "productive": 8.0},
+        ledger_wall_s_by={"scheduling": 150.0, "startup": 30.0, "wasted-progress": 270.0, "productive": 3000.0},
+        ledger_until=at(90 if finished else 85), ledger_open=None if finished else "productive", ettr=3000 / 3450,
+        goodput=8.0 / 8.75, resumed_from="az://runs/llama-base/ck-9", checkpoints_saved=1)
     metrics = [MetricSummary(run_id=rid, metric="loss", first_step=1, first_value=2.5, latest_step=300 if finished
                              else 120, latest_value=0.9 if finished else 1.4, min_value=0.9 if finished else 1.4,
                              max_value=2.5, points=30 if finished else 12)]
     points = [MetricPoint(run_id=rid, metric="loss", step=step, value=value, at=at(minutes))
               for step, value, minutes in ((1, 2.5, 33), (64, 1.6, 50), (256, 0.9, 85))[:3 if finished else 2]]
+    checkpoints = [CheckpointRecord(kind="save", step=120, uri="az://runs/llama-ft/ck-120", started_at=at(15),
+                                    ended_at=at(15.5), status="completed", bytes=1 << 30, attempt=1),
+                   CheckpointRecord(kind="restore", step=120, uri="az://runs/llama-ft/ck-120", started_at=at(32),
+                                    ended_at=at(32.5), status="completed", attempt=2)]
+    spans = [LedgerSpan(category=GoodputCategory.WASTED_PROGRESS, start=at(15.5), end=at(20)),
+             LedgerSpan(category=GoodputCategory.INFRASTRUCTURE_RECOVERY, start=at(20), end=at(32)),
+             LedgerSpan(category=GoodputCategory.CHECKPOINT_RESTORE, start=at(32), end=at(32.5))]
     return RunHistory(run=run, transitions=transitions, attempts=attempts, metrics=metrics,
                       resume_links=[ResumeLink(run_id=rid, resume_of="run-llama-base")], metric_points=points,
-                      pods=pods)
+                      pods=pods, checkpoints=checkpoints, ledger=spans)
 
 
 def pending_run(message: str = "insufficient quota for nvidia.com/gpu in flavor a100") -> RunHistory:
@@ -236,8 +251,8 @@ def test_write_streams_each_table_with_its_mapping(standin: KustoStandIn, make_s
     rows = sink.write(ups(histories))
     assert sink.flush(30)
 
-    # 8 + 1 transitions, 2 + 1 attempts, 2 pods, 2 states, 1 metric summary, 2 metric points
-    assert rows == 19 and sink.stats.rows_sent == 19 and sink.stats.rows_queued == 19
+    # 8 + 1 transitions, 2 + 1 attempts, 2 pods, 2 states, 1 metric summary, 2 metric points, 2 checkpoints
+    assert rows == 21 and sink.stats.rows_sent == 21 and sink.stats.rows_queued == 21
     requests = standin.of("ingest")
     assert [r.status for r in requests] == [200] * len(TABLES)
     assert {r.path for r in requests} == {f"/v1/rest/ingest/{DB}/{t}" for t in TABLES}
@@ -273,7 +288,9 @@ def test_write_streams_each_table_with_its_mapping(standin: KustoStandIn, make_s
         "Failures": [{"Pod": "llama-ft-0-old", "At": "2026-08-20T09:10:00Z", "Reason": "OOMKilled",
                       "ExitCode": 137, "Message": "container trainer"}],
         "Pods": 1, "Gpus": 0, "GpuHours": 0.0, "LostGpuHours": 0.0, "LostGpuHoursBy": {}, "GpusOpen": 0,
-        "OpenSince": None, "QuotaReservedAt": None, "AdmissionSteps": [], "Pending": [], "PendingSecBy": {}}
+        "OpenSince": None, "QuotaReservedAt": None, "AdmissionSteps": [], "Pending": [], "PendingSecBy": {},
+        "LedgerGpuHoursBy": {"startup": 0.5, "wasted-progress": 0.25},
+        "LedgerWallSecBy": {"scheduling": 150.0, "startup": 30.0, "wasted-progress": 270.0}}
     # Admission in steps and every pending second (issue 24): the spans as the history has them, End null while open
     waiting = attempts[("run-pending", 1)]
     assert (waiting["QuotaReservedAt"], waiting["PendingSecBy"]) == ("2026-08-20T09:03:00Z", {"queued": 60.0})
@@ -294,7 +311,27 @@ def test_write_streams_each_table_with_its_mapping(standin: KustoStandIn, make_s
     state = {r["RunId"]: r for r in tables["TaugridRunState"]}
     record = histories[1].run
     assert strip(state["run-pending"], "IngestedAt", "Revision", "EventId") == {"Cluster": "aks-east-1", **{
-        STATE_COLUMNS[f]: (iso(v) if isinstance(v, datetime) else v) for f, v in asdict(record).items()}}
+        STATE_COLUMNS[f]: (iso(v) if isinstance(v, datetime) else v) for f, v in asdict(record).items()},
+        "LedgerSpans": []}
+    # the goodput ledger (issue 25): the run's fields, its spans, its checkpoints as rows of their own
+    ft = state["run-llama-ft"]
+    assert (ft["LedgerBasis"], ft["LedgerOpen"], ft["LedgerUntil"], ft["CheckpointsSaved"], ft["ResumedFrom"]) == \
+        ("progress", "productive", "2026-08-20T10:25:00Z", 1, "az://runs/llama-base/ck-9")
+    assert ft["LedgerGpuHoursBy"] == {"startup": 0.5, "wasted-progress": 0.25, "productive": 8.0}
+    assert (ft["Ettr"], ft["Goodput"]) == (3000 / 3450, 8.0 / 8.75)
+    assert ft["LedgerSpans"] == [
+        {"Category": "wasted-progress", "Start": "2026-08-20T09:15:30Z", "End": "2026-08-20T09:20:00Z"},
+        {"Category": "infrastructure-recovery", "Start": "2026-08-20T09:20:00Z", "End": "2026-08-20T09:32:00Z"},
+        {"Category": "checkpoint-restore", "Start": "2026-08-20T09:32:00Z", "End": "2026-08-20T09:32:30Z"}]
+    assert [strip(r, "IngestedAt", "Revision", "EventId") for r in tables["TaugridCheckpoints"]] == [
+        {"Cluster": "aks-east-1", "RunId": "run-llama-ft", "Namespace": "team-a", "Workspace": "research",
+         "Project": "llama", "Attempt": 1, "Kind": "save", "Step": 120, "Uri": "az://runs/llama-ft/ck-120",
+         "StartedAt": "2026-08-20T09:15:00Z", "EndedAt": "2026-08-20T09:15:30Z", "Status": "completed",
+         "Bytes": 1 << 30},
+        {"Cluster": "aks-east-1", "RunId": "run-llama-ft", "Namespace": "team-a", "Workspace": "research",
+         "Project": "llama", "Attempt": 2, "Kind": "restore", "Step": 120, "Uri": "az://runs/llama-ft/ck-120",
+         "StartedAt": "2026-08-20T09:32:00Z", "EndedAt": "2026-08-20T09:32:30Z", "Status": "completed",
+         "Bytes": None}]
     assert state["run-pending"]["PendingMessage"] == "insufficient quota for nvidia.com/gpu in flavor a100"
     assert (state["run-pending"]["PendingCategory"], state["run-pending"]["PendingSince"],
             state["run-pending"]["PendingSecBy"], state["run-pending"]["QuotaReservedAt"]) == \
@@ -310,12 +347,12 @@ def test_write_streams_each_table_with_its_mapping(standin: KustoStandIn, make_s
         {"Cluster": "aks-east-1", "RunId": "run-llama-ft", "Metric": "loss", "Step": 64, "Value": 1.6,
          "At": "2026-08-20T09:50:00Z"}]
     event_ids = [r["EventId"] for t in TABLES for r in tables[t]]
-    assert len(event_ids) == len(set(event_ids)) == 19
+    assert len(event_ids) == len(set(event_ids)) == 21
 
 
 def test_only_changed_rows_are_sent_again(standin: KustoStandIn, make_sink: Callable[..., AdxSink]) -> None:
     sink = make_sink()
-    assert sink.write(ups([evicted_run(finished=False), pending_run()])) == 19
+    assert sink.write(ups([evicted_run(finished=False), pending_run()])) == 21
     assert sink.flush(30)
     sent = len(standin.of("ingest"))
 
@@ -348,7 +385,7 @@ def test_memo_is_bounded_per_run(standin: KustoStandIn, make_sink: Callable[...,
     sink = make_sink(memo_max_runs=1)
     assert sink.write(ups([pending_run()])) == 3
     assert sink.write(ups([pending_run()])) == 0
-    assert sink.write(ups([evicted_run(finished=False)])) == 16  # evicts run-pending from the memo
+    assert sink.write(ups([evicted_run(finished=False)])) == 18  # evicts run-pending from the memo
     assert sink.write(ups([pending_run()])) == 3, "a forgotten run is sent again (the dedup views absorb it)"
     assert sink.flush(30)
     transitions = [r["EventId"] for r in standin.tables["TaugridRunTransitions"] if r["RunId"] == "run-pending"]
@@ -381,15 +418,23 @@ def test_demo_captures_through_the_pipeline_leave_the_final_histories_as_latest_
     meta = {"EventId", "Revision", "IngestedAt"}
     keys = {"TaugridRunTransitions": ("RunId", "Attempt", "Phase"), "TaugridRunAttempts": ("RunId", "Attempt"),
             "TaugridRunPods": ("RunId", "Attempt", "Pod"), "TaugridRunState": ("RunId",),
-            "TaugridMetricSummaries": ("RunId", "Metric"), "TaugridMetricPoints": ("RunId", "Metric", "Step")}
+            "TaugridMetricSummaries": ("RunId", "Metric"), "TaugridMetricPoints": ("RunId", "Metric", "Step"),
+            # as TaugridCheckpointsLatest() keys them: a save by run, step and URI (its start may come later)
+            "TaugridCheckpoints": ("RunId", "Kind", "Step", "Uri", "RestoreStartedAt")}
+    assert set(keys) == set(TABLES)
+
+    def key_of(row: dict[str, Any], key: tuple[str, ...]) -> tuple[Any, ...]:
+        restore = row["StartedAt"] if row.get("Kind") == "restore" else None
+        return tuple(restore if c == "RestoreStartedAt" else row[c] for c in key)
+
     for table, key in keys.items():
         latest: dict[tuple[Any, ...], dict[str, Any]] = {}
         for row in standin.tables[table]:
-            k = tuple(row[c] for c in key)
+            k = key_of(row, key)
             if k not in latest or row["Revision"] > latest[k]["Revision"]:
                 latest[k] = row
-        want = {tuple(row[c] for c in key): row for u in updates for t, _, row in update_rows(u, "aks-east-1")
-                if t == table}
+        want = {key_of(row, key): row for u in updates for t, _, row in update_rows(u, "aks-east-1") if t == table}
+        assert want or table != "TaugridCheckpoints", "the demo's runs saved checkpoints"
         # A transition is a fact sent once: its run context (Status, ClusterQueue, ...) is as of that batch.
         fields = fact if table == "TaugridRunTransitions" else set(SCHEMA["tables"][table]["columns"]) - meta
         assert {k: {f: v for f, v in row.items() if f in fields} for k, row in latest.items()} == \
@@ -499,32 +544,32 @@ def test_outage_spools_and_drains_in_order(standin: KustoStandIn, make_sink: Cal
     collector = AdxCollector()
     collector.sink = sink
     standin.outage = 503
-    assert sink.write(ups([evicted_run(finished=False), pending_run()])) == 19
+    assert sink.write(ups([evicted_run(finished=False), pending_run()])) == 21
     assert sink.flush(60)
-    assert sink.stats.spooled_rows == 19 and sink.stats.spool_files == len(TABLES)
+    assert sink.stats.spooled_rows == 21 and sink.stats.spool_files == len(TABLES)
     assert sink.spool_bytes == sum(p.stat().st_size for p in (tmp_path / "spool").glob("*.jsonl")) > 0
     assert not standin.tables
     # what a scraper sees during the outage (issue 17): the spool's files, bytes and age
     time.sleep(0.05)
     seen = {m.name: m.samples[0].value for m in collector.collect()}
     assert seen["tracker_adx_spool_files"] == len(TABLES) and seen["tracker_adx_spool_bytes"] == sink.spool_bytes
-    assert seen["tracker_adx_spool_oldest_age_seconds"] > 0 and seen["tracker_adx_rows_spooled"] == 19
+    assert seen["tracker_adx_spool_oldest_age_seconds"] > 0 and seen["tracker_adx_rows_spooled"] == 21
 
     standin.down()  # now connections are refused
     standin.outage = None
     assert sink.write(ups([evicted_run(finished=True), pending_run("B")])) == 7
     assert sink.flush(60)
-    assert sink.stats.spooled_rows == 26 and not standin.tables
+    assert sink.stats.spooled_rows == 28 and not standin.tables
 
     standin.up()
-    wait_until(lambda: sink.stats.spool_files == 0 and delivered(standin) == 26)
+    wait_until(lambda: sink.stats.spool_files == 0 and delivered(standin) == 28)
     assert sink.spool_bytes == 0 and not list((tmp_path / "spool").glob("*.jsonl"))
     seen = {m.name: m.samples[0].value for m in collector.collect()}
     assert seen["tracker_adx_spool_files"] == seen["tracker_adx_spool_oldest_age_seconds"] == 0
-    assert seen["tracker_adx_rows_sent"] == 26 and seen["tracker_adx_rows_rejected"] == 0
+    assert seen["tracker_adx_rows_sent"] == 28 and seen["tracker_adx_rows_rejected"] == 0
     # Nothing lost or doubled, and each table got its rows in the order they were written.
     event_ids = [r["EventId"] for t in TABLES for r in standin.tables[t]]
-    assert len(event_ids) == len(set(event_ids)) == 26
+    assert len(event_ids) == len(set(event_ids)) == 28
     for t in TABLES:
         revisions = [r["Revision"] for r in standin.tables[t]]
         assert revisions == sorted(revisions), t
@@ -536,7 +581,7 @@ def test_outage_spools_and_drains_in_order(standin: KustoStandIn, make_sink: Cal
 
     assert sink.write(ups([pending_run()])) == 1
     assert sink.flush(30)
-    assert sink.stats.spooled_rows == 26 and delivered(standin) == 27, "after the drain rows stream directly"
+    assert sink.stats.spooled_rows == 28 and delivered(standin) == 29, "after the drain rows stream directly"
 
 
 def test_full_spool_blocks_write_until_kusto_is_back(standin: KustoStandIn,
@@ -554,7 +599,7 @@ def test_full_spool_blocks_write_until_kusto_is_back(standin: KustoStandIn,
     writer.join(60)
     assert not writer.is_alive()
     assert sink.flush(60)
-    assert delivered(standin) == 19 and sink.stats.spooled_rows == 0
+    assert delivered(standin) == 21 and sink.stats.spooled_rows == 0
 
 
 def test_foreign_files_in_the_spool_are_ignored_with_one_warning_never_deleted(

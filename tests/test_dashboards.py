@@ -151,7 +151,8 @@ def test_grafana_dashboard_structure() -> None:
             assert g["x"] + g["w"] <= 24 and g["h"] > 0, p["title"]
     titles = " ".join(p["title"] for p in d["panels"])
     for words in ("Runs", "Stuck runs", "Stalled in admission", "Admission wait per queue", "GPU utilisation",
-                  "TaugridGpuUtilization", "Watcher", "ADX spool", "Consumer lag"):
+                  "TaugridGpuUtilization", "Watcher", "ADX spool", "Consumer lag", "TaugridBadputByCategory",
+                  "TaugridGoodput"):
         assert words in titles, words
 
 
@@ -246,7 +247,8 @@ def test_adx_dashboard_structure() -> None:
     assert sorted(referenced) == sorted(queries), "every query is used once, by a tile or a parameter"
     text = " ".join(q["text"] for q in queries.values())
     for function in ("TaugridRuns(", "TaugridStuckRuns()", "TaugridStalledAdmission()", "TaugridRunHistory(_run)",
-                     "TaugridGpuUtilization(_run)", "TaugridPhaseDurations(", "DCGMFIDEVGPUUTIL"):
+                     "TaugridGpuUtilization(_run)", "TaugridPhaseDurations(", "DCGMFIDEVGPUUTIL",
+                     "TaugridBadputByCategory(lookback = _endTime - _startTime", "TaugridGoodput(lookback = "):
         assert function in text, function
 
 

@@ -15,6 +15,9 @@ import pytest
 from tests.histories import copy_into_older, ups
 from tracker.core.model import (
     Attempt,
+    CheckpointRecord,
+    GoodputCategory,
+    LedgerSpan,
     MetricPoint,
     MetricSummary,
     Phase,
@@ -79,7 +82,8 @@ def finished_two_attempts() -> RunHistory:
                    phase=Phase.COMPLETION, attempts=2, retries=1, evictions=1, queued_at=at(20),
                    admitted_at=at(65.2), started_at=at(1.5), finished_at=at(90), admission_wait_s=2712.0,
                    git_commit="3f2a9c1", config_digest="sha256:abc", config_ref="configs/llm.yaml",
-                   input_refs=["s3://data/train", "s3://data/eval"], output_uri="s3://out/run-fail"),
+                   input_refs=["s3://data/train", "s3://data/eval"], output_uri="s3://out/run-fail",
+                   ledger_gpu_hours_by={"productive": 0.25, "wasted-progress": 1.875}, goodput=0.25 / 2.125),
         transitions=[
             tr(rid, 1, Phase.ADMISSION, 0, "Submitted"),
             tr(rid, 1, Phase.SCHEDULING, 1, "Admitted", "Admitted by ClusterQueue cq"),
@@ -94,13 +98,14 @@ def finished_two_attempts() -> RunHistory:
                     ended_at=at(20), end_reason="Preempted", end_message="Preempted to accommodate",
                     underlying_cause="InCohortReclamation", admission_wait_s=60.0, cluster_queue="cq", retries=1,
                     failures=[PodFailure(pod="train-0-a", at=at(10), reason="OOMKilled", exit_code=137)],
-                    failed_pods=1, pod_count=3),
+                    failed_pods=1, pod_count=3,
+                    ledger_gpu_hours_by={"productive": 0.25, "wasted-progress": 1.125}),
             attempt(rid, 2, trigger="Preempted", queued_at=at(20),
                     admitted_at=at(65.2), scheduled_at=at(65.2), started_at=at(66), ended_at=at(90),
                     end_reason="BackoffLimitExceeded", end_message="Job has reached the limit",
                     admission_wait_s=2712.0, cluster_queue="cq",
                     failures=[PodFailure(pod="train-0-c", at=at(89), reason="Error", exit_code=1, message="boom")],
-                    failed_pods=1, pod_count=2),
+                    failed_pods=1, pod_count=2, ledger_gpu_hours_by={"wasted-progress": 0.75}),
         ],
         metrics=[],
         resume_links=[],
@@ -132,7 +137,13 @@ def resumed_with_metrics() -> RunHistory:
         run=record(rid, status=Status.RUNNING, reason=None, phase=Phase.PROGRESS, workspace="ws-b",
                    project="vision", queued_at=at(0.000001), admitted_at=at(0.5), started_at=at(1),
                    admission_wait_s=29.99994, resume_of="run-fail", last_checkpoint="s3://out/run-resume/ckpt-1200",
-                   created_at=at(0.000001)),
+                   created_at=at(0.000001), ledger_basis="progress",
+                   ledger_gpu_hours_by={"scheduling": 0.0, "startup": 0.0125, "checkpoint-restore": 0.008333,
+                                        "productive": 0.45, "checkpoint-save": 0.01, "unclassified": 1e-9},
+                   ledger_wall_s_by={"scheduling": 30.0, "startup": 42.0, "checkpoint-restore": 30.0,
+                                     "productive": 1620.5, "checkpoint-save": 36.0},
+                   ledger_until=at(30.5), ledger_open="productive", ettr=1620.5 / 1758.5, goodput=0.45 / 0.480833,
+                   resumed_from="s3://out/run-fail/ckpt-800", checkpoints_saved=2),
         transitions=[
             Transition(run_id=rid, attempt=1, phase=Phase.RENDERING, at=at(-1), reason="RenderingSucceeded",
                        message="", source="TauGrid/intake"),
@@ -144,8 +155,28 @@ def resumed_with_metrics() -> RunHistory:
             tr(rid, 1, Phase.PROGRESS, 2, "FirstStep"),
         ],
         attempts=[attempt(rid, 1, queued_at=at(0.000001), admitted_at=at(0.5), scheduled_at=at(0.5),
-                          started_at=at(1), progress_at=at(2), admission_wait_s=29.99994, pod_count=1)],
+                          started_at=at(1), progress_at=at(2), admission_wait_s=29.99994, pod_count=1,
+                          ledger_gpu_hours_by={"startup": 0.0125, "checkpoint-restore": 0.008333, "productive": 0.45,
+                                               "checkpoint-save": 0.01, "unclassified": 1e-9},
+                          ledger_wall_s_by={"scheduling": 30.0, "startup": 42.0, "checkpoint-restore": 30.0,
+                                            "productive": 1620.5, "checkpoint-save": 36.0})],
         pods=[pod(rid, 1, "train-x", "node-9", 0.6, 1, None)],
+        # by start time, else end time (the v1 save of step 1200 reported no start), as the reducer orders them
+        checkpoints=[
+            CheckpointRecord(kind="restore", step=800, uri="s3://out/run-fail/ckpt-800", started_at=at(1.2),
+                             ended_at=at(1.7), status="completed", attempt=1),
+            CheckpointRecord(kind="save", step=1000, uri="s3://out/run-resume/ckpt-1000", started_at=at(20),
+                             ended_at=at(20.6000005), status="completed", bytes=7_516_192_768, attempt=1),
+            CheckpointRecord(kind="save", step=1100, uri="s3://out/run-resume/ckpt-1100", started_at=at(25),
+                             ended_at=at(25.1), status="failed", attempt=1),
+            CheckpointRecord(kind="restore", step=1000, uri="s3://out/run-resume/ckpt-1000", started_at=at(26),
+                             ended_at=None, status="started", attempt=1),
+            CheckpointRecord(kind="save", step=1200, uri="s3://out/run-resume/ckpt-1200", started_at=None,
+                             ended_at=at(30.25), status="completed", attempt=1),
+        ],
+        ledger=[LedgerSpan(category=GoodputCategory.CHECKPOINT_RESTORE, start=at(1.2), end=at(1.7)),
+                LedgerSpan(category=GoodputCategory.WASTED_PROGRESS, start=at(20.6000005), end=at(25.1)),
+                LedgerSpan(category=GoodputCategory.INFRASTRUCTURE_RECOVERY, start=at(25.1), end=at(26))],
         metrics=[
             MetricSummary(run_id=rid, metric="accuracy", first_step=0, first_value=0.1, latest_step=1200,
                           latest_value=0.83, min_value=0.1, max_value=0.85, points=13),
@@ -157,6 +188,19 @@ def resumed_with_metrics() -> RunHistory:
                        MetricPoint(run_id=rid, metric="loss", step=0, value=2.31, at=at(2)),
                        MetricPoint(run_id=rid, metric="loss", step=1200, value=0.42, at=at(30.5))],
     )
+
+
+def before_ledger(h: RunHistory) -> RunHistory:
+    """A history as an index of schema 7 or older holds it: the ledger fields at their defaults, no checkpoints and no
+    ledger spans."""
+    defaults = {f: getattr(RunRecord(**{**{n: getattr(h.run, n) for n in field_names(RunRecord)
+                                           if n not in _LEDGER_RUN}}), f) for f in _LEDGER_RUN}
+    return replace(h, run=replace(h.run, **defaults), checkpoints=[], ledger=[],
+                   attempts=[replace(a, ledger_gpu_hours_by={}, ledger_wall_s_by={}) for a in h.attempts])
+
+
+_LEDGER_RUN = ("ledger_basis", "ledger_gpu_hours_by", "ledger_wall_s_by", "ledger_until", "ledger_open", "ettr",
+               "goodput", "resumed_from", "checkpoints_saved")
 
 
 def all_histories() -> list[RunHistory]:
@@ -420,9 +464,12 @@ def test_tables_carry_every_model_field(index: ExperimentIndex) -> None:
     def columns(table: str) -> list[str]:
         return [r[1] for r in conn.execute(f"PRAGMA table_info({table})")]
 
-    # version 4 appended the GPU columns after updated_seq (ALTER TABLE ADD COLUMN), version 7 the pending ones
+    # version 4 appended the GPU columns after updated_seq (ALTER TABLE ADD COLUMN), version 7 the pending ones,
+    # version 8 the ledger's
     gpu = ["gpus", "gpu_hours", "lost_gpu_hours", "lost_gpu_hours_by", "gpus_open", "open_since",
-           "pending_s_by", "pending_category", "pending_since", "quota_reserved_at"]
+           "pending_s_by", "pending_category", "pending_since", "quota_reserved_at",
+           "ledger_basis", "ledger_gpu_hours_by", "ledger_wall_s_by", "ledger_until", "ledger_open", "ettr", "goodput",
+           "resumed_from", "checkpoints_saved"]
     assert columns("runs") == [*(f for f in field_names(RunRecord) if f not in gpu), "updated_seq", *gpu]
     assert columns("transitions") == [*field_names(Transition), "ordinal"]
     assert columns("attempts") == list(field_names(Attempt))
@@ -430,6 +477,8 @@ def test_tables_carry_every_model_field(index: ExperimentIndex) -> None:
     assert columns("resume_links") == list(field_names(ResumeLink))
     assert columns("pod_placements") == list(field_names(PodPlacement))
     assert columns("metric_points") == list(field_names(MetricPoint))
+    assert columns("checkpoints") == ["run_id", *field_names(CheckpointRecord)]
+    assert columns("ledger_spans") == ["run_id", *field_names(LedgerSpan)]
 
 
 def test_pragmas(index: ExperimentIndex) -> None:
@@ -583,7 +632,8 @@ def test_a_schema_4_index_is_read_as_it_is_and_migrated(tmp_path: Path, monkeypa
     h = resumed_with_metrics()
     assert h.pods is not None
     # its pods have no uids yet: 'v5:<attempt>:<pod>' until the run is written again
-    as_it_was = replace(h, metric_points=[], pods=[replace(p, uid=f"v5:{p.attempt}:{p.pod}") for p in h.pods])
+    as_it_was = replace(before_ledger(h), metric_points=[],
+                        pods=[replace(p, uid=f"v5:{p.attempt}:{p.pod}") for p in h.pods])
     with ExperimentIndex(path, readonly=True) as reader:  # a reader reads it as it is
         assert reader.history("run-resume") == as_it_was
     with ExperimentIndex(path) as ix:  # a writer migrates it: the run has no points until written again
@@ -592,3 +642,160 @@ def test_a_schema_4_index_is_read_as_it_is_and_migrated(tmp_path: Path, monkeypa
         assert ix.history("run-resume") == h
     meta = dict(dump(path)["meta"])
     assert meta["schema_version"] == str(SCHEMA_VERSION) and "created_at" in meta
+
+
+# ------------------------------------------------------------------------------------------ lineage
+
+
+def test_resumed_by_lists_the_runs_that_resume_a_run(tmp_path: Path) -> None:
+    """IndexReader.resumed_by: the lineage in reverse, one step (resume_links by resume_of), the first created
+    first, runs without a creation time last."""
+    from tracker.shell.index_query import IndexReader
+
+    path = tmp_path / "index.sqlite"
+    with ExperimentIndex(path):
+        pass
+    with sqlite3.connect(path) as conn:
+        for run_id, created in (("b-late", "2026-08-20T11:00:00Z"), ("a-early", "2026-08-20T10:00:00.500000Z"),
+                                ("c-none", None), ("d-sub", "2026-08-20T10:00:00Z")):
+            conn.execute("INSERT INTO runs (run_id, status, message, phase, attempts, retries, evictions, "
+                         "created_at, pending_message, input_refs, updated_seq) "
+                         "VALUES (?, 'running', '', 'Progress', 1, 0, 0, ?, '', '[]', 1)", (run_id, created))
+            conn.execute("INSERT INTO resume_links (run_id, resume_of) VALUES (?, 'root')", (run_id,))
+        conn.execute("INSERT INTO resume_links (run_id, resume_of) VALUES ('a-early', 'other')")
+    conn.close()
+    with IndexReader(path) as reader:
+        assert reader.resumed_by("root") == ["d-sub", "a-early", "b-late", "c-none"]
+        assert reader.resumed_by("other") == ["a-early"]
+        assert reader.resumed_by("a-early") == [] and reader.resumed_by("no-such-run") == []
+
+
+def test_a_schema_7_index_is_read_as_it_is_and_migrated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Schema 8 adds the goodput ledger: a reader reads an index of schema 7 as it is (the ledger fields at their
+    defaults, no checkpoints, no spans), a writer migrates it and the run's next history fills them."""
+    path = tmp_path / "index.sqlite"
+    with monkeypatch.context() as m:
+        m.setattr(index_schema, "MIGRATIONS", {k: v for k, v in index_schema.MIGRATIONS.items() if k <= 7})
+        m.setattr(index_schema, "SCHEMA_VERSION", 7)
+        with ExperimentIndex(path):
+            pass
+    with ExperimentIndex(tmp_path / "current.sqlite") as cur:
+        cur.write(ups(all_histories()))
+    conn = sqlite3.connect(path)
+    conn.execute("ATTACH DATABASE ? AS cur", (str(tmp_path / "current.sqlite"),))
+    copy_into_older(conn)
+    conn.execute("INSERT INTO main.metric_points SELECT * FROM cur.metric_points")
+    conn.commit()
+    conn.close()
+    assert "checkpoints" not in dump(path) and "ledger_spans" not in dump(path)
+    with ExperimentIndex(path, readonly=True) as reader:
+        for h in all_histories():
+            assert reader.history(h.run.run_id) == before_ledger(h)
+    with ExperimentIndex(path) as ix:
+        for h in all_histories():
+            assert ix.history(h.run.run_id) == before_ledger(h)
+        assert ix.write(ups(all_histories())) > 0
+        for h in all_histories():
+            assert ix.history(h.run.run_id) == h
+        assert ix.write(ups(all_histories())) == 0
+    assert dict(dump(path)["meta"])["schema_version"] == str(SCHEMA_VERSION) == "8"
+
+
+def test_checkpoints_and_ledger_spans_are_replaced_with_the_history(index: ExperimentIndex) -> None:
+    """A run's checkpoints (keyed by run, kind, step, uri and start, a start not reported being one value) and
+    ledger spans are rows of their own, replaced with its history: unchanged rows are not touched."""
+    h = resumed_with_metrics()
+    index.write(ups([h]))
+    conn = sqlite3.connect(index.path)
+    rows = conn.execute("SELECT kind, step, started_at, ended_at, status, bytes, attempt FROM checkpoints "
+                        "ORDER BY kind, step, started_at").fetchall()
+    assert rows == [("restore", 800, "2026-08-20T10:01:12Z", "2026-08-20T10:01:42Z", "completed", None, 1),
+                    ("restore", 1000, "2026-08-20T10:26:00Z", None, "started", None, 1),
+                    ("save", 1000, "2026-08-20T10:20:00Z", "2026-08-20T10:20:36.000030Z", "completed", 7_516_192_768,
+                     1),
+                    ("save", 1100, "2026-08-20T10:25:00Z", "2026-08-20T10:25:06Z", "failed", None, 1),
+                    ("save", 1200, None, "2026-08-20T10:30:15Z", "completed", None, 1)]
+    assert conn.execute('SELECT category, start, "end" FROM ledger_spans ORDER BY start').fetchall() == [
+        ("checkpoint-restore", "2026-08-20T10:01:12Z", "2026-08-20T10:01:42Z"),
+        ("wasted-progress", "2026-08-20T10:20:36.000030Z", "2026-08-20T10:25:06Z"),
+        ("infrastructure-recovery", "2026-08-20T10:25:06Z", "2026-08-20T10:26:00Z")]
+    # the restore ends, the v1 save's start becomes known, the failed save goes; a span ends later, one is new
+    cps = h.checkpoints
+    later = replace(h, checkpoints=[cps[0], cps[1], replace(cps[3], ended_at=at(26.5), status="completed"),
+                                    replace(cps[4], started_at=at(30))],
+                    ledger=[h.ledger[0], h.ledger[1], replace(h.ledger[2], end=at(26.5)),
+                            LedgerSpan(category=GoodputCategory.CHECKPOINT_RESTORE, start=at(26), end=at(26.5))])
+    # checkpoints: 1 updated, 1 deleted (failed save), 1 deleted and 1 inserted (the save's key changed); spans: 1
+    # updated, 1 inserted; the runs row's updated_seq
+    assert index.write(ups([later])) == 1 + 1 + 2 + 1 + 1 + 1
+    assert index.history(h.run.run_id) == later
+    assert index.write(ups([later])) == 0
+    assert conn.execute("SELECT COUNT(*) FROM checkpoints WHERE started_at IS NULL").fetchone() == (0,)
+    index.write(ups([replace(later, checkpoints=[], ledger=[])]))
+    assert conn.execute("SELECT (SELECT COUNT(*) FROM checkpoints) + (SELECT COUNT(*) FROM ledger_spans)"
+                        ).fetchone() == (0,)
+
+
+def test_the_reducers_history_with_checkpoint_events_round_trips(tmp_path: Path) -> None:
+    """The reducer's complete history of a run that saved, restored and resumed checkpoints (intake v2), preempted
+    in between (the preemption scenario): the index gives it back equal, its ledger, checkpoints and spans too."""
+    from tests.test_scenarios import SCENARIOS
+    from tracker.core.reducer import Reducer
+
+    rid = "bert-pt-2c5nw"
+    red = Reducer()
+    for stream in SCENARIOS["preemption"].streams().values():
+        for ev in stream:
+            red.apply(ev, "preemption")
+
+    def intake(n: int, when: str, kind: str, **fields: Any) -> dict[str, Any]:
+        return {"schema": "taugrid.io/intake/v2", "event_id": f"ck-{n}", "run_id": rid, "at": when, "kind": kind,
+                **fields}
+
+    uri = "az://ckpt/bert/step-2000"
+    for i, ev in enumerate([
+            intake(1, "2026-08-20T10:24:00Z", "CheckpointSave", phase="started", step=2000, uri=uri),
+            intake(2, "2026-08-20T10:25:30.250Z", "CheckpointSave", phase="completed", step=2000, uri=uri,
+                   bytes=1 << 33),
+            intake(3, "2026-08-20T10:35:00Z", "CheckpointSave", phase="started", step=3000, uri=uri + "-3000"),
+            intake(4, "2026-08-20T10:36:00Z", "CheckpointSave", phase="failed", step=3000, uri=uri + "-3000"),
+            intake(5, "2026-08-20T11:10:30Z", "CheckpointRestore", phase="started", step=2000, uri=uri),
+            intake(6, "2026-08-20T11:12:00Z", "CheckpointRestore", phase="completed", step=2000, uri=uri),
+            intake(7, "2026-08-20T11:10:06Z", "Resume", resume_of="bert-pt-00000", checkpoint_uri=uri, step=2000)]):
+        red.apply(ev, f"intake:{i}")
+    red.flush()
+    h = red.history(rid)
+    assert h is not None
+    # the scenario's own v1 checkpoint (a Progress event's checkpoint_uri, no start) is one of them
+    assert h.run.ledger_basis == "progress" and h.run.checkpoints_saved == 2 and h.run.resumed_from == uri
+    assert [(c.kind, c.step, c.status, c.started_at is None) for c in h.checkpoints] == [
+        ("save", 2000, "completed", False), ("save", 3000, "completed", True), ("save", 3000, "failed", False),
+        ("restore", 2000, "completed", False)]
+    assert {sp.category for sp in h.ledger} >= {GoodputCategory.CHECKPOINT_RESTORE}
+    assert all(a.ledger_gpu_hours_by for a in h.attempts)
+    with ExperimentIndex(tmp_path / "index.sqlite") as ix:
+        ix.write(ups([h]))
+        assert ix.history(rid) == h
+        assert ix.write(ups([h])) == 0
+
+
+def test_a_run_known_only_from_its_intake_events_has_an_empty_ledger(tmp_path: Path) -> None:
+    """Step records before the run's Job or RayJob is seen (intake first, as a capture replayed in pieces or the
+    changes topic may deliver them): no attempt to place them in, so no ledger yet (it crashed the derivation)."""
+    from tracker.core.reducer import Reducer
+
+    red = Reducer()
+    for i, step in enumerate((100, 200)):
+        red.apply({"schema": "taugrid.io/intake/v2", "event_id": f"p-{i}", "run_id": "early", "kind": "Progress",
+                   "at": f"2026-08-20T10:0{i}:00Z", "step": step, "metrics": {"loss": 1.0 / step}}, "intake")
+    red.apply({"schema": "taugrid.io/intake/v2", "event_id": "s-1", "run_id": "early", "kind": "CheckpointSave",
+               "at": "2026-08-20T10:01:30Z", "phase": "completed", "step": 200, "uri": "az://ck/200"}, "intake")
+    red.flush()
+    h = red.history("early")
+    assert h is not None and h.attempts == []
+    assert (h.run.ledger_basis, h.run.ledger_gpu_hours_by, h.run.ledger_wall_s_by, h.ledger) == ("accounting", {}, {},
+                                                                                                  [])
+    assert [(c.kind, c.step) for c in h.checkpoints] == [("save", 200)] and h.run.checkpoints_saved == 1
+    with ExperimentIndex(tmp_path / "index.sqlite") as ix:
+        ix.write(ups([h]))
+        assert ix.history("early") == h

@@ -167,7 +167,8 @@ def test_every_table_has_policies_and_a_deduplicating_view() -> None:
         "TaugridRunStateLatest": "TaugridRunState", "TaugridMetricSummariesLatest": "TaugridMetricSummaries",
         "TaugridRunTransitionsDedup": "TaugridRunTransitions", "TaugridRunAttemptsDedup": "TaugridRunAttempts",
         "TaugridRunPodsDedup": "TaugridRunPods", "TaugridMetricPointsDedup": "TaugridMetricPoints",
-        "TaugridQueueStateLatest": "TaugridQueueState", "TaugridQueuePositionsLatest": "TaugridQueuePositions"}
+        "TaugridQueueStateLatest": "TaugridQueueState", "TaugridQueuePositionsLatest": "TaugridQueuePositions",
+        "TaugridCheckpointsDedup": "TaugridCheckpoints"}
     assert commands[-1].startswith(".create-or-alter function"), "functions come after the views they read"
 
 
@@ -183,8 +184,8 @@ def test_functions_have_docstrings_and_readme_examples() -> None:
         assert re.search(rf"\b{m.group(2)}\(", examples), f"{m.group(2)} has no example in schemas/kusto/README.md"
     assert {"TaugridRunHistory", "TaugridRuns", "TaugridStalledAdmission", "TaugridStuckRuns", "TaugridRetryAudit",
             "TaugridGpuUtilization", "TaugridPhaseDurations", "TaugridGpuAudit", "TaugridGpuPodWindows",
-            "TaugridGpuUsage", "TaugridIdleGpus", "TaugridCompareRuns", "TaugridQueues",
-            "TaugridWaitingBehind"} <= set(names)
+            "TaugridGpuUsage", "TaugridIdleGpus", "TaugridCompareRuns", "TaugridQueues", "TaugridWaitingBehind",
+            "TaugridCheckpointsLatest", "TaugridGoodput", "TaugridBadputByCategory"} <= set(names)
 
 
 def test_adxmon_resources_are_rendered_from_the_schema() -> None:
@@ -272,6 +273,8 @@ def test_functions_take_defaults_and_are_called_with_and_without_arguments(node:
                                            "groupBy": '"namespace"'}
     assert defaults["TaugridIdleGpus"]["maxUtilPct"] == "5.0"
     assert defaults["TaugridCompareRuns"] == {"runIds": None, "metric": '"loss"'}
+    assert defaults["TaugridGoodput"] == {"lookback": "7d"}
+    assert defaults["TaugridBadputByCategory"] == {"lookback": "7d", "groupBy": '"project"'}
     calls = []
     for name, params in signatures.items():
         calls.append(f"{name}({', '.join(_SAMPLE[t] for _, t, _ in params)}) | take 10")
@@ -311,3 +314,42 @@ def test_pending_by_reason_and_live_waits() -> None:
         assert column in SCHEMA["tables"]["TaugridRunAttempts"]["columns"], column
     for column in ("PendingSecBy", "PendingCategory", "PendingSince", "QuotaReservedAt"):
         assert column in SCHEMA["tables"]["TaugridRunState"]["columns"], column
+
+
+def test_goodput_functions_read_the_ledger_as_the_history_defines_it() -> None:
+    """Issue 25: TaugridGoodput reads each run's ledger (TaugridRunState's Ledger* columns) at now(): every goodput
+    category a column of its own and a key of GpuHoursBy and WallSecBy, the open category grown by GpusOpen GPUs from
+    LedgerUntil (the wall time too, on the progress basis only), Goodput and Ettr as ratios; TaugridBadputByCategory
+    sums TaugridGoodput's columns per group (the groupings of TaugridGpuAudit, but cluster-wide by default per project)
+    and takes its ratios of the sums."""
+    from tracker.audit import GROUP_BY
+    from tracker.core.model import GoodputCategory, RunRecord, field_names
+    from tracker.shell.adx import STATE_COLUMNS
+
+    bodies = {m.group(1): c.text for c in schema_commands()
+              if (m := re.search(r"\) (\w+)\(", c.text)) and c.text.startswith(".create-or-alter function")}
+    goodput, badput = bodies["TaugridGoodput"], bodies["TaugridBadputByCategory"]
+    names = {c: "".join(w.capitalize() for w in c.value.split("-")) for c in GoodputCategory}
+    for cat, name in names.items():
+        assert f'{name}GpuHours = coalesce(todouble(LedgerGpuHoursBy["{cat}"]), 0.0) + iff(LedgerOpen == "{cat}", ' \
+               "OpenGpuHours, 0.0)" in goodput, cat
+        assert f'{name}WallSec = coalesce(todouble(LedgerWallSecBy["{cat}"]), 0.0) + iff(LedgerOpen == "{cat}", ' \
+               "OpenWallSec, 0.0)" in goodput, cat
+        assert f'"{cat}", {name}GpuHours' in goodput and f'"{cat}", {name}WallSec' in goodput, cat
+        assert f"{name}GpuHours = sum({name}GpuHours)" in badput, cat
+        assert cat in re.search(r'docstring="([^"]+)"', goodput).group(1)  # type: ignore[union-attr]
+    assert "GpuHours = " + " + ".join(f"{n}GpuHours" for n in names.values()) in goodput
+    assert "OpenSec = iff(Open, max_of((now() - LedgerUntil) / 1s, 0.0), 0.0)" in goodput
+    assert 'OpenGpuHours = GpusOpen * OpenSec / 3600.0, OpenWallSec = iff(LedgerBasis == "progress", OpenSec, 0.0)' \
+        in goodput
+    assert "Goodput = iff(GpuHours > 0, ProductiveGpuHours / GpuHours, real(null))" in goodput + badput
+    assert 'Ettr = iff(LedgerBasis == "progress" and WallSec > 0, ProductiveWallSec / WallSec, real(null))' in goodput
+    assert "Ettr = iff(WallSec > 0, ProductiveWallSec / WallSec, real(null))" in badput
+    assert "TaugridGoodput(lookback)" in badput
+    for by in GROUP_BY:
+        assert f'"{by}"' in badput or by == "project", by  # project: the default
+    # the columns it reads are the history's (RunRecord's ledger fields, as the sink writes them)
+    ledger = ("ledger_basis", "ledger_gpu_hours_by", "ledger_wall_s_by", "ledger_until", "ledger_open", "gpus_open")
+    assert set(ledger) <= set(field_names(RunRecord))
+    for f in ledger:
+        assert STATE_COLUMNS[f] in goodput, f

@@ -8,6 +8,7 @@ from collections import Counter
 from dataclasses import replace
 from datetime import datetime, timedelta
 from itertools import pairwise
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -96,6 +97,28 @@ def test_a_history_is_published_once_per_content() -> None:
     moved = history("a", (Phase.ADMISSION, 0), (Phase.SCHEDULING, 5))
     [next_one] = policy.decide(batch(moved), LIMITS, now_us=None).publish
     assert next_one.value == dump(moved) and policy.runs["a"].content_hash == next_one.digest
+
+
+def test_a_history_with_checkpoints_and_ledger_round_trips_through_its_records(tmp_path: Path) -> None:
+    """The goodput ledger (history/v4) on the transitions topic: the history record carries the run's ledger fields,
+    checkpoints and ledger spans; what `tracker sink index` decodes from the run's records and writes is the complete
+    history again."""
+    from tests.test_index import resumed_with_metrics
+    from tracker.shell.index import ExperimentIndex
+    from tracker.shell.transitions import combine, decode
+
+    h = resumed_with_metrics()
+    assert h.checkpoints and h.ledger and h.run.ledger_gpu_hours_by and h.attempts[0].ledger_wall_s_by
+    decided = PartitionPolicy().decide(Flushed(updates=[HistoryUpdate.of(h)], retired=[]), LIMITS, now_us=None)
+    kinds = [p.kind for p in decided.publish]
+    assert kinds == [HISTORY, POINTS, POD]
+    record = adapter(RunHistory).validate_json(decided.publish[0].value or b"")
+    assert record == replace(h, metric_points=None, pods=None)
+    updates = [decode(p.key.encode(), p.value, [("kind", p.kind.encode())]) for p in decided.publish]
+    with ExperimentIndex(tmp_path / "index.sqlite") as index:
+        index.write(combine(updates))
+        assert index.history(h.run.run_id) == h
+        assert index.write(combine(updates)) == 0
 
 
 def test_a_history_too_large_is_a_dead_letter_once_and_is_not_published() -> None:

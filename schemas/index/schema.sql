@@ -1,4 +1,4 @@
--- TauGrid experiment index, schema version 7.
+-- TauGrid experiment index, schema version 8.
 -- The contract Stellar reads: every table and column is documented in README.md next to this file.
 -- Times are ISO-8601 UTC text, 'YYYY-MM-DDTHH:MM:SSZ' ('YYYY-MM-DDTHH:MM:SS.ffffffZ' when sub-second).
 -- JSON columns hold compact JSON text (query them with json_each / json_extract).
@@ -303,4 +303,49 @@ CREATE TABLE queue_positions (
     position_in_local_queue   INTEGER,
     polled_at                 TEXT NOT NULL, -- the poll's time, as the watcher recorded it
     polled_us                 INTEGER NOT NULL -- the same in microseconds since the epoch (ordering)
+) WITHOUT ROWID;
+
+-- The goodput ledger (schema 8, history/v4; schemas/goodput.md): where each run's and attempt's time and GPU-time
+-- went, by category, its ETTR and goodput, and the run's checkpoints and ledger spans. Rows written before version 8
+-- read the defaults (an accounting ledger with nothing in it) until their run is written again.
+ALTER TABLE runs ADD COLUMN ledger_basis TEXT NOT NULL DEFAULT 'accounting'
+    CHECK (ledger_basis IN ('progress', 'accounting'));
+ALTER TABLE runs ADD COLUMN ledger_gpu_hours_by TEXT NOT NULL DEFAULT '{}'; -- JSON object: category -> GPU-hours
+ALTER TABLE runs ADD COLUMN ledger_wall_s_by TEXT NOT NULL DEFAULT '{}'; -- JSON object: category -> seconds
+ALTER TABLE runs ADD COLUMN ledger_until TEXT; -- the open pods' GPU-time is in the ledger up to this time
+ALTER TABLE runs ADD COLUMN ledger_open TEXT; -- the category the run is in at ledger_until while it goes on
+ALTER TABLE runs ADD COLUMN ettr REAL;
+ALTER TABLE runs ADD COLUMN goodput REAL;
+ALTER TABLE runs ADD COLUMN resumed_from TEXT; -- the checkpoint URI this run resumed from
+ALTER TABLE runs ADD COLUMN checkpoints_saved INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE attempts ADD COLUMN ledger_gpu_hours_by TEXT NOT NULL DEFAULT '{}'; -- JSON object: category -> GPU-hours
+ALTER TABLE attempts ADD COLUMN ledger_wall_s_by TEXT NOT NULL DEFAULT '{}'; -- JSON object: category -> seconds
+
+-- A run's checkpoint saves and restores, replaced with its history. Keyed by (run_id, kind, step, uri, started_at);
+-- started_at is NULL for a save whose start was not reported (a v1 Progress event's checkpoint_uri), of which a run
+-- has one per (step, uri): the key treats NULL as one value.
+CREATE TABLE checkpoints (
+    run_id     TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
+    kind       TEXT NOT NULL CHECK (kind IN ('save', 'restore')),
+    step       INTEGER NOT NULL,
+    uri        TEXT NOT NULL,
+    started_at TEXT, -- NULL: the start was not reported
+    ended_at   TEXT, -- completed or failed at; NULL: not reported yet
+    status     TEXT NOT NULL CHECK (status IN ('started', 'completed', 'failed')),
+    bytes      INTEGER,
+    attempt    INTEGER -- the attempt it happened in
+);
+CREATE UNIQUE INDEX checkpoints_by_key ON checkpoints (run_id, kind, step, uri, ifnull(started_at, ''));
+CREATE INDEX checkpoints_by_uri ON checkpoints (uri);
+
+-- A run's wasted-progress, infrastructure-recovery and checkpoint-restore spans (for timelines), replaced with its
+-- history.
+CREATE TABLE ledger_spans (
+    run_id   TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
+    category TEXT NOT NULL CHECK (category IN ('productive', 'scheduling', 'startup', 'checkpoint-save',
+                                               'checkpoint-restore', 'wasted-progress', 'infrastructure-recovery',
+                                               'unclassified')),
+    start    TEXT NOT NULL,
+    "end"    TEXT NOT NULL,
+    PRIMARY KEY (run_id, category, start)
 ) WITHOUT ROWID;

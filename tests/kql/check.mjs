@@ -281,4 +281,6 @@ if (opts.json) {
   const commands = Object.values(checker.commands).reduce((n, c) => n + c.length, 0);
   console.log(`${checker.diagnostics.length} diagnostic(s): ${files} .kql files (${commands} commands), ${checker.resources} adx-mon resources, ${checker.examples} README examples, ${checker.queries} other queries`);
 }
-process.exit(checker.diagnostics.length ? 1 : 0);
+// exitCode, not process.exit(): exiting at once would cut what is still queued for a pipe (the --json output is
+// more than a pipe's buffer, 64 KiB)
+process.exitCode = checker.diagnostics.length ? 1 : 0;

@@ -17,7 +17,7 @@ deduplicate by ``EventId`` and pick the newest ``Revision``. Row identity:
 
 - a transition is a fact: ``EventId`` = hash of run_id|attempt|phase|at|reason, the same on every resend; so is a
   metric point (hash of run_id|metric|step|value|at; the memo keeps 8 bytes per point);
-- attempts, pods, run state and metric summaries change over a run's life: each change is a new row whose
+- attempts, pods, run state, metric summaries and checkpoints change over a run's life: each change is a new row whose
   ``Revision`` is the sink's clock in microseconds (strictly increasing), and whose ``EventId`` hashes the
   row's content and revision, so that only true duplicates of one delivery collapse in the views.
 
@@ -78,7 +78,8 @@ PODS = "TaugridRunPods"
 STATE = "TaugridRunState"
 METRICS = "TaugridMetricSummaries"
 POINTS = "TaugridMetricPoints"
-TABLES = (TRANSITIONS, ATTEMPTS, PODS, STATE, METRICS, POINTS)  # a run's
+CHECKPOINTS = "TaugridCheckpoints"
+TABLES = (TRANSITIONS, ATTEMPTS, PODS, STATE, METRICS, POINTS, CHECKPOINTS)  # a run's
 QUEUES = "TaugridQueueState"
 POSITIONS = "TaugridQueuePositions"
 QUEUE_TABLES = (QUEUES, POSITIONS)  # Kueue's queues and pending runs' positions (``write_queues``)
@@ -127,7 +128,9 @@ STATE_COLUMNS: dict[str, str] = {
     "last_checkpoint": "LastCheckpoint", "gpus": "Gpus", "gpu_hours": "GpuHours", "lost_gpu_hours": "LostGpuHours",
     "lost_gpu_hours_by": "LostGpuHoursBy", "gpus_open": "GpusOpen", "open_since": "OpenSince",
     "pending_s_by": "PendingSecBy", "pending_category": "PendingCategory", "pending_since": "PendingSince",
-    "quota_reserved_at": "QuotaReservedAt",
+    "quota_reserved_at": "QuotaReservedAt", "ledger_basis": "LedgerBasis", "ledger_gpu_hours_by": "LedgerGpuHoursBy",
+    "ledger_wall_s_by": "LedgerWallSecBy", "ledger_until": "LedgerUntil", "ledger_open": "LedgerOpen", "ettr": "Ettr",
+    "goodput": "Goodput", "resumed_from": "ResumedFrom", "checkpoints_saved": "CheckpointsSaved",
 }
 # The GPU accounting of an attempt (schemas/gpu-accounting.md): the same columns as TaugridRunState's.
 _GPU_FIELDS = ("gpus", "gpu_hours", "lost_gpu_hours", "lost_gpu_hours_by", "gpus_open", "open_since")
@@ -190,8 +193,17 @@ def _history_rows(h: RunHistory, cluster: str) -> Iterator[tuple[str, RowKey, Ro
                                 "Message": st.message} for st in a.admission_steps],
             "Pending": [{"Category": sp.category.value, "Detail": sp.detail, "Start": _ts(sp.start),
                          "End": _ts(sp.end)} for sp in a.pending],
-            "PendingSecBy": dict(a.pending_s_by)}
-    yield STATE, ("S",), {"Cluster": cluster, **_state(run)}
+            "PendingSecBy": dict(a.pending_s_by),
+            # its share of the goodput ledger (schemas/goodput.md)
+            "LedgerGpuHoursBy": dict(a.ledger_gpu_hours_by), "LedgerWallSecBy": dict(a.ledger_wall_s_by)}
+    # the run's summary, with the history's ledger spans (for timelines; a run keeps the latest 256)
+    yield STATE, ("S",), {"Cluster": cluster, **_state(run), "LedgerSpans": [
+        {"Category": sp.category.value, "Start": _ts(sp.start), "End": _ts(sp.end)} for sp in h.ledger]}
+    for c in h.checkpoints:
+        yield CHECKPOINTS, ("C", c.kind, c.step, c.uri, _ts(c.started_at) or ""), {
+            "Cluster": cluster, "RunId": run.run_id, "Namespace": run.namespace, **owner, "Attempt": c.attempt,
+            "Kind": c.kind, "Step": c.step, "Uri": c.uri, "StartedAt": _ts(c.started_at), "EndedAt": _ts(c.ended_at),
+            "Status": c.status, "Bytes": c.bytes}
     for m in h.metrics:
         yield METRICS, ("M", m.metric), {
             "Cluster": cluster, "RunId": m.run_id, "Metric": m.metric, "FirstStep": m.first_step,

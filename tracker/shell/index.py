@@ -26,7 +26,9 @@ from typing import Any, TypeVar
 
 from tracker.core.model import (
     Attempt,
+    CheckpointRecord,
     HistoryUpdate,
+    LedgerSpan,
     MetricPoint,
     MetricSummary,
     Phase,
@@ -75,17 +77,19 @@ class _Table:
 
 
 def _table(name: str, columns: tuple[str, ...], key: tuple[str, ...],
-           unversioned: tuple[str, ...] = ()) -> _Table:
-    """``unversioned``: columns that are not content (written, but a difference alone is no change)."""
+           unversioned: tuple[str, ...] = (), nullable: tuple[str, ...] = ()) -> _Table:
+    """``unversioned``: columns that are not content (written, but a difference alone is no change). ``nullable``:
+    key columns that may be NULL, one value for the key (the table's unique index has ``ifnull(column, '')``)."""
+    target = ", ".join(f"ifnull(\"{c}\", '')" if c in nullable else f'"{c}"' for c in key)
     head = f"INSERT INTO {name} ({_names(columns)}) VALUES ({', '.join('?' for _ in columns)}) " \
-           f"ON CONFLICT ({_names(key)})"
+           f"ON CONFLICT ({target})"
     values = [c for c in columns if c not in key]
     assign = ", ".join(f'"{c}" = excluded."{c}"' for c in values)
     differs = " OR ".join(f'{name}."{c}" IS NOT excluded."{c}"' for c in values if c not in unversioned)
     return _Table(
         name, columns, key,
         upsert=f"{head} DO UPDATE SET {assign} WHERE {differs}" if values else f"{head} DO NOTHING",
-        delete=f"DELETE FROM {name} WHERE " + " AND ".join(f'"{c}" = ?' for c in key),
+        delete=f"DELETE FROM {name} WHERE " + " AND ".join(f'"{c}" {"IS" if c in nullable else "="} ?' for c in key),
         run_keys=f"SELECT {_names(key[1:])} FROM {name} WHERE run_id = ?",
     )
 
@@ -109,10 +113,19 @@ _PLACEMENTS = _table("pod_placements", field_names(PodPlacement), ("run_id", "ui
 _METRICS = _table("metric_summaries", field_names(MetricSummary), ("run_id", "metric"))
 _LINKS = _table("resume_links", field_names(ResumeLink), ("run_id", "resume_of"))
 _POINTS = _table("metric_points", field_names(MetricPoint), ("run_id", "metric", "step"))  # since schema 5
+# since schema 8: a run's checkpoints (a save's start may be unknown) and ledger spans, children of its history
+_CHECKPOINTS = _table("checkpoints", ("run_id", *field_names(CheckpointRecord)),
+                      ("run_id", "kind", "step", "uri", "started_at"), nullable=("started_at",))
+_SPANS = _table("ledger_spans", ("run_id", *field_names(LedgerSpan)), ("run_id", "category", "start"))
 _OFFSETS = _table("consumer_offsets", ("consumer_group", "topic", "partition", "next_offset"),
                   ("consumer_group", "topic", "partition"))
 # A run's rows that its history replaces, beside its runs row (parents before children: deletes run in reverse).
-_CHILDREN = (_TRANSITIONS, _ATTEMPTS, _METRICS, _LINKS)
+_CHILDREN = (_TRANSITIONS, _ATTEMPTS, _METRICS, _LINKS, _CHECKPOINTS, _SPANS)
+# the order of a run's checkpoints and ledger spans in its history (since schema 8): checkpoints by start time (else
+# end time; neither: first, as the epoch), kind, step and uri; spans in time order
+_CHECKPOINT_ORDER = ("(CASE WHEN coalesce(started_at, ended_at) IS NULL THEN '1970-01-01T00:00:00.000000Z' ELSE "
+                     + _exact("coalesce(started_at, ended_at)") + " END), kind, step, uri")
+_SPAN_ORDER = _exact("start") + ", " + _exact('"end"') + ", category"
 _NAN_COLUMNS = ("first_value", "latest_value", "min_value", "max_value")  # NaN is stored as NULL
 
 
@@ -497,8 +510,15 @@ class ExperimentIndex:
             # by attempt, then creation time (none first, as the reducer orders them), name and uid
             order = f"attempt, created_at IS NOT NULL, {_exact('created_at')}, pod" + (", uid" if version >= 6 else "")
             pods = [_pod(r, row["namespace"]) for r in _of_run(conn, _PLACEMENTS, run_id, order)]
+            checkpoints: list[CheckpointRecord] = []
+            spans: list[LedgerSpan] = []
+            if version >= 8:  # an older index, read as it is, has none
+                checkpoints = [load(CheckpointRecord, _columns(r, field_names(CheckpointRecord)))
+                               for r in _of_run(conn, _CHECKPOINTS, run_id, _CHECKPOINT_ORDER)]
+                spans = [load(LedgerSpan, _columns(r, field_names(LedgerSpan)))
+                         for r in _of_run(conn, _SPANS, run_id, _SPAN_ORDER)]
         return RunHistory(run=_record(row), transitions=transitions, attempts=attempts, metrics=metrics,
-                          resume_links=links, metric_points=points, pods=pods)
+                          resume_links=links, metric_points=points, pods=pods, checkpoints=checkpoints, ledger=spans)
 
     def counts_by_status(self) -> dict[Status, int]:
         """Number of runs per status (every status present, zeros included)."""
@@ -584,7 +604,9 @@ def _encode(u: HistoryUpdate) -> _Encoded:
         children = ([(*_row(t, field_names(Transition)), i) for i, t in enumerate(h.transitions)],
                     [_row(a, _ATTEMPTS.columns) for a in h.attempts],
                     [_row(m, _METRICS.columns) for m in h.metrics],
-                    [_row(link, _LINKS.columns) for link in h.resume_links])
+                    [_row(link, _LINKS.columns) for link in h.resume_links],
+                    [(run_id, *_row(c, _CHECKPOINTS.columns[1:])) for c in h.checkpoints],
+                    [(run_id, *_row(sp, _SPANS.columns[1:])) for sp in h.ledger])
         run = _row(h.run, _RUNS.columns[:-1])
     points = None if u.points is None else [_row(p, _POINTS.columns) for p in u.points]
     pods = [_row(p, _PLACEMENTS.columns) for p in u.pods]
@@ -643,8 +665,9 @@ def _record(row: sqlite3.Row) -> RunRecord:
     return load(RunRecord, data)
 
 
-_RUN_JSON = ("lost_gpu_hours_by", "pending_s_by")
-_ATTEMPT_JSON = ("lost_gpu_hours_by", "admission_steps", "pending", "pending_s_by")
+_RUN_JSON = ("lost_gpu_hours_by", "pending_s_by", "ledger_gpu_hours_by", "ledger_wall_s_by")
+_ATTEMPT_JSON = ("lost_gpu_hours_by", "admission_steps", "pending", "pending_s_by", "ledger_gpu_hours_by",
+                 "ledger_wall_s_by")
 
 
 def _attempt(row: sqlite3.Row) -> Attempt:

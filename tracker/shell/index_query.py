@@ -26,7 +26,7 @@ from typing import Any, NamedTuple, TypeVar
 
 from tracker import errors
 
-KNOWN_SCHEMA_VERSION = 7  # the newest schema this module reads on its own (tracker.shell.index_schema.SCHEMA_VERSION)
+KNOWN_SCHEMA_VERSION = 8  # the newest schema this module reads on its own (tracker.shell.index_schema.SCHEMA_VERSION)
 READ_RETRIES = 3
 BUSY_TIMEOUT_MS = 10_000
 
@@ -38,11 +38,18 @@ RUN_FIELDS = (
     "git_commit", "config_digest", "config_ref", "input_refs", "output_uri", "resume_of", "last_checkpoint",
     "gpus", "gpu_hours", "lost_gpu_hours", "lost_gpu_hours_by", "gpus_open", "open_since",
     "pending_s_by", "pending_category", "pending_since", "quota_reserved_at",
+    "ledger_basis", "ledger_gpu_hours_by", "ledger_wall_s_by", "ledger_until", "ledger_open", "ettr", "goodput",
+    "resumed_from", "checkpoints_saved",
 )
 # Columns added to ``runs`` since schema 1, with the value a row written before them stands for.
 ADDED_COLUMN_DEFAULTS = {"gpus": "0", "gpu_hours": "0.0", "lost_gpu_hours": "0.0", "lost_gpu_hours_by": "'{}'",
                          "gpus_open": "0", "open_since": "NULL", "pending_s_by": "'{}'", "pending_category": "NULL",
-                         "pending_since": "NULL", "quota_reserved_at": "NULL"}
+                         "pending_since": "NULL", "quota_reserved_at": "NULL", "ledger_basis": "'accounting'",
+                         "ledger_gpu_hours_by": "'{}'", "ledger_wall_s_by": "'{}'", "ledger_until": "NULL",
+                         "ledger_open": "NULL", "ettr": "NULL", "goodput": "NULL", "resumed_from": "NULL",
+                         "checkpoints_saved": "0"}
+# The runs table's JSON object columns (decoded into dicts).
+_JSON_OBJECTS = ("lost_gpu_hours_by", "pending_s_by", "ledger_gpu_hours_by", "ledger_wall_s_by")
 PHASES = ("Resolution", "Rendering", "Admission", "Scheduling", "Runtime", "Progress", "Completion")
 STATUSES = ("pending", "running", "succeeded", "failed", "stopped")
 LIVE_STATUSES = ("pending", "running")
@@ -353,7 +360,7 @@ class IndexReader:
             if refs is not None:
                 for run, row in zip(runs, rows, strict=True):
                     run.data["input_refs"] = [] if row[refs] == "[]" else json.loads(row[refs])
-            for col in ("lost_gpu_hours_by", "pending_s_by"):
+            for col in _JSON_OBJECTS:
                 at = names.index(col) if col in names else None
                 if at is not None:
                     for run, row in zip(runs, rows, strict=True):
@@ -479,6 +486,16 @@ class IndexReader:
                     return str(rows[0][0]), note
             raise IndexQueryError(f"no run {ref!r} in {self.path} (a run id, a unique start of one, or "
                                   "NAMESPACE/NAME of a Job or RayJob; list runs with: tracker runs)")
+        return self._read(query)
+
+    def resumed_by(self, run_id: str) -> list[str]:
+        """The runs that resume ``run_id`` (their ``resume_of`` is it: the lineage in reverse, one step), the first
+        created first (runs without a creation time last), ties by run id. A run the index does not hold, or one
+        nobody resumed, gives []."""
+        def query(conn: sqlite3.Connection) -> list[str]:
+            return [r[0] for r in conn.execute(
+                "SELECT l.run_id FROM resume_links l LEFT JOIN runs r ON r.run_id = l.run_id WHERE l.resume_of = ? "
+                f"ORDER BY r.created_at IS NULL, {_exact('r.created_at')}, l.run_id", (run_id,))]
         return self._read(query)
 
     def short_ids(self, run_ids: Iterable[str], *, minimum: int = 8, full_up_to: int = 18) -> dict[str, str]:
