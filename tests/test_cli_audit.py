@@ -1,12 +1,14 @@
 """`tracker audit` on an index of the bundled captures: exact runs, attempts, evictions by reason, pod retries,
 resumes and GPU-seconds held and lost per group (from the per-run figures tests/test_gpu.py proves), worst first;
-the time window; the table's width; JSON and CSV that parse and agree; one-line errors."""
+the goodput ledger's sums per group (goodput, ETTR: from the runs' own ledgers); the time window; the table's width;
+JSON and CSV that parse and agree; one-line errors."""
 
 from __future__ import annotations
 
 import csv
 import io
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,7 @@ from rich.console import Console
 
 from tests.test_cli_runs import NOW, run
 from tests.test_gpu import EXPECTED, _s
+from tests.test_scenarios import fold_scenario
 from tracker.audit import LOST_REASONS, NOT_OBSERVED, eviction_reasons
 from tracker.cli import DEMO_CAPTURES, main, replay
 from tracker.core import gpu
@@ -21,9 +24,28 @@ from tracker.core import gpu
 # GPU-seconds held and lost of every bundled run (tests/test_gpu.py's EXPECTED, checked there against the reducer)
 HELD = {run_id: exp[1] for runs in EXPECTED.values() for run_id, exp in runs.items()}
 LOST = {run_id: sum(exp[2].values()) for runs in EXPECTED.values() for run_id, exp in runs.items()}
+NOW_DT = datetime(2026, 8, 20, 13, 0, tzinfo=UTC)
 TEAM_A = ("rn50-ft-k7q2m", "bert-pt-2c5nw", "e55428ce-5266-4f6d-8b5d-2ae542ca77c4", "gpt-moe-6wz8r",
           "qwen-rm-5vt2j", "dpo-sweep-7tj2h", "gpt-moe-tq3vb", "seg-sam-4nb8x")
 TEAM_B = ("llama-sft-4xq9t", "mixtral-sft-8pz3c", "rl-ppo-8mc2k", "vit-l-9hx4d", "whisper-ft-5gd7s", "sd-xl-3rp6f")
+# each run's ledger as the reducer writes it (at 13:00 every bundled run has ended or holds no GPU: no GPU-time to
+# add; the one still waiting, qwen-rm-5vt2j, adds its wall time since ledger_until to its open category)
+RECORDS = {run_id: h.run for name, runs in EXPECTED.items() for run_id in runs
+           if (h := fold_scenario(name).history(run_id)) is not None}
+
+
+def ledger_goodput(runs: tuple[str, ...]) -> float:
+    return sum(RECORDS[r].ledger_gpu_hours_by.get("productive", 0.0) for r in runs) / \
+        sum(sum(RECORDS[r].ledger_gpu_hours_by.values()) for r in runs)
+
+
+def ledger_ettr(runs: tuple[str, ...]) -> float:
+    progress = [RECORDS[r] for r in runs if RECORDS[r].ledger_basis == "progress"]
+    growing = [(NOW_DT - r.ledger_until).total_seconds() for r in progress if r.ledger_open and r.ledger_until]
+    assert len(growing) == (1 if "qwen-rm-5vt2j" in runs else 0) and all(s > 0 for s in growing)
+    assert all(r.ledger_open != "productive" for r in progress)
+    return sum(r.ledger_wall_s_by.get("productive", 0.0) for r in progress) / \
+        (sum(sum(r.ledger_wall_s_by.values()) for r in progress) + sum(growing))
 
 
 @pytest.fixture(scope="module")
@@ -65,13 +87,21 @@ def test_the_sums_per_namespace_are_exact(index: Path, capsys: pytest.CaptureFix
          {"PodFailure": 8 * 578, "PodsReadyTimeout": 16 * 599, "Evicted": 16 * 2039, "RayJobRetry": 16 * 1638},
          "mixtral-sft-8pz3c"),
     ]
-    assert groups[0]["goodput"] == pytest.approx(1 - 74_488 / 214_232, abs=1e-12)
-    assert groups[1]["goodput"] == pytest.approx(1 - 73_040 / 232_632, abs=1e-12)
+    # goodput and ETTR: the ledger's (productive GPU-time over GPU-time held; productive wall time over wall time,
+    # of the runs with progress events), summed over the group's runs
+    assert groups[0]["goodput"] == pytest.approx(ledger_goodput(TEAM_A), abs=1e-12)
+    assert groups[1]["goodput"] == pytest.approx(ledger_goodput(TEAM_B), abs=1e-12)
+    assert groups[0]["ettr"] == pytest.approx(ledger_ettr(TEAM_A), abs=1e-12)
+    assert groups[1]["ettr"] == pytest.approx(ledger_ettr(TEAM_B), abs=1e-12)
+    assert [(g["runs_with_progress"], g["runs_without_progress"]) for g in groups] == [
+        (sum(RECORDS[r].ledger_basis == "progress" for r in team), sum(RECORDS[r].ledger_basis != "progress"
+                                                                       for r in team)) for team in (TEAM_A, TEAM_B)]
+    assert [_s(sum(g["ledger_gpu_hours_by"].values())) for g in groups] == [214_232, 232_632]  # = held
     total = data["total"]
     assert isinstance(total, dict) and "namespace" not in total
     assert (total["runs"], total["attempts"], total["evictions"], total["pod_retries"], total["resumes"],
             _s(total["gpu_hours"]), _s(total["lost_gpu_hours"])) == (14, 19, 6, 3, 1, 446_864, 147_528)
-    assert total["goodput"] == pytest.approx(1 - 147_528 / 446_864, abs=1e-12)
+    assert total["goodput"] == pytest.approx(ledger_goodput(TEAM_A + TEAM_B), abs=1e-12)
 
 
 def test_other_groupings(index: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -126,11 +156,21 @@ def test_table_fits_80_columns_and_agrees_with_json(index: Path, capsys: pytest.
     text = run(capsys, "audit", "--index", str(index), "--now", NOW)
     assert text == (
         "NAMESPACE  RUNS  ATT  EVICT  RETRY  RESUME  GPU-H  LOST-H  GOODPUT  PEND-H\n"
-        "team-a        8   10      4      2       1   59.5    20.7    65.2%     1.5\n"
-        "team-b        6    9      2      1       0   64.6    20.3    68.6%     1.4\n"
-        "TOTAL        14   19      6      3       1  124.1    41.0    67.0%     2.9\n")
+        "team-a        8   10      4      2       1   59.5    20.7    76.0%     1.5\n"
+        "team-b        6    9      2      1       0   64.6    20.3    82.7%     1.4\n"
+        "TOTAL        14   19      6      3       1  124.1    41.0    79.5%     2.9\n"
+        "\n"
+        "Goodput ledger, GPU-hours (ETTR of the PROG runs with progress events):\n"
+        "NAMESPACE  PROG   ETTR  PROD  START  WASTED  RECOVERY  OTHER\n"
+        "team-a      4/8  54.7%  45.2    4.0     9.0       1.3    0.0\n"
+        "team-b      5/6  58.8%  53.5    7.3     0.0       3.6    0.3\n"
+        "TOTAL      9/14  57.0%  98.7   11.2     9.0       4.9    0.3\n")
+    data = audit_json(capsys, index)
+    assert [f"{100 * g['goodput']:.1f}%" for g in data["groups"]] == ["76.0%", "82.7%"]  # type: ignore[index]
+    assert [f"{100 * g['ettr']:.1f}%" for g in data["groups"]] == ["54.7%", "58.8%"]  # type: ignore[index]
     text = run(capsys, "audit", "--index", str(index), "--now", NOW, "--by", "cluster-queue")
     assert text.splitlines()[2] == "-                 1    0      0      0       0    0.0     0.0        -     0.0"
+    assert text.splitlines()[-2] == "-               0/1      -   0.0    0.0     0.0       0.0    0.0"
     assert all(len(line) <= 80 for line in text.splitlines())
 
 

@@ -149,7 +149,8 @@ def test_audit_counts_every_pending_second_by_category(index: Path, capsys: pyte
     assert float(rows[0]["pending_s"]) == 3600.0
     assert {c: float(rows[0][f"pending_s_{c}"]) for c in PENDING_CATEGORIES} == total["pending_s_by"]
     table = run(capsys, "audit", "--index", str(index), "--now", NOW)
-    assert table.splitlines()[0].split()[-1] == "PEND-H" and table.splitlines()[-1].split()[-1] == "1.0"
+    first = table.split("\n\n")[0].splitlines()  # then the ledger's table
+    assert first[0].split()[-1] == "PEND-H" and first[-1].split()[-1] == "1.0"
     assert all(len(line) <= 80 for line in table.splitlines())
     # the open spans count up to --now
     later = json.loads(run(capsys, "audit", "--index", str(index), "--now", "2026-08-20T11:00:00Z", "-o", "json"))

@@ -264,7 +264,8 @@ def test_history_json_shape() -> None:
     h = failed_after_eviction()
     out = history_json(h)
     json.dumps(out, allow_nan=False)
-    assert set(out) == RUN_KEYS | {"transitions", "attempt_details", "metrics", "resume_links", "pods"}
+    assert set(out) == RUN_KEYS | {"transitions", "attempt_details", "metrics", "resume_links", "pods", "checkpoints",
+                                   "ledger"}
     assert out["attempts"] == 2  # the run object's count, as in runs_json
     assert [(t["phase"], t["attempt"]) for t in out["transitions"]] == [(t.phase.value, t.attempt) for t in
                                                                         h.transitions]

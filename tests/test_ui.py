@@ -166,7 +166,12 @@ def test_a_runs_page_draws_its_timeline_gpu_figures_and_attempts(server: UiServe
             "job-vit-l-9hx4d-a01c3</title>") in svg
     # GPU figures and the attempts
     assert "<dt>GPU-hours held</dt><dd>12.64</dd>" in body and "<dt>GPU-hours lost</dt><dd class=bad>2.66</dd>" in body
-    assert "<dt>goodput</dt><dd>78.9%</dd>" in body and "PodsReadyTimeout 2.66" in body
+    assert "PodsReadyTimeout 2.66" in body
+    # the goodput ledger's: 8.67 of 12.64 GPU-h productive (attempt 1's 2.66 before any step are startup, attempt
+    # 2's 1.31 before its first step recovery); 32m34s of 48m35s since queued productive
+    assert "<dt>goodput</dt><dd>68.6%</dd>" in body and "<dt>ETTR</dt><dd>67.0%</dd>" in body
+    assert "ETTR <strong>67.0%</strong>: 32m34s productive of 48m35s since queued" in body
+    assert svg.count('<rect class="ledger-infrastructure-recovery"') == 1 + 1  # 11:10:03-11:16:00, the legend
     attempts = body[body.index('<table class="attempts">'): body.index("</table>", body.index('class="attempts"'))]
     assert attempts.count("<tr><td") == 2 and "WaitForStart" in attempts
 
@@ -202,6 +207,65 @@ def test_everything_from_the_index_is_escaped(server: UiServer) -> None:
         assert "<script" not in body and "<img" not in body and "<b>" not in body and "onerror=alert(2)>" not in body
     missing = request(server, "/runs/" + quote("<i>nope</i>", safe=""))
     assert missing.status == 404 and "<i>" not in missing.body and "&lt;i&gt;nope&lt;/i&gt;" in missing.body
+
+
+# ------------------------------------------------------------------------------------------ the goodput ledger
+
+
+@pytest.fixture(scope="module")
+def ledger_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UiServer]:
+    """An index of bert-pt-2c5nw with its checkpoints (tests/goodput_runs.py), a run that resumes it, and one whose
+    id and checkpoint URI are HTML that resumes it too."""
+    from tests import goodput_runs as g
+    from tests.histories import ups
+    from tracker.shell.index import ExperimentIndex
+
+    path = tmp_path_factory.mktemp("ledger") / "ui.sqlite"
+    evil = g.intake_only(g.resumer_intake(EVIL_RUN, EVIL_URI))
+    with ExperimentIndex(path) as ix:
+        ix.write(ups([g.checkpointed(), g.resumer(), evil]))
+    with running(path) as srv:
+        yield srv
+
+
+EVIL_URI = "s3://x/\"><script>alert(3)</script>"
+
+
+def test_a_runs_page_marks_its_checkpoints_draws_its_time_lost_and_its_goodput(ledger_server: UiServer) -> None:
+    body = request(ledger_server, "/runs/bert-pt-2c5nw").body
+    # tests/goodput_runs.py computes this ledger by hand: 2544 of 6745 s productive, 40,656 of 79,024 GPU-s
+    assert "<dt>goodput</dt><dd>51.4%</dd>" in body and "<dt>ETTR</dt><dd>37.7%</dd>" in body
+    svg = body[body.index('<svg class="timeline"'): body.index("</svg>")]
+    assert "goodput ledger · progress events" in svg
+    assert svg.count('<circle class="ckpt-save"') == 2 and svg.count('<path class="ckpt-restore"') == 2  # + legend
+    assert svg.count('<rect class="ledger-wasted-progress"') == 2
+    assert "<title>infrastructure-recovery\n2026-08-20 10:40:01Z → 2026-08-20 11:12:00Z (31m59s)</title>" in svg
+    ledger = body[body.index('<table class="ledger">'):]
+    assert ('<tr><td class="productive">productive</td><td class="num">11.29</td><td class="num">51.4%</td>'
+            '<td class="num">42m24s</td><td class="num">1.33</td><td class="num">9.96</td></tr>') in ledger
+    checkpoints = body[body.index('<table class="checkpoints">'):]
+    assert "<td>save</td><td class=\"num\">1000</td><td>completed</td>" in checkpoints
+    assert "<td>restore</td><td class=\"num\">1000</td><td>completed</td>" in checkpoints
+
+
+def test_the_lineage_links_both_ways_escaped(ledger_server: UiServer) -> None:
+    from tests import goodput_runs as g
+
+    page = request(ledger_server, f"/runs/{g.RUN}?now={NOW_TEXT}")
+    assert page.status == 200 and _script_or_style(page.body) == []
+    now = quote(NOW_TEXT, safe="")
+    resumer = f'<a href="/runs/{g.RESUMER}?now={now}" title="{g.RESUMER}">{g.RESUMER}</a>'
+    evil = (f'<a href="/runs/{html.escape(quote(EVIL_RUN, safe=""))}?now={now}" title="{html.escape(EVIL_RUN)}">'
+            f'{html.escape(EVIL_RUN)}</a>')
+    # the first created first: neither has a creation time (no workload), their ids order them
+    assert f'<p class="lineage">resumed by {evil}, {resumer}</p>' in page.body
+    back = request(ledger_server, f"/runs/{g.RESUMER}")
+    assert f'resume of <a href="/runs/{g.RUN}" title="{g.RUN}">{g.RUN}</a> (from <code>{g.CKPT}</code>)' in back.body
+    assert "no progress events: the ledger is the GPU accounting" in back.body
+    bad = request(ledger_server, "/runs/" + quote(EVIL_RUN, safe=""))
+    assert bad.status == 200 and _script_or_style(bad.body) == [] and "<script" not in bad.body
+    assert f"(from <code>{html.escape(EVIL_URI)}</code>)" in bad.body
+    assert f'<a href="/runs/{g.RUN}" title="{g.RUN}">{g.RUN}</a>' in bad.body
 
 
 # ------------------------------------------------------------------------------------------ HTTP

@@ -1,9 +1,14 @@
 """`tracker audit`: the retries, resumes and lost GPU-time of the runs created in a time window, per namespace,
-LocalQueue, ClusterQueue, workspace or project, worst first (most GPU-hours lost).
+LocalQueue, ClusterQueue, workspace or project, worst first (most GPU-hours lost), and where their GPU-time and wall
+time went (the goodput ledger).
 
 A run counts in the window its creation time falls in (as ``tracker runs --since/--until`` selects), with all its
 GPU-time (held up to ``--now`` for pods still holding GPUs): windows that do not overlap never count a run twice,
-and the figures of a window are sums over its runs (schemas/gpu-accounting.md defines held, lost and goodput).
+and the figures of a window are sums over its runs (schemas/gpu-accounting.md defines held and lost,
+schemas/goodput.md the ledger's categories). A group's ledger is the sum of its runs' (a live run's open category
+counted up to ``--now``): goodput is its productive GPU-hours over all its GPU-hours, ETTR its productive wall time
+over its wall time, over the runs with progress events only (the others' ledger is the GPU accounting, which has
+no wall time: ``runs_without_progress`` counts them).
 
 Pure presentation and arithmetic on the rows of ``tracker.shell.index_query`` (plain dicts), standard library only,
 like ``tracker runs``.
@@ -14,13 +19,21 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from itertools import pairwise
 from typing import Any
 
 from tracker.core.waits import PENDING_CATEGORIES, pending_by_category
-from tracker.runs_view import Column, render_table, runs_data
+from tracker.runs_view import (
+    GOODPUT_CATEGORIES,
+    PRODUCTIVE,
+    Column,
+    render_table,
+    row_ledger,
+    runs_data,
+    share_text,
+)
 from tracker.shell.index_query import Run, parse_time, time_text
 
 # --by: the run field each grouping reads
@@ -30,7 +43,8 @@ OUTPUTS = ("table", "json", "csv")
 # the run fields the audit reads
 FIELDS = ("run_id", "namespace", "queue", "cluster_queue", "workspace", "project", "status", "reason", "attempts",
           "retries", "evictions", "resume_of", "gpu_hours", "lost_gpu_hours", "lost_gpu_hours_by", "gpus_open",
-          "open_since", "pending_s_by", "pending_category", "pending_since")
+          "open_since", "pending_s_by", "pending_category", "pending_since", "ledger_basis", "ledger_gpu_hours_by",
+          "ledger_wall_s_by", "ledger_until", "ledger_open")
 # tracker.core.gpu.LOST_REASONS (not imported: this module starts without pydantic; a test checks they agree)
 LOST_REASONS = ("PodFailure", "PodEvicted", "Preempted", "PodsReadyTimeout", "Evicted", "RayJobRetry", "RunFailed")
 # attempt triggers that are not evictions (tracker.core.derive_attempts), and the prefixes of a deactivation
@@ -60,12 +74,14 @@ def eviction_reasons(run: Mapping[str, Any], attempts: Sequence[tuple[str, str |
 
 
 class _Group:
-    __slots__ = ("attempts", "evictions", "held", "key", "lost", "lost_by", "pending", "resumes", "retries", "runs",
-                 "worst")
+    __slots__ = ("attempts", "evictions", "held", "key", "ledger", "lost", "lost_by", "pending", "progress", "resumes",
+                 "retries", "runs", "wall", "worst")
 
     def __init__(self, key: str | None) -> None:
         self.key = key
-        self.runs = self.attempts = self.retries = self.resumes = 0
+        self.runs = self.attempts = self.retries = self.resumes = self.progress = 0
+        self.ledger = dict.fromkeys(GOODPUT_CATEGORIES, 0.0)  # GPU-hours by category (schemas/goodput.md)
+        self.wall = dict.fromkeys(GOODPUT_CATEGORIES, 0.0)  # seconds by category, of the runs with progress events
         self.evictions: dict[str, int] = {}
         self.held = self.lost = 0.0
         self.lost_by: dict[str, float] = {}
@@ -88,16 +104,28 @@ class _Group:
         for cat, seconds in pending_by_category(run.get("pending_s_by") or {}, run.get("pending_category"),
                                                 None if since is None else parse_time(since), now).items():
             self.pending[cat] = self.pending.get(cat, 0.0) + seconds
+        led = row_ledger(run, now)
+        for cat, hours in led.gpu_hours_by.items():
+            self.ledger[cat] = self.ledger.get(cat, 0.0) + hours
+        if run.get("ledger_basis") == "progress":
+            self.progress += 1
+            for cat, seconds in led.wall_s_by.items():
+                self.wall[cat] = self.wall.get(cat, 0.0) + seconds
         if lost > 0 and (self.worst is None or (-lost, run["run_id"]) < (-self.worst[0], self.worst[1])):
             self.worst = (lost, str(run["run_id"]))
 
     def data(self, field: str) -> dict[str, Any]:
+        ledger_held, wall = sum(self.ledger.values()), sum(self.wall.values())
         return {
             field: self.key, "runs": self.runs, "attempts": self.attempts, "evictions": sum(self.evictions.values()),
             "evictions_by": dict(sorted(self.evictions.items())), "pod_retries": self.retries,
             "resumes": self.resumes, "gpu_hours": self.held, "lost_gpu_hours": self.lost,
             "lost_gpu_hours_by": {k: self.lost_by[k] for k in _lost_order(self.lost_by)},
-            "goodput": None if self.held <= 0 else 1 - self.lost / self.held,
+            "goodput": None if ledger_held <= 0 else self.ledger[PRODUCTIVE] / ledger_held,
+            "ettr": None if wall <= 0 else self.wall[PRODUCTIVE] / wall,
+            "runs_with_progress": self.progress, "runs_without_progress": self.runs - self.progress,
+            "ledger_gpu_hours_by": dict(self.ledger), "badput_gpu_hours": ledger_held - self.ledger[PRODUCTIVE],
+            "ledger_wall_s_by": dict(self.wall),
             "worst_run": self.worst[1] if self.worst else None,
             "worst_run_lost_gpu_hours": self.worst[0] if self.worst else 0.0,
             "pending_s": sum(self.pending.values()), "pending_s_by": dict(self.pending),
@@ -139,22 +167,40 @@ def render(groups: Sequence[dict[str, Any]], total: dict[str, Any], *, by: str, 
 
 
 def _csv(groups: Sequence[dict[str, Any]], field: str) -> str:
-    """One row per group; the GPU-hours lost per reason (every reason) and the evictions per reason (those seen)."""
+    """One row per group; the GPU-hours lost per reason (every reason), the evictions per reason (those seen), the
+    pending seconds and the ledger's GPU-hours and wall seconds per category (every category)."""
     evictions = sorted({r for g in groups for r in g["evictions_by"]})
     head = [field, "runs", "attempts", "evictions", "pod_retries", "resumes", "gpu_hours",
             "lost_gpu_hours", "goodput", *(f"lost_gpu_hours_{r}" for r in LOST_REASONS),
             *(f"evictions_{r}" for r in evictions), "worst_run", "worst_run_lost_gpu_hours", "pending_s",
-            *(f"pending_s_{c}" for c in PENDING_CATEGORIES)]
+            *(f"pending_s_{c}" for c in PENDING_CATEGORIES), "ettr", "runs_with_progress", "runs_without_progress",
+            "badput_gpu_hours", *(f"ledger_gpu_hours_{c}" for c in GOODPUT_CATEGORIES),
+            *(f"ledger_wall_s_{c}" for c in GOODPUT_CATEGORIES)]
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(head)
     for g in groups:
-        w.writerow([g[field] or "", g["runs"], g["attempts"], g["evictions"], g["pod_retries"], g["resumes"],
+        w.writerow([_cell(g[field] or ""), g["runs"], g["attempts"], g["evictions"], g["pod_retries"], g["resumes"],
                     g["gpu_hours"], g["lost_gpu_hours"], "" if g["goodput"] is None else g["goodput"],
                     *(g["lost_gpu_hours_by"].get(r, 0.0) for r in LOST_REASONS),
-                    *(g["evictions_by"].get(r, 0) for r in evictions), g["worst_run"] or "",
-                    g["worst_run_lost_gpu_hours"], g["pending_s"], *(g["pending_s_by"][c] for c in PENDING_CATEGORIES)])
+                    *(g["evictions_by"].get(r, 0) for r in evictions), _cell(g["worst_run"] or ""),
+                    g["worst_run_lost_gpu_hours"], g["pending_s"], *(g["pending_s_by"][c] for c in PENDING_CATEGORIES),
+                    "" if g["ettr"] is None else g["ettr"], g["runs_with_progress"], g["runs_without_progress"],
+                    g["badput_gpu_hours"], *(g["ledger_gpu_hours_by"][c] for c in GOODPUT_CATEGORIES),
+                    *(g["ledger_wall_s_by"][c] for c in GOODPUT_CATEGORIES)])
     return buf.getvalue()
+
+
+# a spreadsheet reads a cell that starts with one of these as a formula (CSV injection): such a text cell (a group
+# name, a run id: texts from labels and intake events) is written with a leading apostrophe, which it shows as text
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _cell(text: str) -> str:
+    """A text cell safe in a spreadsheet: a formula's start made text; a carriage return a new line (the writer
+    quotes a cell with a new line, not one with a lone carriage return, which would end the row)."""
+    text = "'" + text if text.startswith(_FORMULA_START) else text
+    return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
 def _hours(value: float) -> str:
@@ -162,7 +208,17 @@ def _hours(value: float) -> str:
 
 
 def _share(value: float | None) -> str:
-    return "-" if value is None else f"{100 * value:.1f}%"
+    return share_text(value)
+
+
+# the ledger table's column of each category (schemas/goodput.md), GPU-hours
+LEDGER_HEADERS = {"productive": "PROD", "scheduling": "SCHED", "startup": "START", "checkpoint-save": "SAVE",
+                  "checkpoint-restore": "RESTORE", "wasted-progress": "WASTED", "infrastructure-recovery": "RECOVERY",
+                  "unclassified": "OTHER"}
+
+
+def _ledger_hours(category: str) -> Callable[[Run], str]:
+    return lambda r: _hours(r.data["ledger_gpu_hours_by"][category])
 
 
 def _table(groups: Sequence[dict[str, Any]], total: dict[str, Any], by: str, field: str, width: int | None) -> str:
@@ -179,5 +235,13 @@ def _table(groups: Sequence[dict[str, Any]], total: dict[str, Any], by: str, fie
         Column("GOODPUT", lambda r: _share(r.data["goodput"]), right=True),
         Column("PEND-H", lambda r: _hours(r.data["pending_s"] / 3600), right=True),
     ]
-    return render_table(rows, cols, width=width)
-
+    # the ledger: ETTR over the runs with progress events (PROG of RUNS), GPU-hours by category (those with any)
+    shown = [c for c in GOODPUT_CATEGORIES if c == PRODUCTIVE or total["ledger_gpu_hours_by"][c] > 0]
+    ledger = [
+        Column(by.upper(), lambda r: str(r.data[field] or "-"), 9, shrink_first=True),
+        Column("PROG", lambda r: f"{r.data['runs_with_progress']}/{r.data['runs']}", right=True),
+        Column("ETTR", lambda r: _share(r.data["ettr"]), right=True),
+        *(Column(LEDGER_HEADERS.get(c, c.upper()), _ledger_hours(c), right=True) for c in shown),
+    ]
+    return (render_table(rows, cols, width=width) + "\nGoodput ledger, GPU-hours (ETTR of the PROG runs with progress "
+            "events):\n" + render_table(rows, ledger, width=width))

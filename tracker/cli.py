@@ -368,11 +368,14 @@ def build_parser(service_commands: bool = True) -> argparse.ArgumentParser:
     q.add_argument("--no-headers", action="store_true", help="table and wide: leave out the header line")
     q.set_defaults(func=cmd_runs, needs_console=False)
 
-    au = sub.add_parser("audit", help="retries, resumes, evictions and GPU-hours held and lost, per group",
+    au = sub.add_parser("audit", help="retries, resumes, evictions, GPU-hours held and lost, goodput and ETTR, per "
+                                      "group",
                         description="The runs created in a window, grouped: runs, attempts, evictions by reason, pod\n"
-                                    "retries, resumes, GPU-hours held and lost and the goodput share (1 - lost/held),\n"
-                                    "worst groups first (most GPU-hours lost). A run counts whole in the window it\n"
-                                    "was created in; GPUs still held count up to --now (schemas/gpu-accounting.md).",
+                                    "retries, resumes, GPU-hours held and lost, worst groups first (most GPU-hours\n"
+                                    "lost); then their goodput ledger: GPU-hours by category, goodput (productive\n"
+                                    "over held) and ETTR (productive over wall time, of the runs with progress\n"
+                                    "events). A run counts whole in the window it was created in; GPUs still held\n"
+                                    "count up to --now (schemas/gpu-accounting.md, schemas/goodput.md).",
                         epilog=AUDIT_EPILOG)
     _index_option(au)
     au.add_argument("--since", metavar="WHEN", help="only runs created at or after WHEN: a duration back from now "
@@ -383,14 +386,17 @@ def build_parser(service_commands: bool = True) -> argparse.ArgumentParser:
     au.add_argument("--by", type=_choice(AUDIT_GROUPS, "grouping"), metavar="GROUP",
                     help="group by: " + ", ".join(AUDIT_GROUPS) + " (default: namespace)")
     au.add_argument("-o", "--output", choices=("table", "json", "csv"), default="table", metavar="FORMAT",
-                    help="table (default: fits the terminal), json (with evictions and GPU-hours lost by reason) "
-                         "or csv (the same, one row per group, for spreadsheets)")
+                    help="table (default: fits the terminal), json (with evictions and GPU-hours lost by reason, the "
+                         "ledger's GPU-hours and wall seconds by category) or csv (the same, one row per group, for "
+                         "spreadsheets)")
     au.add_argument("--json", dest="output", action="store_const", const="json", help="same as -o json")
     au.set_defaults(func=cmd_audit, needs_console=False)
 
     s = sub.add_parser("show", help="show one run's timeline, provenance and metrics",
                        description="One run: a bar per phase and attempt on a shared time axis (a live run's\n"
-                                   "axis ends now), then provenance and metrics.", epilog=SHOW_EPILOG)
+                                   "axis ends now), its checkpoints and the time it lost on the same axis, its\n"
+                                   "goodput ledger (ETTR, goodput, GPU-hours by category), then provenance with\n"
+                                   "the runs it resumes and that resume it, and metrics.", epilog=SHOW_EPILOG)
     s.add_argument("run", metavar="RUN", help="a run id, a unique start of one, or NAMESPACE/NAME of a Job or "
                                               "RayJob (its latest run)")
     _index_option(s)

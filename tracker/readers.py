@@ -125,6 +125,7 @@ def cmd_show(args: argparse.Namespace, console: object) -> int:
         except IndexQueryError as exc:
             raise NotFound(str(exc)) from None
         waiting = reader.queue_context([run_id]).get(run_id)
+        resumed_by = reader.resumed_by(run_id)  # the lineage in reverse: the history knows only its own
     from tracker.shell.index import ExperimentIndex
 
     with ExperimentIndex(path, readonly=True) as index:
@@ -149,7 +150,7 @@ def cmd_show(args: argparse.Namespace, console: object) -> int:
     from tracker.render import timeline
 
     now = parse_now(args.now) or datetime.now(UTC)
-    _print_rich(lambda width: timeline(history, width=width, now=now))
+    _print_rich(lambda width: timeline(history, width=width, now=now, resumed_by=resumed_by))
     if waiting:
         from tracker.queue_view import text
 

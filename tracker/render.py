@@ -23,6 +23,7 @@ from tracker.core.model import (
     FINAL_STATUSES,
     AdmissionStep,
     Attempt,
+    CheckpointRecord,
     MetricSummary,
     PendingSpan,
     Phase,
@@ -35,6 +36,7 @@ from tracker.core.model import (
 from tracker.core.pending import span_key
 from tracker.core.timefmt import ts
 from tracker.core.waits import GROWING, Wait, admission_wait, open_seconds
+from tracker.runs_view import GOODPUT_CATEGORIES, PRODUCTIVE, LedgerAt, ledger_at, share_text
 
 STATUS_STYLE: dict[Status, str] = {
     Status.PENDING: "yellow",
@@ -170,6 +172,16 @@ CATEGORY_LABEL = {"queued": "queued", "quota": "quota", "preemption": "preemptio
                   "container-creation": "containers", "unexplained": "unexplain."}
 STEP_MARK = {"QuotaReserved": "◇", "AdmissionCheck": "•", "QuotaReleased": "✕"}
 PENDING_BAR = "─"
+# the goodput ledger on the timeline (schemas/goodput.md): checkpoints as marks, the time lost as spans
+CHECKPOINT_MARK = {"save-open": "○", "save": "●", "restore": "▲"}  # at one column the latter shows over the former
+CHECKPOINT_LEGEND = {"save": "checkpoint saved", "save-open": "save failed", "restore": "restored"}
+LEDGER_BAR = {"wasted-progress": "░", "infrastructure-recovery": "═"}
+LEDGER_LABEL = {"wasted-progress": "wasted", "infrastructure-recovery": "recovery"}
+LEDGER_LEGEND = {"wasted-progress": "wasted progress", "infrastructure-recovery": "recovery"}
+LEDGER_STYLE = {"wasted-progress": "red", "infrastructure-recovery": "yellow"}
+CATEGORY_STYLE = {"productive": "green", "wasted-progress": "red", "infrastructure-recovery": "yellow"}
+MAX_CHECKPOINTS_SAID = 8  # checkpoints said in words on the timeline's row (all are marked)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 # ------------------------------------------------------------------------------------------ runs table
@@ -206,12 +218,15 @@ def runs_table(records: Sequence[RunRecord], now: datetime | None = None) -> Tab
 # ------------------------------------------------------------------------------------------ timeline
 
 
-def timeline(history: RunHistory, width: int, *, now: datetime | None = None) -> RenderableType:
-    """The run at a glance: one bar per (attempt, phase) on a shared time axis, then provenance and metrics.
+def timeline(history: RunHistory, width: int, *, now: datetime | None = None,
+             resumed_by: Sequence[str] | None = None) -> RenderableType:
+    """The run at a glance: one bar per (attempt, phase) on a shared time axis, its goodput ledger (checkpoints and
+    the time lost on the same axis, then in figures), then provenance and metrics.
 
     The axis runs from the first transition to the last one, or to ``now`` while the run is live (not
     succeeded, failed or stopped). Each bar spans from its phase's entry to the next entry. A Completion that is not
     the last entry is the time a run was stopped by a Kueue deactivation, until it was reactivated (drawn dashed).
+    ``resumed_by``: the runs that resume this one (the index knows them, the history does not); None: not known.
     """
     run = history.run
     parts: list[RenderableType] = [_header(run)]
@@ -223,7 +238,9 @@ def timeline(history: RunHistory, width: int, *, now: datetime | None = None) ->
     else:
         parts.append(Text("no phase transitions recorded yet", style="dim"))
     parts.append(Text(""))
-    parts.append(_provenance(history))
+    parts.extend(goodput_section(history, width, now))
+    parts.append(Text(""))
+    parts.append(_provenance(history, resumed_by))
     if history.metrics:
         parts.append(Text(""))
         parts.append(_metrics(history.metrics))
@@ -307,6 +324,8 @@ def _bars(history: RunHistory, width: int, now: datetime | None) -> list[Text]:
         if a is not None:
             lines.extend(_pending_lines(a, end if live else None, col, bar_w, width))
             lines.extend(_attempt_end(a, [trs[i] for i in groups.get(n, [])], width))
+    ledger_lines, ledger_legend = _ledger_lines(history, end if live else None, col, bar_w, width)
+    lines.extend(ledger_lines)
     legend = f"{lead}{BAR} in phase   {WAIT_BAR} waiting for admission   {POINT} end of run"
     steps_legend = ""
     if any(a.admission_steps for a in history.attempts):
@@ -321,6 +340,8 @@ def _bars(history: RunHistory, width: int, now: datetime | None) -> list[Text]:
     lines.append(Text(legend, style="dim", no_wrap=True, overflow="ellipsis"))
     if steps_legend:
         lines.append(Text(lead + steps_legend.rstrip(), style="dim", no_wrap=True, overflow="ellipsis"))
+    if ledger_legend:
+        lines.append(Text(lead + ledger_legend, style="dim", no_wrap=True, overflow="ellipsis"))
     return lines
 
 
@@ -409,6 +430,98 @@ def _pending_lines(a: Attempt, now: datetime | None, col: Callable[[datetime], i
     return lines
 
 
+def checkpoint_at(c: CheckpointRecord) -> tuple[datetime | None, str]:
+    """Where a checkpoint is marked on a timeline, and how (a ``CHECKPOINT_MARK`` key): a save at its completion
+    (``save``), a failed one where it failed and one still going on at its start (``save-open``), a restore at its
+    completion, else its start (``restore``)."""
+    if c.kind == "restore":
+        return c.ended_at or c.started_at, "restore"
+    if c.status == "completed":
+        return c.ended_at or c.started_at, "save"
+    if c.status == "failed":
+        return c.ended_at or c.started_at, "save-open"
+    return c.started_at or c.ended_at, "save-open"
+
+
+def checkpoint_text(c: CheckpointRecord) -> str:
+    """``saved @1000 10:11:00Z``, ``restored @1000 ...``, ``save @2000 failed ...``, ``saving @3000 since ...``."""
+    when, _ = checkpoint_at(c)
+    at = f" {_clock(when, '%H:%M:%SZ')}" if when is not None else ""
+    if c.kind == "restore":
+        return f"{'restored' if c.status == 'completed' else 'restoring'} @{c.step}{at}"
+    if c.status == "completed":
+        return f"saved @{c.step}{at}"
+    return f"save @{c.step} failed{at}" if c.status == "failed" else f"saving @{c.step} since{at}"
+
+
+def _ledger_lines(history: RunHistory, now: datetime | None, col: Callable[[datetime], int], bar_w: int,
+                  width: int) -> tuple[list[Text], str]:
+    """The run's goodput ledger on the axis (schemas/goodput.md): its checkpoints as marks on one row, then a row
+    per category of lost time (wasted progress, infrastructure recovery) with each span where it was (the one still
+    going on up to ``now``, marked +); and the legend of what it drew."""
+    run = history.run
+    spans = [sp for sp in history.ledger if sp.category.value in LEDGER_BAR]
+    if not spans and not history.checkpoints:
+        return [], ""
+    head = Text(no_wrap=True, overflow="ellipsis")
+    head.append(" goodput ledger ", style="bold")
+    head.append(f"· {'progress events' if run.ledger_basis == 'progress' else 'GPU accounting'} ")
+    head.append("─" * max(0, width - head.cell_len), style="dim")
+    head.truncate(width, overflow="ellipsis")
+    lines = [head]
+    legend: list[str] = []
+    if history.checkpoints:
+        cells = [" "] * bar_w
+        rank = list(CHECKPOINT_MARK.values())
+        for c in history.checkpoints:
+            when, kind = checkpoint_at(c)
+            if when is None:
+                continue
+            x = min(col(when), bar_w - 1)
+            mark = CHECKPOINT_MARK[kind]
+            if cells[x] == " " or rank.index(mark) > rank.index(cells[x]):
+                cells[x] = mark
+        saved = sum(1 for c in history.checkpoints if c.kind == "save" and c.status == "completed")
+        line = Text(no_wrap=True, overflow="ellipsis")
+        line.append(f"  {' checkpoint':<{LABEL_WIDTH}} ", style="dim")
+        line.append("".join(cells), style="cyan")
+        line.append(f" {f'{saved} saved':>{DURATION_WIDTH}}  ", style="dim")
+        said = [checkpoint_text(c) for c in history.checkpoints[-MAX_CHECKPOINTS_SAID:]]
+        more = len(history.checkpoints) - len(said)
+        line.append((f"… {more} more, " if more > 0 else "") + ", ".join(said), style="dim")
+        line.truncate(width, overflow="ellipsis")
+        lines.append(line)
+        kinds = {checkpoint_at(c)[1] for c in history.checkpoints}
+        legend += [f"{CHECKPOINT_MARK[k]} {words}" for k, words in CHECKPOINT_LEGEND.items() if k in kinds]
+    live = run.status not in FINAL_STATUSES
+    for cat, glyph in LEDGER_BAR.items():
+        of_cat = [sp for sp in spans if sp.category.value == cat]
+        if not of_cat:
+            continue
+        cells = [" "] * bar_w
+        seconds = 0.0
+        growing = False
+        for sp in of_cat:
+            stop = sp.end
+            if live and run.ledger_open == cat and sp.end == run.ledger_until and now is not None:
+                stop, growing = max(_utc(now), _utc(sp.end)), True
+            x0 = min(col(sp.start), bar_w - 1)
+            x1 = min(bar_w, max(col(stop), x0 + 1))
+            for x in range(x0, x1):
+                cells[x] = glyph
+            seconds += max(0.0, (_utc(stop) - _utc(sp.start)).total_seconds())
+        line = Text(no_wrap=True, overflow="ellipsis")
+        line.append(f"  {' ' + LEDGER_LABEL[cat]:<{LABEL_WIDTH}} ", style="dim")
+        line.append("".join(cells), style=LEDGER_STYLE[cat])
+        duration = human_duration(seconds) + (GROWING if growing else "")
+        line.append(f" {duration:>{DURATION_WIDTH}}  ", style="dim")
+        line.append(cat, style="dim")
+        line.truncate(width, overflow="ellipsis")
+        lines.append(line)
+        legend.append(f"{glyph} {LEDGER_LEGEND[cat]}")
+    return lines, "   ".join(legend)
+
+
 def _attempt_header(a: Attempt, width: int, wait: Wait | None = None) -> Text:
     t = Text(no_wrap=True, overflow="ellipsis")
     t.append(f" attempt {a.attempt} ", style="bold")
@@ -485,18 +598,19 @@ def _attempt_end(a: Attempt, transitions: list[Transition], width: int) -> list[
     return lines
 
 
-def provenance_rows(history: RunHistory, *, max_inputs: int | None = None) -> tuple[tuple[str, str], ...]:
+def provenance_rows(history: RunHistory, *, max_inputs: int | None = None,
+                    resumed_by: Sequence[str] | None = None) -> tuple[tuple[str, str], ...]:
     """Where a run came from, as (label, value) rows: the terminal's provenance grid and the web view's table.
-    ``max_inputs`` cuts a long list of inputs (saying how many more)."""
+    ``max_inputs`` cuts a long list of inputs (saying how many more). ``resumed_by``: the runs that resume this one
+    (a row of its own; None: not known, no row)."""
     run = history.run
     inputs = ", ".join(run.input_refs[:max_inputs])
     if max_inputs is not None and len(run.input_refs) > max_inputs:
         inputs += f", … ({len(run.input_refs) - max_inputs} more)"
-    resumes = sorted({link.resume_of for link in history.resume_links} | ({run.resume_of} if run.resume_of else set()))
     config = run.config_digest or "-"
     if run.config_ref:
         config += f" ({run.config_ref})"
-    return (
+    rows: tuple[tuple[str, str], ...] = (
         ("project / workspace / target", f"{run.project or '-'} / {run.workspace or '-'} / {run.target or '-'}"),
         ("workload", f"{run.kind or '-'} {run.namespace or '?'}/{run.name or '?'}"
                      + (f" (uid {run.uid})" if run.uid else "")),
@@ -506,17 +620,137 @@ def provenance_rows(history: RunHistory, *, max_inputs: int | None = None) -> tu
         ("inputs", inputs or "-"),
         ("output", run.output_uri or "-"),
         ("last checkpoint", run.last_checkpoint or "-"),
-        ("resume of", ", ".join(resumes) or "-"),
+        ("resume of", resume_text(history)),
     )
+    if resumed_by is not None:
+        rows += (("resumed by", ", ".join(resumed_by) or "-"),)
+    return rows
 
 
-def _provenance(history: RunHistory) -> Table:
+def resumes(history: RunHistory) -> list[str]:
+    """The runs this run resumes (its ``resume_of``, and its resume links)."""
+    run = history.run
+    return sorted({link.resume_of for link in history.resume_links} | ({run.resume_of} if run.resume_of else set()))
+
+
+def resume_text(history: RunHistory) -> str:
+    """``<run> (from <checkpoint>)``: the run it resumes and the checkpoint it resumed from, when known; '-'."""
+    runs = resumes(history)
+    if not runs:
+        return "-"
+    return ", ".join(runs) + (f" (from {history.run.resumed_from})" if history.run.resumed_from else "")
+
+
+def _provenance(history: RunHistory, resumed_by: Sequence[str] | None = None) -> Table:
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")
     grid.add_column()
-    for key, value in provenance_rows(history, max_inputs=MAX_INPUTS_SHOWN):
+    for key, value in provenance_rows(history, max_inputs=MAX_INPUTS_SHOWN, resumed_by=resumed_by):
         grid.add_row(Text(key), Text(value, style="dim" if value.strip("-/ ") == "" else ""))
     return grid
+
+
+# ------------------------------------------------------------------------------------------ goodput
+
+
+NO_PROGRESS = "no progress events: the ledger is the GPU accounting"
+CATEGORY_WIDTH = len("infrastructure-recovery")
+FIGURES_WIDTH = CATEGORY_WIDTH + 1 + 7 + 1 + 6 + 1 + 7  # category, GPU-h, share, wall
+ATTEMPT_COLUMN_WIDTH = 1 + 7  # a space and an attempt's GPU-h
+
+
+def run_ledger(run: RunRecord, now: datetime | None) -> LedgerAt:
+    """The run's goodput ledger at ``now`` (while it goes on: its open category counted up to ``now``)."""
+    return ledger_at(run.ledger_basis, run.ledger_gpu_hours_by, run.ledger_wall_s_by, run.ledger_until,
+                     run.ledger_open if run.status not in FINAL_STATUSES else None, run.gpus_open, now)
+
+
+def attempt_ledgers(history: RunHistory, now: datetime | None) -> list[LedgerAt]:
+    """Each attempt's ledger at ``now``: its open pods' GPU-time since the run's ``ledger_until`` (the accounting's:
+    since their ``open_since``) goes to the run's open category, and the wall time since to the last attempt's."""
+    run = history.run
+    live = run.status not in FINAL_STATUSES
+    out = []
+    for i, a in enumerate(history.attempts):
+        last = i == len(history.attempts) - 1
+        until = run.ledger_until if run.ledger_basis == "progress" else a.open_since
+        open_cat = run.ledger_open if live and (a.gpus_open or last) else None
+        out.append(ledger_at(run.ledger_basis if last else "accounting", a.ledger_gpu_hours_by,
+                             a.ledger_wall_s_by, until, open_cat, a.gpus_open, now))
+    return out
+
+
+def goodput_section(history: RunHistory, width: int, now: datetime | None) -> list[RenderableType]:
+    """The run's goodput ledger in figures (schemas/goodput.md): ETTR and goodput, then GPU-hours, their share and
+    the wall time by category (per attempt too when the width allows), the checkpoints; a live run's open category
+    counted up to ``now`` (marked +). Without progress events, one line says the ledger is the GPU accounting."""
+    run = history.run
+    live = run.status not in FINAL_STATUSES
+    led = run_ledger(run, now if live else None)
+    goodput = Text("goodput ", style="bold")
+    goodput.append(share_text(led.goodput) + (led.gpu_mark() if led.goodput is not None else ""), style="bold")
+    if run.ledger_basis != "progress":
+        goodput.append(f" · {NO_PROGRESS}")
+        goodput.truncate(width, overflow="ellipsis")
+        return [goodput]
+    goodput.append(f" · {gpu_hours_text(led.gpu_hours_by.get(PRODUCTIVE, 0.0))}{led.gpu_mark(PRODUCTIVE)} of "
+                   f"{gpu_hours_text(led.held)}{led.gpu_mark()} GPU-h productive")
+    ettr = Text("ETTR ", style="bold")
+    ettr.append(share_text(led.ettr) + (led.wall_mark() if led.ettr is not None else ""), style="bold")
+    ettr.append(f" · {human_duration(led.wall_s_by.get(PRODUCTIVE, 0.0))}{led.wall_mark(PRODUCTIVE)} productive "
+                f"of {human_duration(led.wall)}{led.wall_mark()} since queued")
+    attempts = attempt_ledgers(history, now if live else None)
+    per_attempt = 1 < len(attempts) <= (width - FIGURES_WIDTH) // ATTEMPT_COLUMN_WIDTH
+    table = Table(box=None, padding=(0, 0, 0, 1), pad_edge=False, show_edge=False, header_style="bold")
+    table.add_column("category", no_wrap=True, min_width=CATEGORY_WIDTH)
+    for header in ("GPU-h", "share", "wall"):
+        table.add_column(header, justify="right", no_wrap=True)
+    if per_attempt:
+        for a in history.attempts:
+            table.add_column(f"att {a.attempt}", justify="right", no_wrap=True)
+    for cat in (c for c in GOODPUT_CATEGORIES if c in led.gpu_hours_by or c in led.wall_s_by):
+        hours = led.gpu_hours_by.get(cat)
+        seconds = led.wall_s_by.get(cat)
+        cells = [Text(cat, style=CATEGORY_STYLE.get(cat, "")),
+                 Text("-" if hours is None else gpu_hours_text(hours) + led.gpu_mark(cat)),
+                 Text(share_text(None if hours is None or led.held <= 0 else hours / led.held)),
+                 Text("-" if seconds is None else human_duration(seconds) + led.wall_mark(cat))]
+        if per_attempt:
+            cells += [Text("-" if cat not in a.gpu_hours_by else gpu_hours_text(a.gpu_hours_by[cat])
+                           + a.gpu_mark(cat), style="dim") for a in attempts]
+        table.add_row(*cells)
+    table.add_row(Text("total", style="bold"), Text(gpu_hours_text(led.held) + led.gpu_mark()), Text(""),
+                  Text(human_duration(led.wall) + led.wall_mark()),
+                  *([Text(gpu_hours_text(a.held) + a.gpu_mark(), style="dim") for a in attempts] if per_attempt
+                    else []))
+    parts: list[RenderableType] = [ettr, goodput, table]
+    if len(attempts) > 1 and not per_attempt:
+        parts.append(Text("  (by attempt: tracker show -o json, attempts[].ledger_gpu_hours_by)", style="dim"))
+    said = _checkpoints_said(history)
+    if said:  # folded, not cut: the URIs are to be read whole
+        parts.append(Text(f"checkpoints: {said}", overflow="fold"))
+    return parts
+
+
+def _checkpoints_said(history: RunHistory) -> str:
+    """``2 saved (last @3000), 1 restored (@1000 from s3://...)``: the restored checkpoint's URI when it is not the
+    last saved (which is the provenance's last checkpoint); '' without any."""
+    run = history.run
+    saves = [c for c in history.checkpoints if c.kind == "save"]
+    done = [c for c in saves if c.status == "completed"]
+    failed = [c for c in saves if c.status == "failed"]
+    restores = [c for c in history.checkpoints if c.kind == "restore"]
+    last = max(done, key=lambda c: (c.ended_at is not None, c.ended_at or c.started_at or _EPOCH, c.step), default=None)
+    words = []
+    if run.checkpoints_saved or done:
+        words.append(f"{max(run.checkpoints_saved, len(done))} saved" + (f" (last @{last.step})" if last else ""))
+    if failed:
+        words.append(f"{len(failed)} failed")
+    if restores:
+        first = restores[0]
+        uri = "" if last is not None and first.uri == last.uri else f" from {first.uri}"
+        words.append(f"{len(restores)} restored ({'first ' if len(restores) > 1 else ''}@{first.step}{uri})")
+    return ", ".join(words)
 
 
 def _metrics(metrics: Sequence[MetricSummary]) -> Table:
@@ -566,9 +800,9 @@ def runs_json(records: Sequence[RunRecord]) -> list[dict[str, Any]]:
 
 
 def history_json(history: RunHistory) -> dict[str, Any]:
-    """The run object (as in ``runs_json``) plus its transitions (in order), attempt details, metrics, resume links
-    and pods (with their attempt numbers). The attempt objects are under ``attempt_details``: ``attempts`` is the
-    run's attempt count."""
+    """The run object (as in ``runs_json``) plus its transitions (in order), attempt details, metrics, resume links,
+    pods (with their attempt numbers), checkpoints and ledger spans. The attempt objects are under
+    ``attempt_details``: ``attempts`` is the run's attempt count."""
     data: dict[str, Any] = _plain(history.run)
     data["transitions"] = [{"at": _iso(t.at), "phase": t.phase.value, "attempt": t.attempt, "reason": t.reason,
                             "message": t.message, "source": t.source} for t in history.transitions]
@@ -576,4 +810,6 @@ def history_json(history: RunHistory) -> dict[str, Any]:
     data["metrics"] = [_without_run_id(m) for m in history.metrics]
     data["resume_links"] = [_without_run_id(link) for link in history.resume_links]
     data["pods"] = [_without_run_id(p) for p in history.pods or ()]
+    data["checkpoints"] = _plain(history.checkpoints)
+    data["ledger"] = _plain(history.ledger)
     return data

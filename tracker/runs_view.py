@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -24,11 +24,17 @@ FIELDS: dict[str, tuple[str, ...]] = {
               "created_at", "queued_at", "admitted_at"),
     "wide": ("run_id", "kind", "namespace", "name", "status", "phase", "attempts", "retries", "evictions", "queue",
              "cluster_queue", "project", "workspace", "created_at", "admission_wait_s", "reason", "message",
-             "pending_message", "queued_at", "admitted_at", "pending_category"),
+             "pending_message", "queued_at", "admitted_at", "pending_category", "ledger_basis", "ledger_wall_s_by",
+             "ledger_until", "ledger_open", "ettr"),
     "name": ("run_id",),
 }
 GAP = "  "
 ELLIPSIS = "…"
+# tracker.core.model.GoodputCategory's values, in its order (not imported: the model needs pydantic; a test checks
+# they agree)
+GOODPUT_CATEGORIES = ("productive", "scheduling", "startup", "checkpoint-save", "checkpoint-restore",
+                      "wasted-progress", "infrastructure-recovery", "unclassified")
+PRODUCTIVE = "productive"
 
 
 def kube_duration(seconds: float | None) -> str:
@@ -82,6 +88,72 @@ def live_wait(data: dict[str, Any], now: datetime | None) -> Wait:
                           parse_time(data.get("admitted_at")), data.get("admission_wait_s"), now)
 
 
+class LedgerAt(NamedTuple):
+    """A run's (or attempt's) goodput ledger read at a time (schemas/goodput.md)."""
+
+    gpu_hours_by: dict[str, float]  # GPU-hours by category, the open pods' up to ``now``, in GOODPUT_CATEGORIES order
+    wall_s_by: dict[str, float]  # seconds by category, the time since ``ledger_until`` up to ``now`` (basis progress)
+    ettr: float | None  # productive wall time over the wall time (None: basis accounting, or no time)
+    goodput: float | None  # productive GPU-time over the GPU-time held (None: nothing held)
+    gpu_growing: str | None  # the category whose GPU-time is counted up to ``now`` (GPUs still held), else None
+    wall_growing: str | None  # the category whose wall time is counted up to ``now`` (the run goes on), else None
+
+    def gpu_mark(self, category: str | None = None) -> str:
+        """``+`` when the GPU-time (of ``category``; else any) grows up to ``now``, else ''."""
+        return GROWING if self.gpu_growing and category in (None, self.gpu_growing) else ""
+
+    def wall_mark(self, category: str | None = None) -> str:
+        """``+`` when the wall time (of ``category``; else any) grows up to ``now``, else ''."""
+        return GROWING if self.wall_growing and category in (None, self.wall_growing) else ""
+
+    @property
+    def held(self) -> float:
+        return sum(self.gpu_hours_by.values())
+
+    @property
+    def wall(self) -> float:
+        return sum(self.wall_s_by.values())
+
+
+def ledger_at(basis: str | None, gpu_hours_by: Mapping[str, float], wall_s_by: Mapping[str, float],
+              until: datetime | None, open_category: str | None, gpus_open: int, now: datetime | None) -> LedgerAt:
+    """The ledger at ``now``: while the run goes on (``open_category`` set) the ``gpus_open`` GPUs' time from
+    ``until`` to ``now`` goes to ``open_category``, and so does the wall time (basis ``progress``: the accounting's
+    ledger has no wall time); ETTR and goodput from those sums."""
+    gpu = {k: float(v) for k, v in gpu_hours_by.items()}
+    wall = {k: float(v) for k, v in wall_s_by.items()}
+    gpu_growing = wall_growing = None
+    if open_category and until is not None and now is not None:
+        seconds = open_seconds(until, now)
+        if gpus_open:
+            gpu[open_category] = gpu.get(open_category, 0.0) + gpus_open * seconds / 3600
+            gpu_growing = open_category
+        if basis == "progress":
+            wall[open_category] = wall.get(open_category, 0.0) + seconds
+            wall_growing = open_category
+    held, total = sum(gpu.values()), sum(wall.values())
+    return LedgerAt(_ordered(gpu), _ordered(wall),
+                    wall.get(PRODUCTIVE, 0.0) / total if basis == "progress" and total > 0 else None,
+                    gpu.get(PRODUCTIVE, 0.0) / held if held > 0 else None, gpu_growing, wall_growing)
+
+
+def _ordered(by: dict[str, float]) -> dict[str, float]:
+    rank = {c: i for i, c in enumerate(GOODPUT_CATEGORIES)}
+    return {k: by[k] for k in sorted(by, key=lambda k: (rank.get(k, len(rank)), k))}
+
+
+def row_ledger(data: Mapping[str, Any], now: datetime | None) -> LedgerAt:
+    """``ledger_at`` of a row (the RunRecord fields, as ``IndexReader.runs`` gives them)."""
+    return ledger_at(data.get("ledger_basis"), data.get("ledger_gpu_hours_by") or {},
+                     data.get("ledger_wall_s_by") or {}, parse_time(data.get("ledger_until")),
+                     data.get("ledger_open"), int(data.get("gpus_open") or 0), now)
+
+
+def share_text(value: float | None) -> str:
+    """A ratio as a percentage to a tenth (``37.7%``), '-' for None."""
+    return "-" if value is None or not math.isfinite(value) else f"{100 * value:.1f}%"
+
+
 def age_seconds(run: Run, now: datetime) -> float | None:
     """How long the run has been in its current phase (since its last transition, else since it was created)."""
     since = parse_time(run.phase_since) or parse_time(run.data.get("created_at"))
@@ -124,6 +196,10 @@ def columns(kind: str, now: datetime, *, short: dict[str, str], one_namespace: b
     def wait(r: Run) -> str:
         return wait_text(r.data, now)
 
+    def ettr(r: Run) -> str:  # at now: a live run's open stretch counts up to now, marked +
+        led = row_ledger(r.data, now)
+        return share_text(led.ettr) + (led.wall_mark() if led.ettr is not None else "")
+
     if kind == "table":
         namespace = [] if one_namespace else [Column("NAMESPACE", lambda r: str(r.data.get("namespace") or "-"),
                                                      9, shrink_first=True)]
@@ -155,6 +231,7 @@ def columns(kind: str, now: datetime, *, short: dict[str, str], one_namespace: b
         Column("WAIT", wait, right=True),
         Column("AGE", age, right=True),
         Column("PENDING", lambda r: str(r.data.get("pending_category") or "-")),
+        Column("ETTR", ettr, right=True),
         Column("REASON", _reason, free_text=True),
         Column("MESSAGE", _message, free_text=True),
     ]

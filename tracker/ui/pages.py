@@ -1,5 +1,5 @@
 """The web view's HTML pages: the runs table (the filters of ``tracker runs``, stuck runs first), a run's page
-(timeline, GPU figures, attempts, provenance, metrics) and the error pages.
+(timeline, GPU figures, attempts, goodput ledger, provenance and lineage, metrics) and the error pages.
 
 Every value is escaped with ``markup.esc`` (``markup.path_part`` in a link's path); the pages load one stylesheet and
 no script.
@@ -13,19 +13,24 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlencode
 
-from tracker.core.gpu import goodput, held_hours
-from tracker.core.model import Attempt, MetricSummary, RunHistory, RunRecord
+from tracker.core.gpu import held_hours
+from tracker.core.model import Attempt, CheckpointRecord, MetricSummary, RunHistory, RunRecord
 from tracker.render import (
+    NO_PROGRESS,
+    attempt_ledgers,
     attempt_pending,
     attempt_wait,
     gpu_hours_text,
     human_duration,
     provenance_rows,
+    resumes,
+    run_ledger,
     run_wait,
     step_text,
     wait_text,
 )
-from tracker.runs_view import age_seconds, display_status, kube_duration, runs_data
+from tracker.runs_view import GOODPUT_CATEGORIES, PRODUCTIVE, age_seconds, display_status, kube_duration, runs_data
+from tracker.runs_view import share_text as share
 from tracker.runs_view import wait_text as row_wait_text
 from tracker.shell.index_query import PHASES, SORT_KEYS, STATUSES, IndexReader, Run, RunFilter
 from tracker.ui.markup import clock, esc, path_part
@@ -169,8 +174,11 @@ def _created(text: str | None) -> str:
 # ------------------------------------------------------------------------------------------ one run
 
 
-def run_page(history: RunHistory, *, now: datetime, note: str | None, waiting: dict[str, Any] | None = None) -> str:
-    """``waiting``: what the run waits behind in Kueue's queues (``IndexReader.queue_context``), when known."""
+def run_page(history: RunHistory, *, now: datetime, note: str | None, waiting: dict[str, Any] | None = None,
+             resumed_by: Sequence[str] | None = None, now_param: str | None = None) -> str:
+    """``waiting``: what the run waits behind in Kueue's queues (``IndexReader.queue_context``), when known;
+    ``resumed_by``: the runs that resume it (``IndexReader.resumed_by``); ``now_param``: the page's own ``now=``,
+    kept in its links to other runs."""
     run = history.run
     svg = timeline_svg(history, now)
     parts = [
@@ -185,6 +193,9 @@ def run_page(history: RunHistory, *, now: datetime, note: str | None, waiting: d
 
         parts.append(f'<p class="error">queue: {esc(waiting_text(waiting))}</p>')
     parts.append(_figures(run, now))
+    lineage = _lineage(history, resumed_by, now_param)
+    if lineage:
+        parts.append(lineage)
     parts.append("<h2>Timeline</h2>")
     parts.append(svg or '<p class="note">No phase transitions recorded yet.</p>')
     if history.transitions:
@@ -195,8 +206,12 @@ def run_page(history: RunHistory, *, now: datetime, note: str | None, waiting: d
     if any(a.pending or a.admission_steps for a in history.attempts):
         parts.append("<h2>Pending, by reason</h2>")
         parts.append(_pending(history, now))
+    parts.append("<h2>Goodput ledger</h2>")
+    parts.append(_ledger(history, now))
+    if history.checkpoints:
+        parts.append(_checkpoints(history.checkpoints))
     parts.append("<h2>Provenance</h2>")
-    parts.append(_provenance(history))
+    parts.append(_provenance(history, resumed_by, now_param))
     if history.metrics:
         parts.append("<h2>Metrics</h2>")
         parts.append(_metrics(history.metrics))
@@ -224,14 +239,16 @@ def _figure(label: str, value: str, bad: bool = False) -> str:
 
 def _figures(run: RunRecord, now: datetime) -> str:
     held = held_hours(run.gpu_hours, run.gpus_open, run.open_since, now)
-    share = goodput(held, run.lost_gpu_hours)
+    live = run.status.value in ("pending", "running")
+    led = run_ledger(run, now if live else None)
     figures = [
         _figure("attempts", str(run.attempts)), _figure("pod retries", str(run.retries)),
         _figure("evictions", str(run.evictions), bad=run.evictions > 0),
         _figure("admission wait", wait_text(run_wait(run, now))),
         _figure("GPUs", str(run.gpus)), _figure("GPU-hours held", gpu_hours_text(held)),
         _figure("GPU-hours lost", gpu_hours_text(run.lost_gpu_hours), bad=run.lost_gpu_hours > 0),
-        _figure("goodput", "-" if share is None else f"{share:.1%}"),
+        _figure("goodput", share(led.goodput) + (led.gpu_mark() if led.goodput is not None else "")),
+        _figure("ETTR", share(led.ettr) + (led.wall_mark() if led.ettr is not None else "")),
         _figure("created", clock(run.created_at)), _figure("started", clock(run.started_at)),
         _figure("finished", clock(run.finished_at)),
     ]
@@ -244,6 +261,86 @@ def _figures(run: RunRecord, now: datetime) -> str:
         lost_by = ('<p class="note">GPU-hours lost by reason: ' + esc(", ".join(
             f"{k} {gpu_hours_text(v)}" for k, v in sorted(run.lost_gpu_hours_by.items()))) + "</p>")
     return f'<dl class="figures">{"".join(figures)}</dl>{lost_by}'
+
+
+def _lineage(history: RunHistory, resumed_by: Sequence[str] | None, now_param: str | None) -> str:
+    """``resume of <run> (from <checkpoint>) · resumed by <run>, <run>``, each run a link to its page; '' when the
+    run is neither."""
+    words = []
+    if resumes(history):
+        words.append("resume of " + _resume_of(history, now_param))
+    if resumed_by:
+        words.append("resumed by " + _runs_links(resumed_by, now_param))
+    return f'<p class="lineage">{" · ".join(words)}</p>' if words else ""
+
+
+def _resume_of(history: RunHistory, now_param: str | None) -> str:
+    """The runs it resumes, linked, and the checkpoint it resumed from (HTML)."""
+    source = history.run.resumed_from
+    return _runs_links(resumes(history), now_param) + (f" (from <code>{esc(source)}</code>)" if source else "")
+
+
+def _runs_links(run_ids: Sequence[str], now_param: str | None) -> str:
+    return ", ".join(_run_link(r, r, now_param) for r in run_ids)
+
+
+def _ledger(history: RunHistory, now: datetime) -> str:
+    """The goodput ledger (schemas/goodput.md): ETTR and goodput, then GPU-hours, their share and the wall time by
+    category, and each attempt's GPU-hours; a live run's open category counted up to ``now`` (marked +)."""
+    run = history.run
+    live = run.status.value in ("pending", "running")
+    led = run_ledger(run, now if live else None)
+    if run.ledger_basis != "progress":
+        return (f'<p class="note">{esc(NO_PROGRESS)} (GPU-hours held less lost are productive, lost are wasted '
+                'progress): no ETTR.</p>' + (_ledger_table(history, now) if led.held > 0 else ""))
+    productive_s = led.wall_s_by.get(PRODUCTIVE, 0.0)
+    ettr = share(led.ettr) + (led.wall_mark() if led.ettr is not None else "")
+    goodput = share(led.goodput) + (led.gpu_mark() if led.goodput is not None else "")
+    return (f'<p>ETTR <strong>{esc(ettr)}</strong>: {esc(human_duration(productive_s) + led.wall_mark(PRODUCTIVE))} '
+            f'productive of {esc(human_duration(led.wall) + led.wall_mark())} since queued · goodput <strong>'
+            f'{esc(goodput)}</strong>: {esc(gpu_hours_text(led.gpu_hours_by.get(PRODUCTIVE, 0.0)))}'
+            f'{esc(led.gpu_mark(PRODUCTIVE))} of {esc(gpu_hours_text(led.held) + led.gpu_mark())} GPU-hours '
+            'productive</p>' + _ledger_table(history, now))
+
+
+def _ledger_table(history: RunHistory, now: datetime) -> str:
+    run = history.run
+    live = run.status.value in ("pending", "running")
+    led = run_ledger(run, now if live else None)
+    attempts = attempt_ledgers(history, now if live else None)
+    rows = []
+    for cat in (c for c in GOODPUT_CATEGORIES if c in led.gpu_hours_by or c in led.wall_s_by):
+        hours, seconds = led.gpu_hours_by.get(cat), led.wall_s_by.get(cat)
+        cells = [f'<td class="{esc(cat)}">{esc(cat)}</td>',
+                 f'<td class="num">{esc("-" if hours is None else gpu_hours_text(hours) + led.gpu_mark(cat))}</td>',
+                 f'<td class="num">{esc(share(None if hours is None or led.held <= 0 else hours / led.held))}</td>',
+                 f'<td class="num">{esc("-" if seconds is None else human_duration(seconds) + led.wall_mark(cat))}'
+                 '</td>']
+        for a in attempts:
+            value = a.gpu_hours_by.get(cat)
+            cells.append(f'<td class="num">{esc("-" if value is None else gpu_hours_text(value) + a.gpu_mark(cat))}'
+                         '</td>')
+        rows.append(f'<tr>{"".join(cells)}</tr>')
+    rows.append(f'<tr class="total"><td>total</td><td class="num">{esc(gpu_hours_text(led.held) + led.gpu_mark())}'
+                f'</td><td class="num"></td><td class="num">{esc(human_duration(led.wall or None) + led.wall_mark())}'
+                '</td>' + "".join(f'<td class="num">{esc(gpu_hours_text(a.held) + a.gpu_mark())}</td>'
+                                  for a in attempts) + "</tr>")
+    head = "".join(f'<th{" class=num" if num else ""}>{esc(h)}</th>' for h, num in (
+        ("category", False), ("GPU-h", True), ("share", True), ("wall", True),
+        *((f"attempt {a.attempt} GPU-h", True) for a in history.attempts)))
+    return f'<table class="ledger"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+
+
+def _checkpoints(checkpoints: Sequence[CheckpointRecord]) -> str:
+    rows = "".join(
+        f'<tr><td>{esc(c.kind)}</td><td class="num">{c.step}</td><td>{esc(c.status)}</td>'
+        f'<td class="num">{esc(c.attempt or "-")}</td><td class="mono">{esc(clock(c.started_at))}</td>'
+        f'<td class="mono">{esc(clock(c.ended_at))}</td>'
+        f'<td class="num">{esc("-" if c.bytes is None else f"{c.bytes:,}")}</td>'
+        f'<td class="mono uri">{esc(c.uri)}</td></tr>' for c in checkpoints)
+    return ('<table class="checkpoints"><thead><tr><th>checkpoint</th><th class="num">step</th><th>status</th>'
+            '<th class="num">attempt</th><th>started</th><th>ended</th><th class="num">bytes</th><th>URI</th></tr>'
+            f'</thead><tbody>{rows}</tbody></table>')
 
 
 def _transitions(history: RunHistory, now: datetime) -> str:
@@ -326,10 +423,17 @@ def _pending(history: RunHistory, now: datetime) -> str:
             f'<tbody>{"".join(rows)}</tbody></table>')
 
 
-def _provenance(history: RunHistory) -> str:
-    rows = provenance_rows(history)
-    body = "".join(f'<tr><th>{esc(k)}</th><td class="mono">{esc(v)}</td></tr>' for k, v in rows)
-    return f'<table class="kv"><tbody>{body}</tbody></table>'
+def _provenance(history: RunHistory, resumed_by: Sequence[str] | None = None, now_param: str | None = None) -> str:
+    rows = []
+    for k, v in provenance_rows(history, resumed_by=resumed_by):
+        if k == "resume of" and resumes(history):
+            value = _resume_of(history, now_param)
+        elif k == "resumed by" and resumed_by:
+            value = _runs_links(resumed_by, now_param)
+        else:
+            value = esc(v)
+        rows.append(f'<tr><th>{esc(k)}</th><td class="mono">{value}</td></tr>')
+    return f'<table class="kv"><tbody>{"".join(rows)}</tbody></table>'
 
 
 def _num(value: float) -> str:

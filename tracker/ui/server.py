@@ -124,9 +124,9 @@ class App:
                 unknown = sorted(set(query) - {"now"})
                 if unknown:
                     raise QueryError(f"a run's page takes only now=TIME, not {', '.join(unknown)}")
-                now = parse_now(query["now"][-1]) if "now" in query else None
-                now = now or self.now or self.clock()
-                return self._run(unquote(path[len("/runs/"):]), now)
+                now_param = query["now"][-1] if "now" in query else None
+                now = (parse_now(now_param) if now_param else None) or self.now or self.clock()
+                return self._run(unquote(path[len("/runs/"):]), now, now_param)
         except (QueryError, UsageError) as exc:
             return self._error(HTTPStatus.BAD_REQUEST, str(exc), now)
         except (OSError, sqlite3.Error, errors.Fatal) as exc:
@@ -160,7 +160,7 @@ class App:
                                    stuck_before=_ago(now, self.stuck_after_s), stuck_label=args.stuck or
                                    self.stuck_after)
 
-    def _run(self, ref: str, now: datetime) -> Response:
+    def _run(self, ref: str, now: datetime, now_param: str | None = None) -> Response:
         from tracker.shell.index import ExperimentIndex
         from tracker.shell.index_query import IndexQueryError, IndexReader
 
@@ -170,11 +170,13 @@ class App:
             except IndexQueryError as exc:
                 return self._error(HTTPStatus.NOT_FOUND, str(exc).replace(str(self.index), self.index.name), now)
             waiting = reader.queue_context([run_id]).get(run_id)
+            resumed_by = reader.resumed_by(run_id)
         with ExperimentIndex(self.index, readonly=True) as index:
             history = index.history(run_id)
         if history is None:  # deleted between the two reads
             return self._error(HTTPStatus.NOT_FOUND, f"no run {ref!r} in {self.index.name}", now)
-        return self._page(f"run {run_id}", pages.run_page(history, now=now, note=note, waiting=waiting), now)
+        return self._page(f"run {run_id}", pages.run_page(history, now=now, note=note, waiting=waiting,
+                                                          resumed_by=resumed_by, now_param=now_param), now)
 
     def _page(self, title: str, body: str, now: datetime, status: int = HTTPStatus.OK) -> Response:
         return Response(status, pages.layout(title, body, index_name=self.index.name, now=now).encode())

@@ -89,4 +89,13 @@ svg.timeline .pending-pod-creation { fill: #0ea5e9; } svg.timeline .pending-unsc
 svg.timeline .pending-scheduling { fill: #c084fc; } svg.timeline .pending-image-pull { fill: #14b8a6; }
 svg.timeline .pending-container-creation { fill: #84cc16; } svg.timeline .pending-unexplained { fill: #111827; }
 table.pending td.reason { white-space: normal; overflow-wrap: anywhere; }
+svg.timeline .ckpt-save { fill: #0e7490; } svg.timeline .ckpt-restore { fill: #7c3aed; }
+svg.timeline .ckpt-save-open { fill: #ffffff; stroke: #0e7490; stroke-width: 1.5; }
+svg.timeline .ledger-wasted-progress { fill: var(--failed); }
+svg.timeline .ledger-infrastructure-recovery { fill: #ca8a04; }
+table.ledger td.productive { color: var(--succeeded); font-weight: 600; }
+table.ledger td.wasted-progress { color: var(--failed); font-weight: 600; }
+table.ledger td.infrastructure-recovery { color: #a16207; font-weight: 600; }
+table.ledger tr.total td { font-weight: 700; }
+table.checkpoints td.uri { white-space: normal; overflow-wrap: anywhere; }
 """

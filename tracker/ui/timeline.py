@@ -1,6 +1,8 @@
 """A run's timeline as SVG: one bar per (attempt, phase) on a shared time axis, as ``tracker show`` draws it in the
 terminal (``tracker.render.timeline``), with the reasons on hover (an SVG ``<title>`` per row) and in the table
-below it on the page.
+below it on the page; then its goodput ledger on the same axis: its checkpoints (a save a filled circle at its
+completion, a failed one hollow, a restore a triangle) and the time it lost (wasted progress, infrastructure
+recovery; the span still going on up to ``now``).
 
 The axis runs from the first transition to the last one, or to ``now`` while the run is live. Each bar spans from its
 phase's entry to the next entry (in the order of the history, across attempts); Admission is hatched (waiting for
@@ -16,7 +18,17 @@ from datetime import datetime, timedelta
 
 from tracker.core.model import FINAL_STATUSES, Attempt, Phase, RunHistory, RunRecord, Transition
 from tracker.core.waits import PENDING_CATEGORIES
-from tracker.render import attempt_wait, human_duration, step_text, wait_text
+from tracker.render import (
+    CHECKPOINT_LEGEND,
+    LEDGER_BAR,
+    LEDGER_LABEL,
+    attempt_wait,
+    checkpoint_at,
+    checkpoint_text,
+    human_duration,
+    step_text,
+    wait_text,
+)
 from tracker.ui.markup import clock, esc, utc
 
 WIDTH = 1000
@@ -115,6 +127,7 @@ def timeline_svg(history: RunHistory, now: datetime | None) -> str:
             _steps_row(svg, a, x)
             _pending_row(svg, a, end if live else None, x)
             _attempt_notes(svg, a, [trs[i] for i in groups.get(n, [])])
+    drew = _ledger_rows(svg, history, end if live else None, x)
     grid = "".join(f'<line class="grid" x1="{gx:.1f}" y1="{body_top}" x2="{gx:.1f}" y2="{svg.y}"/>'
                    for gx in grid_at)
     svg.y += 8
@@ -122,6 +135,8 @@ def timeline_svg(history: RunHistory, now: datetime | None) -> str:
     cats = [c for c in PENDING_CATEGORIES if any(s.category.value == c for a in history.attempts for s in a.pending)]
     if cats or any(a.admission_steps for a in history.attempts):
         _pending_legend(svg, cats, steps=any(a.admission_steps for a in history.attempts))
+    if drew:
+        _ledger_legend(svg, drew)
     height = svg.y + 6
     defs = ('<defs><pattern id="wait" width="6" height="6" patternUnits="userSpaceOnUse" '
             'patternTransform="rotate(45)"><rect class="stripe-bg" width="6" height="6"/>'
@@ -320,5 +335,100 @@ def _legend(svg: _Svg, *, stopped: bool, live: bool) -> None:
     if live:
         items.append(f'<path class="ongoing" d="M{cursor:.0f} {y + 2} L{cursor + 7:.0f} {y + 8} L{cursor:.0f} '
                      f'{y + 14} Z"/><text class="dim" x="{cursor + 12:.0f}" y="{y + 12}">ongoing</text>')
+    svg.add(f'<g class="legend">{"".join(items)}</g>')
+    svg.y += 18
+
+
+def _checkpoint_mark(css: str, cx: float, cy: float) -> str:
+    if css == "ckpt-restore":
+        return (f'<path class="{css}" d="M{cx:.1f} {cy - 5:.1f} L{cx + 5:.1f} {cy + 4:.1f} L{cx - 5:.1f} {cy + 4:.1f} '
+                'Z"/>')
+    return f'<circle class="{css}" cx="{cx:.1f}" cy="{cy:.1f}" r="4.5"/>'
+
+
+def _ledger_rows(svg: _Svg, history: RunHistory, now: datetime | None, x: Callable[[datetime], float]) -> set[str]:
+    """The goodput ledger's rows: a band, the checkpoints as marks (each one's step, URI and times on hover), then
+    a row per category of lost time with its spans (the one still going on up to ``now``) and its total. The classes
+    drawn (for the legend)."""
+    run = history.run
+    spans = [sp for sp in history.ledger if sp.category.value in LEDGER_BAR]
+    if not spans and not history.checkpoints:
+        return set()
+    drew: set[str] = set()
+    basis = "progress events" if run.ledger_basis == "progress" else "GPU accounting"
+    text = f"goodput ledger · {basis}"
+    y = svg.y
+    svg.add(f'<g class="attempt ledger"><title>{esc(text)}</title>'
+            f'<rect class="band" x="0" y="{y + 2}" width="{WIDTH}" height="{HEADER_H - 4}"/>'
+            f'<text class="attempt" x="{LEFT}" y="{y + HEADER_H - 8}">{esc(text)}</text></g>')
+    svg.y += HEADER_H
+    if history.checkpoints:
+        y = svg.y
+        mid = y + ROW_H / 2
+        marks = []
+        for c in history.checkpoints:
+            when, kind = checkpoint_at(c)
+            if when is None:
+                continue
+            css = f"ckpt-{kind}"
+            drew.add(css)
+            size = f", {c.bytes:,} bytes" if c.bytes is not None else ""
+            tip = (f"{checkpoint_text(c)} (attempt {c.attempt or '?'})\n{c.uri}\n{clock(c.started_at)} → "
+                   f"{clock(c.ended_at)}{size}")
+            marks.append(f'<g class="checkpoint"><title>{esc(tip)}</title>{_checkpoint_mark(css, x(when), mid)}</g>')
+        saved = sum(1 for c in history.checkpoints if c.kind == "save" and c.status == "completed")
+        svg.add(f'<g class="checkpoints"><text class="dim" x="{LEFT + 16}" y="{mid + 4:.1f}">checkpoints</text>'
+                f'{"".join(marks)}<text class="duration dim" x="{WIDTH - 8}" y="{mid + 4:.1f}" text-anchor="end">'
+                f'{esc(f"{saved} saved")}</text></g>')
+        svg.y += ROW_H
+    live = run.status not in FINAL_STATUSES
+    for cat in LEDGER_BAR:
+        of_cat = [sp for sp in spans if sp.category.value == cat]
+        if not of_cat:
+            continue
+        drew.add(f"ledger-{cat}")
+        y = svg.y
+        parts = []
+        total = 0.0
+        growing = False
+        for sp in of_cat:
+            stop, open_ = sp.end, False
+            if live and run.ledger_open == cat and sp.end == run.ledger_until and now is not None:
+                stop, open_ = max(utc(now), utc(sp.end)), True
+                growing = True
+            seconds = max(0.0, (utc(stop) - utc(sp.start)).total_seconds())
+            total += seconds
+            x0 = x(sp.start)
+            x1 = max(x(stop), x0 + 1)
+            lasted = human_duration(seconds) + ("+" if open_ else "")
+            tip = f"{cat}\n{clock(sp.start)} → {'now' if open_ else clock(stop)} ({lasted})"
+            parts.append(f'<g class="span"><title>{esc(tip)}</title><rect class="ledger-{esc(cat)}" x="{x0:.1f}" '
+                         f'y="{y + 6}" width="{x1 - x0:.1f}" height="{ROW_H - 12}"/></g>')
+        svg.add(f'<g class="ledger"><text class="dim" x="{LEFT + 16}" y="{y + ROW_H / 2 + 4:.1f}">'
+                f'{esc(LEDGER_LABEL[cat])}</text>{"".join(parts)}<text class="duration dim" x="{WIDTH - 8}" '
+                f'y="{y + ROW_H / 2 + 4:.1f}" text-anchor="end">{esc(human_duration(total) + ("+" if growing else ""))}'
+                '</text></g>')
+        svg.y += ROW_H
+    return drew
+
+
+LEDGER_LEGEND = (*((f"ckpt-{kind}", words) for kind, words in CHECKPOINT_LEGEND.items()),
+                 ("ledger-wasted-progress", "wasted progress"),
+                 ("ledger-infrastructure-recovery", "infrastructure recovery"))
+
+
+def _ledger_legend(svg: _Svg, drew: set[str]) -> None:
+    y = svg.y
+    items: list[str] = []
+    cursor = float(LEFT)
+    for css, words in LEDGER_LEGEND:
+        if css not in drew:
+            continue
+        if css.startswith("ckpt-"):
+            items.append(_checkpoint_mark(css, cursor + 5, y + 8))
+        else:
+            items.append(f'<rect class="{css}" x="{cursor:.0f}" y="{y + 3}" width="14" height="10"/>')
+        items.append(f'<text class="dim" x="{cursor + 18:.0f}" y="{y + 12}">{esc(words)}</text>')
+        cursor += 30 + 7 * len(words)
     svg.add(f'<g class="legend">{"".join(items)}</g>')
     svg.y += 18
