@@ -374,7 +374,8 @@ class Reducer:
         self._dead(source, "run id taken by another root", record, detail)
 
     def _intake(self, record: dict[str, Any], source: str) -> None:
-        if record.get("schema") not in INTAKE_SCHEMAS:
+        schema = record.get("schema")
+        if not isinstance(schema, str) or schema not in INTAKE_SCHEMAS:  # (a list or a dict is not hashable)
             self._dead(source, "unknown intake schema version", v.pruned(record),
                        f"schema={v.brief(record.get('schema'))}")
             return
