@@ -144,7 +144,8 @@ def check_history(h: dict[str, Any], exp: ExpectedRun) -> list[str]:
             bad.append(f"{exp.run_id} {what}: got {got!r}, expected {want!r}")
 
     run = h["run"]
-    for key in ("kind", "namespace", "name", "uid", "status", "reason", "phase", "evictions", "retries"):
+    for key in ("kind", "namespace", "name", "uid", "status", "reason", "phase", "evictions", "retries",
+                "ledger_basis", "resume_of", "resumed_from", "checkpoints_saved", "last_checkpoint"):
         same(key, run[key], getattr(exp, key))
     same("finished_at", ms(run["finished_at"]), exp.finished_at)
     same("attempts", run["attempts"], len(exp.attempts))

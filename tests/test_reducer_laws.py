@@ -15,7 +15,8 @@ but derived the wrong history (a constant one, or one without evictions) fails t
 - incremental flushes end where one fold ends;
 - redelivery: every record applied again, with a flush after each, rewinds no history for a single flush.
 
-The clusters vary what matters: one to six runs of every kind and the generator's full ranges, submission
+The clusters vary what matters: one to six runs of every kind and the generator's full ranges (runs that report
+their training, step records and checkpoints in every attempt, or a few progress points), submission
 times that coincide, timing seeds of their own, waits of 0-1 s (many writes share a whole second), runs
 admitted by preempting another, and names reused after a deleted run is gone. Interleavings, noise and cuts
 are drawn from one seed each (cheap to draw; a failing example still reproduces exactly).
@@ -80,6 +81,7 @@ run_params = st.builds(
     progress_points=st.integers(0, 5),
     workload_api=st.sampled_from(["v1beta1", "v1beta2"]),
     tight=st.booleans(),
+    training=st.booleans(),
 )
 
 

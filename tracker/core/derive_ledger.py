@@ -3,6 +3,7 @@ attempts, and the history fields it fills (schemas/goodput.md). Pure, like the r
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -44,15 +45,18 @@ def saves(c: Checkpoints) -> list[Save]:
 
 
 def restores(c: Checkpoints) -> list[tuple[int, str, int, int | None]]:
-    """Each restore: (step, uri, start, end or None); a restore's start is paired with the first end after it."""
-    out = []
+    """Each restore: (step, uri, start, end or None); each end closes the latest restore begun at or before it (a
+    restore interrupted before it completed, by an eviction or a crash, stays without an end: the next restore of
+    the same checkpoint is the one that completed)."""
+    out: list[tuple[int, str, int, int | None]] = []
     for (step, uri), (starts, ends) in sorted(c.restores.items()):
-        free = list(ends)
-        for s in starts:
-            e = next((x for x in free if x >= s), None)
-            if e is not None:
-                free.remove(e)
-            out.append((step, uri, s, e))
+        free = list(starts)  # in order
+        closed: dict[int, int] = {}
+        for e in ends:  # in order
+            j = bisect_right(free, e)
+            if j:
+                closed[free.pop(j - 1)] = e
+        out.extend((step, uri, s, closed.get(s)) for s in starts)
     return out
 
 

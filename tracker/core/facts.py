@@ -88,8 +88,11 @@ class Checkpoints:
     """A run's checkpoint saves and restores, as its intake events told (merged by min, max and bounded set union,
     so any order and any repeat give the same facts).
 
-    ``saves``: (step, uri) -> [started, completed, failed, bytes] (the earliest time of each phase, the largest
-    size), at most ``MAX_CHECKPOINT_SAVES`` (those of the highest (step, uri)). ``restores``: (step, uri) -> the
+    ``saves``: (step, uri) -> [started, completed, failed, bytes] (the latest start, the earliest completion and
+    failure, the largest size: a save interrupted before it completed, by an eviction or a crash, is begun again
+    under the same step and URI once training is back there, and the save that completed is the later one; the
+    earliest start would stretch the save over the interruption and the recovery), at most
+    ``MAX_CHECKPOINT_SAVES`` (those of the highest (step, uri)). ``restores``: (step, uri) -> the
     start times and the end times of its restores (the earliest ``MAX_RESTORE_TIMES`` of each), at most
     ``MAX_CHECKPOINT_RESTORES``. ``resume``: the run's Resume event (the latest, by time then content)."""
 
@@ -107,7 +110,7 @@ class Checkpoints:
             if len(self.saves) > MAX_CHECKPOINT_SAVES:
                 del self.saves[min(self.saves)]
         i = {"started": 0, "completed": 1, "failed": 2}[phase]
-        cur[i] = _min(cur[i], at)
+        cur[i] = _max(cur[i], at) if i == 0 else _min(cur[i], at)
         if size is not None:
             cur[3] = _max(cur[3], size)
 

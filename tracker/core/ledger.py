@@ -130,10 +130,8 @@ class Ledger(NamedTuple):
 def ledger(inp: LedgerInput) -> Ledger:
     """The ledger of one run."""
     atts = inp.attempts
-    if not inp.steps and not inp.saves and not inp.restores:
-        return _accounting(atts)
-    if not atts:  # progress reported before any Kubernetes object of the run: nothing to place it in yet
-        return Ledger("progress", [], [], None, None, [])
+    if not atts or (not inp.steps and not inp.saves and not inp.restores):
+        return _accounting(atts)  # no attempt yet (intake events before any object): no time to divide either
     pieces, lo, hi = _pieces(inp)
     # the wall time of each attempt: from its begin to the next attempt's begin (the first from the run's start)
     cuts: list[int] = []

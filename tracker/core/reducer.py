@@ -375,7 +375,7 @@ class Reducer:
 
     def _intake(self, record: dict[str, Any], source: str) -> None:
         schema = record.get("schema")
-        if not isinstance(schema, str) or schema not in INTAKE_SCHEMAS:
+        if not isinstance(schema, str) or schema not in INTAKE_SCHEMAS:  # (a list or a dict is not hashable)
             self._dead(source, "unknown intake schema version", v.pruned(record),
                        f"schema={v.brief(record.get('schema'))}")
             return

@@ -609,7 +609,8 @@ def events_v1_event(
 
 
 # --------------------------------------------------------------------------------------------------
-# TauGrid intake events (tracker.core.model: ResolutionEvent, RenderingEvent, ProgressEvent).
+# TauGrid intake events (tracker.core.model: ResolutionEvent, RenderingEvent, ProgressEvent, and the training
+# process's CheckpointSaveEvent, CheckpointRestoreEvent, ResumeEvent).
 
 
 def _intake(kind: str, event_id: str, run_id: str, when: Ms, fields: Mapping[str, Any]) -> Obj:
@@ -645,3 +646,19 @@ def progress_event(
 ) -> Obj:
     return _intake("Progress", event_id, run_id, when, {
         "step": step, "metrics": dict(metrics), "checkpoint_uri": checkpoint_uri})
+
+
+def checkpoint_save_event(*, event_id: str, run_id: str, when: Ms, phase: str, step: int, uri: str,
+                          size: int | None = None) -> Obj:
+    return _intake("CheckpointSave", event_id, run_id, when, {"phase": phase, "step": step, "uri": uri,
+                                                              "bytes": size})
+
+
+def checkpoint_restore_event(*, event_id: str, run_id: str, when: Ms, phase: str, step: int, uri: str) -> Obj:
+    return _intake("CheckpointRestore", event_id, run_id, when, {"phase": phase, "step": step, "uri": uri})
+
+
+def resume_event(*, event_id: str, run_id: str, when: Ms, resume_of: str, checkpoint_uri: str | None = None,
+                 step: int | None = None) -> Obj:
+    return _intake("Resume", event_id, run_id, when, {"resume_of": resume_of, "checkpoint_uri": checkpoint_uri,
+                                                      "step": step})

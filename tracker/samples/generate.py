@@ -59,6 +59,14 @@ def readme() -> str:
         "ResourceFlavor `h100`; Kueue with `waitForPodsReady` (timeout 10 min, backoffBaseSeconds 60,",
         "backoffLimitCount 1), legacy (non-granular) pending reasons.",
         "",
+        "Intake: `tau`'s Resolution and Rendering events, and what the training processes report (intake v2,",
+        "the goodput ledger's inputs): step records (Progress), checkpoint saves with their start and completion",
+        "(CheckpointSave), the restore of the last checkpoint after an interruption (CheckpointRestore) and a",
+        "Resume event naming the run resumed. They are written with the objects, at times that fit them: a",
+        "training process reports only while its containers run, and nothing after its interruption (an eviction,",
+        "a KubeRay retry, a pod killed). `quick-success` names its checkpoint the v1 way (a Progress event's",
+        "`checkpoint_uri`, without a duration).",
+        "",
     ]
     for sc in SCENARIOS.values():
         lines += [f"## {sc.name}", "", sc.description, "", "Runs: " + ", ".join(f"`{r}`" for r in sc.run_ids), ""]

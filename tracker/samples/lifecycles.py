@@ -12,9 +12,19 @@ whose first admission is the preemption of another (the victim's ``Preempted`` e
 preemptor is admitted with, at the same instant), and names reused after a deleted run's objects are gone. The
 streams are in commit order with one resourceVersion counter, as etcd gives them.
 
+``RunParams.training`` makes a run report its training as a real one does (intake v2): from shortly after its
+containers start, in every attempt that runs, step records at a steady cadence, a checkpoint save (started, then
+completed a few seconds later) every so many steps, and after an interruption (an eviction, a KubeRay retry, a pod
+the Job controller replaced) a restore of the latest checkpoint completed before it, then steps again from that
+checkpoint's step. Its timings come from a random generator of their own, so the objects are the same with or
+without it. ``RunPlan.resumes`` makes a run resume an earlier one (the ``taugrid.io/resume-of`` annotation and a
+``Resume`` event), from that run's latest checkpoint.
+
 The generator also knows what each run must become: ``Cluster.expected`` holds, per run, the history the
 tracker must derive (``ExpectedRun``: status, reason, phase, finish time, attempts with their triggers, times,
-end reasons, retries and phases, evictions), written down as the writes are made, from the lifecycle itself
+end reasons, retries and phases, evictions; the checkpoints saved, the lineage and the goodput ledger's basis, and
+the step records, saves and restores the ledger's laws read), written down as the writes are made, from the
+lifecycle itself
 and the documented rules (README.md, docs/limits.md), never from the reducer. The property tests compare
 the reducer's histories with it.
 """
@@ -28,7 +38,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from tracker.core.model import INTAKE_SCHEMA, LABEL_CONTROLLER_UID, LABEL_QUEUE, LABEL_RAY_CLUSTER, LABEL_RUN_ID
+from tracker.core.model import (
+    ANN_RESUME_OF,
+    INTAKE_SCHEMA,
+    LABEL_CONTROLLER_UID,
+    LABEL_QUEUE,
+    LABEL_RAY_CLUSTER,
+    LABEL_RUN_ID,
+)
 from tracker.samples import builders as b
 from tracker.samples.builders import MINUTE, SECOND, Ms, Obj, at
 
@@ -51,6 +68,8 @@ class RunParams:
     progress_points: int = 2  # 0..5
     workload_api: Literal["v1beta1", "v1beta2"] = "v1beta1"
     tight: bool = False  # every random wait 0 or 1 s: many writes share a (whole-second) timestamp
+    training: bool = False  # report training as it goes (step records, checkpoint saves and restores; intake v2)
+    #                         instead of the ``progress_points`` Progress events
 
 
 @dataclass(frozen=True)
@@ -65,6 +84,8 @@ class RunPlan:
     #                              admission causes (admitted the moment the victim's quota is released)
     reuses_name_of: int | None = None  # position of an earlier deleted run: same namespace and name, submitted
     #                                    after every object of that run is gone
+    resumes: int | None = None  # position of an earlier run this one resumes (its lineage), submitted after that
+    #                             run's last write: from its latest completed checkpoint, if it has one
 
 
 @dataclass
@@ -80,6 +101,18 @@ class ExpectedAttempt:
     phases: list[str] = field(default_factory=list)  # phases entered in this attempt, in order
     bound_at: Ms | None = None  # every expected pod bound (Runtime), if it was
     progress_at: Ms | None = None  # first progress evidence (intake step or the Ray job's start)
+    steps: list[tuple[Ms, int]] = field(default_factory=list)  # its step records (time, step), in order
+
+
+@dataclass(frozen=True)
+class ExpectedCheckpoint:
+    """A checkpoint save or restore a run reported (``RunParams.training``); times in ms, as reported."""
+
+    attempt: int  # 1-based: the attempt it was made in
+    step: int
+    uri: str
+    started: Ms
+    ended: Ms | None  # completed at; None: interrupted before it completed
 
 
 @dataclass
@@ -101,6 +134,21 @@ class ExpectedRun:
     admissions: list[Ms] = field(default_factory=list)  # every Admitted=True transition written, in order
     evicted: list[tuple[Ms, str]] = field(default_factory=list)  # every Evicted=True transition (time, reason)
     deleted: bool = False  # the root and its objects were deleted
+    # what it reported of its progress (the goodput ledger's inputs, schemas/goodput.md)
+    ledger_basis: str = "accounting"  # "progress" once it reported a step record or a checkpoint
+    resume_of: str | None = None
+    resumed_from: str | None = None  # the Resume event's checkpoint, else its first restore's
+    saves: list[ExpectedCheckpoint] = field(default_factory=list)
+    restores: list[ExpectedCheckpoint] = field(default_factory=list)
+
+    @property
+    def checkpoints_saved(self) -> int:
+        return len({(c.step, c.uri) for c in self.saves if c.ended is not None})
+
+    @property
+    def last_checkpoint(self) -> str | None:
+        done = [(c.step, c.ended, c.uri) for c in self.saves if c.ended is not None]
+        return max(done)[2] if done else None
 
 
 @dataclass
@@ -191,6 +239,16 @@ class _Run:
         self.releases: list[Ms] = []  # when each non-final Preempted eviction released the quota
         self.preemptors: list[tuple[str, str]] = []  # (workload uid, job uid) causing each Preempted eviction
         self.expected = ExpectedRun(self.run_id, kind, self.ns, self.name, self.uid)
+        # training (RunParams.training): its own random waits, so that the objects do not change with it
+        self.trng = random.Random(f"training/{index if seed is None else seed}")
+        self.cadence = self.trng.choice((30, 45, 60, 90, 120)) * SECOND  # between step records
+        self.per_record = self.trng.choice((1, 5, 10, 20, 50))  # steps between records
+        self.every = self.per_record * self.trng.randrange(3, 9)  # a checkpoint every so many steps
+        self.session: Ms | None = None  # when the running training process started
+        self.step0 = 0  # the step training starts from without a checkpoint
+        self.ckpt: tuple[int, str] | None = None  # the latest completed checkpoint (step, uri)
+        self.progress_ms: list[Ms] = []  # every Progress event's time
+        self.reports: list[tuple[Ms, int, str, Obj]] = []  # the training's intake events (merged into out at last)
 
     # ---- plumbing
 
@@ -249,6 +307,14 @@ class _Run:
               "at": b.ts(self.t), "kind": kind, **fields}
         self.emit("intake", ev)
 
+    def intake_at(self, when: Ms, kind: str, **fields: Any) -> None:
+        """An intake event of the training process at ``when`` (ms, its own clock), without moving time on; kept
+        apart until the run's writes are all made, so that they do not change the objects."""
+        n = len(self.reports)
+        ev = {"schema": INTAKE_SCHEMA, "event_id": f"{self.run_id}-t{n}", "run_id": self.run_id,
+              "at": b.micro_ts(when), "kind": kind, **fields}
+        self.reports.append((when, n, "intake", ev))
+
     # ---- the oracle
 
     @property
@@ -266,11 +332,112 @@ class _Run:
             att.progress_at = _sec(when)
             self.enter("Progress")
 
+    def progress_reported(self, until: Ms) -> None:
+        """The current attempt's first progress from its step records before ``until``, by the documented rule
+        (docs/limits.md, "Progress points"): the earliest report of each minute is kept, and the attempt's first
+        progress is the first kept one from its pods' binding on (a minute that began in the attempt before
+        does not count)."""
+        att = self.att
+        if att.bound_at is None:
+            return
+        kept: dict[int, Ms] = {}
+        for x in self.progress_ms:
+            kept[x // MINUTE] = min(kept.get(x // MINUTE, x), x)
+        first = min((x for x in kept.values() if att.bound_at <= x < until), default=None)
+        if first is not None and (att.progress_at is None or first < att.progress_at):
+            att.progress_at = first
+            self.enter("Progress")
+
+    # ---- training (RunParams.training)
+
+    def twait(self, lo: Ms, hi: Ms) -> Ms:
+        """A training wait of ``lo..hi-1`` ms; with ``tight``, 0 or 1 s."""
+        n = self.trng.randrange(lo, hi)
+        return self.trng.randrange(0, 2) * SECOND if self.p.tight else n
+
+    def train_start(self) -> None:
+        """The containers started: the training process starts now (unless it runs already)."""
+        if self.p.training and self.session is None:
+            self.session = self.t
+
+    def train_stop(self, when: Ms) -> None:
+        """The training process stops at ``when`` (an eviction, a failure, the run's end): write what it reported
+        since it started. It reports nothing from the second ``when`` falls in (the objects carry whole seconds:
+        an attempt ends at its second)."""
+        if self.session is None:
+            return
+        t, self.session = self.session, None
+        cut = _sec(when)
+        exp = self.expected
+        n = len(exp.attempts)
+
+        def clock(x: Ms) -> Ms:
+            return _sec(x) if self.p.tight else x  # tight: whole seconds, shared with the objects' writes
+
+        if self.ckpt is not None:  # restore the latest checkpoint, then go on from its step
+            step, uri = self.ckpt
+            rs = t + self.twait(5 * SECOND, 20 * SECOND)
+            r_end = rs + self.twait(3 * SECOND, 20 * SECOND)
+            if clock(rs) >= cut:
+                return
+            self.intake_at(clock(rs), "CheckpointRestore", phase="started", step=step, uri=uri)
+            done = clock(r_end) < cut
+            if done:
+                self.intake_at(clock(r_end), "CheckpointRestore", phase="completed", step=step, uri=uri)
+            exp.restores.append(ExpectedCheckpoint(n, step, uri, clock(rs), clock(r_end) if done else None))
+            if exp.resumed_from is None:
+                exp.resumed_from = uri
+            if not done:
+                return
+            exp.ledger_basis = "progress"
+            t = r_end + self.twait(1 * SECOND, 5 * SECOND)
+        else:
+            step = self.step0
+            t += self.twait(10 * SECOND, 60 * SECOND)
+        first = step
+        while clock(t) < cut:
+            at_ = clock(t)
+            self.intake_at(at_, "Progress", step=step, metrics={"loss": round(4.0 / (1 + step / 500), 6)})
+            self.progress_ms.append(at_)
+            self.att.steps.append((at_, step))
+            exp.ledger_basis = "progress"
+            if step != first and step % self.every == 0:  # a blocking save of this step's checkpoint
+                uri = f"abfss://runs/{self.run_id}/checkpoints/step-{step:08d}"
+                end = t + self.twait(2 * SECOND, 15 * SECOND)
+                self.intake_at(at_, "CheckpointSave", phase="started", step=step, uri=uri)
+                if clock(end) >= cut:
+                    exp.saves.append(ExpectedCheckpoint(n, step, uri, at_, None))
+                    break
+                self.intake_at(clock(end), "CheckpointSave", phase="completed", step=step, uri=uri,
+                               bytes=self.p.pods * 12 * 1024**3)
+                exp.saves.append(ExpectedCheckpoint(n, step, uri, at_, clock(end)))
+                self.ckpt = (step, uri)
+                t = end
+            t += self.cadence
+            step += self.per_record
+        self.progress_reported(cut)
+
     # ---- lifecycle pieces
 
-    def submit(self) -> None:
+    def resume(self, run_id: str, ckpt: tuple[int, str] | None) -> None:
+        """This run resumes ``run_id`` (``tau`` sets the annotation), from its checkpoint ``ckpt`` if it has one:
+        the training process says so (a Resume event) and starts from it."""
+        self.root_meta["annotations"] = {ANN_RESUME_OF: run_id}
+        exp = self.expected
+        exp.resume_of = run_id
+        if ckpt is None:
+            self.intake("Resume", resume_of=run_id)
+            return
+        self.intake("Resume", resume_of=run_id, checkpoint_uri=ckpt[1], step=ckpt[0])
+        exp.resumed_from = ckpt[1]
+        if self.p.training:
+            self.ckpt, self.step0 = ckpt, ckpt[0]
+
+    def submit(self, resume: tuple[str, tuple[int, str] | None] | None = None) -> None:
         self.intake("Resolution", status="succeeded", project="bench", workspace=self.ns, target="h100-8x")
         self.intake("Rendering", status="succeeded", workload_kind=self.p.kind, namespace=self.ns, name=self.name)
+        if resume is not None:
+            self.resume(*resume)
         self.t += 2 * SECOND
         self.root_meta["creationTimestamp"] = b.ts(self.t)
         self.root("ADDED")
@@ -374,6 +541,8 @@ class _Run:
                     "name": "trainer", "ready": False, "restartCount": 0, "started": False,
                     "state": {"waiting": {"reason": "ImagePullBackOff"}}}]}
             self.pod(pod, dt=300)
+        if start:
+            self.train_start()
 
     def finish_pod(self, pod: Obj, code: int, reason: str) -> None:
         when = b.ts(self.t)
@@ -410,6 +579,7 @@ class _Run:
             message += f" (UID: {wl_uid}, JobUID: {job_uid}) due to prioritization in the ClusterQueue"
         if final:
             self.wl_spec = {**self.wl_spec, "active": False}
+        self.train_stop(self.t)
         self.wl_cond("Evicted", "True", reason, message)
         if reason == "Preempted":
             self.wl_cond("Preempted", "True", "InClusterQueue", message)
@@ -451,6 +621,7 @@ class _Run:
         for i in range(p.pod_failures):
             self.t += self.wait(1, 20, MINUTE)
             victim = self.pods[i % len(self.pods)]
+            self.train_stop(self.t)  # the training process dies with the pod; it starts again with its replacement
             self.finish_pod(victim, 137, "OOMKilled")
             self.pods.remove(victim)
             self.dead_pods.append(victim)
@@ -479,6 +650,7 @@ class _Run:
             self.root(dt=5 * SECOND)
             if n < p.ray_retries:
                 self.t += self.wait(2, 30, MINUTE)
+                self.train_stop(self.t)
                 self.root_status = {**self.root_status, "jobDeploymentStatus": "Retrying", "jobStatus": "FAILED",
                                     "failed": n + 1, "reason": "AppFailed", "message": "exit code 1"}
                 self.root()
@@ -490,8 +662,17 @@ class _Run:
         self.end()
 
     def progress(self) -> None:
+        """``progress_points`` Progress events (without ``training``, which reports its own; the waits are the
+        same either way)."""
         for i in range(self.p.progress_points):
             self.t += self.wait(1, 10, MINUTE)
+            if self.p.training:
+                continue
+            self.expected.ledger_basis = "progress"
+            if i == 2:
+                uri = f"abfss://runs/{self.run_id}/step-{i}"
+                self.expected.saves.append(ExpectedCheckpoint(len(self.expected.attempts), 100 * (i + 1), uri,
+                                                              _sec(self.t), _sec(self.t)))
             ckpt = {"checkpoint_uri": f"abfss://runs/{self.run_id}/step-{i}"} if i == 2 else {}
             self.progress_seen(self.t)
             self.intake("Progress", step=100 * (i + 1), metrics={"loss": 2.0 / (i + 1), "accuracy": 0.1 * i},
@@ -501,6 +682,7 @@ class _Run:
         p = self.p
         exp = self.expected
         self.t += self.wait(1, 30, MINUTE)
+        self.train_stop(self.t)  # the run's end (or, running, the end of what is generated)
         if p.outcome == "running":
             exp.status = "running"
             return
@@ -584,11 +766,13 @@ def _parse_ts(text: str) -> Ms:
 
 def _events(index: int, p: RunParams, t0: Ms, *, name: str | None = None, namespace: str | None = None,
             seed: int | None = None, admit_at: Ms | None = None,
-            preemptors: Sequence[tuple[str, str]] = ()) -> _Run:
-    """Every write of one run; ``admit_at`` forces the time of its first admission (a preemptor's)."""
+            preemptors: Sequence[tuple[str, str]] = (),
+            resume: tuple[str, tuple[int, str] | None] | None = None) -> _Run:
+    """Every write of one run; ``admit_at`` forces the time of its first admission (a preemptor's); ``resume``:
+    the run id it resumes and that run's latest checkpoint (step, uri)."""
     r = _Run(index, p, t0, name=name, namespace=namespace, seed=seed)
     r.preemptors = list(preemptors)
-    r.submit()
+    r.submit(resume)
     final = p.outcome == "deactivated"
     reason = p.eviction_reason
     first = True
@@ -620,6 +804,7 @@ def _events(index: int, p: RunParams, t0: Ms, *, name: str | None = None, namesp
         r.run_job()
     else:
         r.run_rayjob()
+    r.out = [(t, n, stream, record) for n, (t, _, stream, record) in enumerate([*r.out, *r.reports])]
     r.out.sort(key=lambda e: (e[0], e[1]))
     r.finish()
     return r
@@ -678,12 +863,21 @@ def generate_cluster(plans: Sequence[RunPlan]) -> Cluster:
                 raise ValueError(f"run {pos} can only reuse the name of an earlier deleted run, not {old}")
             name, namespace = runs[old].name, runs[old].ns
             start = max(start, runs[old].out[-1][0] + SECOND)  # after its last object is gone
+        resume = None
+        if plan.resumes is not None:
+            old = plan.resumes
+            if not 0 <= old < pos:
+                raise ValueError(f"run {pos} can only resume an earlier run, not {old}")
+            if plan.preempts is not None:
+                raise ValueError(f"run {pos}: a preemptor's submission time is set by its victim, not by a resume")
+            start = max(start, runs[old].out[-1][0] + SECOND)  # after that run's last write
+            resume = (runs[old].run_id, runs[old].ckpt)
         if plan.preempts is not None:
             admit_at = runs[plan.preempts].releases[claimed[pos]]
             lead = random.Random(index if plan.seed is None else plan.seed).randrange(0, 60) * SECOND
             start = admit_at - 3 * SECOND - (0 if plan.params.tight else lead)  # submitting takes 3 s
         runs.append(_events(index, plan.params, start, name=name, namespace=namespace, seed=plan.seed,
-                            admit_at=admit_at, preemptors=preemptors.get(pos, ())))
+                            admit_at=admit_at, preemptors=preemptors.get(pos, ()), resume=resume))
     merged = sorted((t, pos, seq, stream, record) for pos, r in enumerate(runs) for t, seq, stream, record in r.out)
     streams: dict[str, list[Obj]] = {s: [] for s in STREAMS}
     rv = 1000

@@ -2,7 +2,11 @@
 
 Each scenario is a script that drives the controller simulators (``tracker.samples.simulators``) through the write
 sequences of ``shared/reference/lifecycle.md``; TauGrid's own intake events (Resolution, Rendering, Progress) come
-with them.
+with them. The training processes of several runs report as intake v2 has them (the goodput ledger's inputs): step
+records, checkpoint saves with their durations, the restore of the last checkpoint after an interruption (a
+preemption, a deactivation, a KubeRay retry, a pod replaced after an OOM kill) and steps again from its step, and
+the lineage of a run that resumes another (a Resume event). Their times fit the objects': the training runs while
+the containers do, and reports nothing after the interruption.
 
 All scenarios share one object store: ``resourceVersion`` values are assigned across the whole cluster in
 commit (time) order, so a scenario's streams are a slice of the bundled capture.
@@ -39,6 +43,9 @@ from tracker.samples.simulators import (
     intake_id,
     progress,
     resolve,
+    restore_checkpoint,
+    resume,
+    save_checkpoint,
     tau_submit,
 )
 
@@ -63,6 +70,19 @@ def _curve(start: Ms, every: Ms, steps: Sequence[int], loss0: float, acc0: float
     """Progress points with a falling loss and a rising accuracy."""
     return [(start + i * every, step, round(loss0 / (1 + 0.35 * i), 4), round(min(0.99, acc0 + 0.06 * i), 4))
             for i, step in enumerate(steps)]
+
+
+GIB = 1024**3
+
+
+def _train(rec: Rec, tau: Tau, points: list[tuple[Ms, int, float, float]], saves: Sequence[tuple[int, int]] = (),
+           size: int = 0) -> None:
+    """Step records at a steady cadence (``progress``), and blocking checkpoint saves (step, seconds), each begun
+    when its step is reached (intake v2: the save's duration is reported)."""
+    progress(rec, tau, points)
+    reached = {step: when for when, step, _loss, _acc in points}
+    for step, took in saves:
+        save_checkpoint(rec, tau, step, reached[step], reached[step] + took * SECOND, size)
 
 
 def _pull_failures(job: JobSim, first: Ms, until: Ms, detail: str) -> None:
@@ -138,7 +158,9 @@ def preemption(rec: Rec) -> None:
     victim.start(at("10:00:03.300"))
     victim.bind(at("10:00:04"), NODES[4:6])
     victim.run(at("10:00:41"), 33.8)
-    progress(rec, tau, _curve(at("10:05:00"), 10 * MINUTE, (1000, 2000, 3000), 7.9, 0.12), checkpoint_at=2)
+    # a checkpoint every 1000 steps (46 s each); the last one before the preemption completes at 10:35:46
+    _train(rec, tau, _curve(at("10:05:00"), 5 * MINUTE, (1000, 1500, 2000, 2500, 3000, 3500, 4000), 7.9, 0.12),
+           ((2000, 44), (3000, 47), (4000, 46)), 4 * GIB)
     # The preemptor: a high-priority Job submitted with kubectl (no TauGrid labels), keyed by its uid.
     hot = JobSim(rec, ns="team-a", name="eval-hotfix-0820", tau=None, pods=2, image=f"{REGISTRY}/eval:hotfix-3",
                  command=("python", "-m", "evals.run", "--suite", "release"), backoff_limit=1,
@@ -169,7 +191,9 @@ def preemption(rec: Rec) -> None:
     victim.start(at("11:10:00.300"))
     victim.bind(at("11:10:01"), NODES[4:6])
     victim.run(at("11:10:06"), 1.9)
-    progress(rec, tau, _curve(at("11:15:00"), 10 * MINUTE, (3500, 4500, 5500, 6500), 3.1, 0.34))
+    restore_checkpoint(rec, tau, 4000, at("11:12:31"), at("11:14:07"))  # and goes on from step 4000
+    _train(rec, tau, _curve(at("11:15:00"), 5 * MINUTE, (4000, 4500, 5000, 5500, 6000, 6500, 7000, 7500), 2.55,
+                            0.5), ((5000, 45), (6000, 46), (7000, 44)), 4 * GIB)
     victim.succeed(at("11:52:20"))
 
 
@@ -285,7 +309,8 @@ def reactivated(rec: Rec) -> None:
     job.start(at("09:06:02.300"))
     job.bind(at("09:06:03"), NODES[6:8])
     job.run(at("09:06:40"), 35.1)
-    progress(rec, tau, _curve(at("09:10:00"), 8 * MINUTE, (300, 900, 1500, 2100), 1.74, 0.48), checkpoint_at=3)
+    _train(rec, tau, _curve(at("09:10:00"), 8 * MINUTE, (300, 900, 1500, 2100), 1.74, 0.48), ((1500, 52), (2100, 55)),
+           90 * GIB)
     _deactivate_by_hand(job, at("09:40:00"))
     queued = _reactivate_by_hand(job, at("10:20:00"))
     _wait_for_quota(job, queued + 450, at("10:33:00"), 16)
@@ -293,7 +318,8 @@ def reactivated(rec: Rec) -> None:
     job.start(at("10:33:05.300"))
     job.bind(at("10:33:06"), NODES[6:8])
     job.run(at("10:33:31"), 2.3)
-    progress(rec, tau, _curve(at("10:35:00"), 6 * MINUTE, (2400, 2900, 3400), 0.92, 0.71))
+    restore_checkpoint(rec, tau, 2100, at("10:33:45"), at("10:34:38"))
+    _train(rec, tau, _curve(at("10:35:00"), 6 * MINUTE, (2100, 2600, 3100, 3600), 0.95, 0.7), ((3100, 54),), 90 * GIB)
     job.succeed(at("10:54:20"))
 
 
@@ -324,7 +350,9 @@ def resumed(rec: Rec) -> None:
     job.start(at("12:05:02.300"))
     job.bind(at("12:05:03"), NODES[0:2])
     job.run(at("12:05:40"), 35.5)
-    progress(rec, tau, _curve(at("12:08:00"), 8 * MINUTE, (250, 750, 1250, 1750), 9.2, 0.08), checkpoint_at=3)
+    resume(rec, tau, at("12:05:48"))  # the run it resumes never saved a checkpoint: it starts afresh
+    _train(rec, tau, _curve(at("12:08:00"), 8 * MINUTE, (250, 750, 1250, 1750), 9.2, 0.08),
+           ((750, 38), (1250, 41), (1750, 40)), 30 * GIB)
     job.succeed(at("12:39:30"))
 
 
@@ -339,7 +367,8 @@ def rayjob_retry(rec: Rec) -> None:
     ray_start = running + 3 * SECOND
     rj.app(running + 2500, "PENDING", ray_start)
     rj.app(running + 6 * SECOND, "RUNNING", ray_start)
-    progress(rec, tau, _curve(at("10:20:00"), 6 * MINUTE, (10, 40, 70, 100), 0.91, 0.3))
+    _train(rec, tau, _curve(at("10:20:00"), 6 * MINUTE, (10, 40, 70, 100), 0.91, 0.3), ((40, 21), (70, 22), (100, 24)),
+           2 * GIB)
     failed_at = at("10:41:17")
     gone = rj.retry(failed_at + 600, ray_start, failed_at,
                     "Job entrypoint command failed with exit code 1, last available logs (truncated to 20,000 "
@@ -348,7 +377,9 @@ def rayjob_retry(rec: Rec) -> None:
     ray_start = running + 3 * SECOND
     rj.app(running + 2500, "PENDING", ray_start)
     rj.app(running + 6 * SECOND, "RUNNING", ray_start)
-    progress(rec, tau, _curve(at("10:48:00"), 6 * MINUTE, (110, 140, 170, 200), 0.6, 0.48), checkpoint_at=3)
+    restore_checkpoint(rec, tau, 100, at("10:42:05"), at("10:42:41"))
+    _train(rec, tau, _curve(at("10:43:00"), 6 * MINUTE, (100, 130, 160, 190), 0.6, 0.48), ((130, 22), (160, 23)),
+           2 * GIB)
     end = rj.complete(at("11:02:31"), ray_start, at("11:02:30"), "Job finished successfully.")
     rj.clusters[-1].delete(end + 60 * SECOND)  # ttlSecondsAfterFinished
     rj._event(end + 60 * SECOND, "DeletedRayCluster", f"Deleted cluster team-b/{rj.clusters[-1].name}")
@@ -363,7 +394,7 @@ def oom_retry(rec: Rec) -> None:
     job.start(at("12:00:02.300"))
     job.bind(at("12:00:03"), NODES[5:7])
     job.run(at("12:00:31"), 26.4)
-    progress(rec, tau, _curve(at("12:03:00"), 4 * MINUTE, (100, 300), 1.21, 0.61))
+    _train(rec, tau, _curve(at("12:03:00"), 2 * MINUTE, (100, 200, 300, 400), 1.21, 0.61), ((300, 15),), 6 * GIB)
     oom = job.live()[1]
     job.pod_failed(at("12:09:41"), oom, 137, "OOMKilled")
     replacement = job.add_pod(at("12:09:52.200"))
@@ -373,7 +404,10 @@ def oom_retry(rec: Rec) -> None:
     replacement.run(at("12:09:55"), 0.8)
     job.write(at("12:09:55.600"))
     job.note(at("12:09:52.200"), f"replacement pod {replacement.name} created; running 12:09:55")
-    progress(rec, tau, _curve(at("12:14:00"), 6 * MINUTE, (500, 900, 1300, 1700), 0.98, 0.7))
+    # the training restarts with the replacement pod, from the last checkpoint
+    restore_checkpoint(rec, tau, 300, at("12:10:20"), at("12:10:52"))
+    _train(rec, tau, _curve(at("12:14:00"), 6 * MINUTE, (300, 700, 1100, 1500, 1900), 0.98, 0.7),
+           ((700, 16), (1100, 15), (1500, 17)), 6 * GIB)
     job.succeed(at("12:44:10"))
 
 
@@ -462,27 +496,32 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("quota-wait", "Waits ~45 min for GPU quota (QuotaReserved=False/Pending), then runs and succeeds.",
              ("llama-sft-4xq9t",), quota_wait),
     Scenario("preemption", "A low-priority run is preempted by a high-priority Job without TauGrid labels, "
-             "requeued, re-admitted and succeeds; the preemptor is its own run, keyed by its Job uid.",
+             "requeued, re-admitted and succeeds; the preemptor is its own run, keyed by its Job uid. Its training "
+             "saves a checkpoint every 1000 steps; preempted 4 min after the last one, it restores it in its "
+             "second attempt and goes on from its step.",
              ("bert-pt-2c5nw", b.uid("job", "team-a", "eval-hotfix-0820")), preemption),
     Scenario("podsready-timeout", "Image not found: ImagePullBackOff until the PodsReady timeout evicts it; "
              "requeued after the backoff, re-admitted, succeeds.", ("vit-l-9hx4d",), podsready_timeout),
     Scenario("deactivated", "Two PodsReady timeouts exceed backoffLimitCount=1: the Workload is deactivated and "
              "the Job stays suspended.", (DEACTIVATED_RUN,), deactivated),
     Scenario("rayjob-retry", "A RayJob (backoffLimit 1) under Kueue: the app fails, KubeRay retries on a new "
-             "RayCluster, which succeeds. events.k8s.io/v1 Events.", ("rl-ppo-8mc2k",), rayjob_retry,
+             "RayCluster, which restores the last checkpoint and succeeds. events.k8s.io/v1 Events.", ("rl-ppo-8mc2k",),
+             rayjob_retry,
              "events.k8s.io/v1"),
-    Scenario("oom-retry", "One pod is OOMKilled; the Job controller replaces it ~10 s later; succeeds. "
-             "v1beta2 Workload.", ("whisper-ft-5gd7s",), oom_retry),
+    Scenario("oom-retry", "One pod is OOMKilled; the Job controller replaces it ~10 s later; the training "
+             "restarts from its last checkpoint and succeeds. v1beta2 Workload.", ("whisper-ft-5gd7s",), oom_retry),
     Scenario("unschedulable", "Admitted, but the pods stay Unschedulable until the capture ends.",
              ("sd-xl-3rp6f",), unschedulable),
     Scenario("backoff-limit", "The container exits 1 three times (backoffLimit 2): Failed/BackoffLimitExceeded.",
              ("dpo-sweep-7tj2h",), backoff_limit),
     Scenario("render-failed", "Intake only: resolution succeeds, rendering fails validation.",
              ("seg-sam-4nb8x",), render_failed),
-    Scenario("resumed", f"Resumes {DEACTIVATED_RUN} (taugrid.io/resume-of) with the image fixed; succeeds.",
+    Scenario("resumed", f"Resumes {DEACTIVATED_RUN} (taugrid.io/resume-of, and a Resume event from its "
+             "training) with the image fixed; that run never saved a checkpoint, so it starts afresh; succeeds.",
              ("gpt-moe-tq3vb",), resumed),
     Scenario("reactivated", "A person deactivates the running Workload (spec.active=false): Kueue evicts it and "
-             "stops the Job. Reactivated 40 min later, it waits for quota again, is re-admitted and succeeds.",
+             "stops the Job. Reactivated 40 min later, it waits for quota again, is re-admitted, restores the "
+             "checkpoint saved 5 min before the deactivation and succeeds.",
              (REACTIVATED_RUN,), reactivated),
     Scenario("reactivated-waiting", "Deactivated by hand while running, reactivated 19 min later; still waiting "
              "for quota when the capture ends, 36 min after.", (REACTIVATED_WAITING_RUN,), reactivated_waiting),
@@ -515,9 +554,13 @@ def _cluster() -> Cluster:
     rv = FIRST_RESOURCE_VERSION
     streams: dict[str, list[Write]] = {s: [] for s in STREAMS}
     by_scenario: dict[str, dict[str, list[Write]]] = {s.name: {k: [] for k in STREAMS} for s in SCENARIOS.values()}
-    for _at, _i, seq, name, w in tagged:
+    written = dict.fromkeys(SCENARIOS, 0)  # object writes of each scenario so far (intake events have no version)
+    for _at, _i, _seq, name, w in tagged:
         if w.stream != "intake":
-            rv += 1 + b.small_int(4, "rv", str(seq), name)  # other writes of the cluster in between
+            written[name] += 1
+            # other writes of the cluster in between: drawn from the object write's rank in its scenario, so that
+            # intake events added to a scenario change no resourceVersion
+            rv += 1 + b.small_int(4, "rv", str(written[name]), name)
             w.record["object"]["metadata"]["resourceVersion"] = str(rv)
         streams[w.stream].append(w)
         by_scenario[name][w.stream].append(w)

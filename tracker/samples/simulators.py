@@ -6,7 +6,8 @@ reactivation as Kueue v0.12-v0.17 write them (``pkg/controller/core/workload_con
 ``pkg/controller/jobframework/reconciler.go``, ``pkg/workload/workload.go``). Every status write is one MODIFIED
 watch event carrying the whole object, a delete is a DELETED event with the last state, and a repeated Event is the
 same Event object MODIFIED with a higher count. ``Rec`` records the writes of one scenario; ``Tau`` and the intake
-helpers write TauGrid's own intake events (Resolution, Rendering, Progress).
+helpers write TauGrid's own intake events (Resolution, Rendering, Progress, and the training process's checkpoint
+saves and restores).
 """
 
 from __future__ import annotations
@@ -84,6 +85,7 @@ class Rec:
         self._last: dict[str, Ms] = {}
         self._events: dict[tuple[str, ...], _EventState] = {}
         self._event_names: set[str] = set()
+        self.intake_ids: set[str] = set()
 
     def note(self, when: Ms, text: str) -> None:
         self.notes.append((when, text))
@@ -96,6 +98,9 @@ class Rec:
         self.writes.append(Write(when, stream, {"type": etype, "object": obj}))
 
     def intake(self, when: Ms, event: Obj) -> None:
+        if event["event_id"] in self.intake_ids:
+            raise AssertionError(f"intake event id {event['event_id']} reported twice")
+        self.intake_ids.add(event["event_id"])
         self.writes.append(Write(when, "intake", event))
 
     def event(self, when: Ms, about: Obj, reason: str, message: str, *, component: str, warning: bool = False,
@@ -198,14 +203,52 @@ def render(rec: Rec, tau: Tau, start: Ms, kind: str, ns: str, name: str, queue: 
 
 
 def progress(rec: Rec, tau: Tau, points: Sequence[tuple[Ms, int, float, float]], checkpoint_at: int = -1) -> None:
-    """Progress events (time, step, loss, accuracy); the point at index ``checkpoint_at`` has a checkpoint."""
+    """Progress events (time, step, loss, accuracy); the point at index ``checkpoint_at`` has a checkpoint (v1's
+    way: ``save_checkpoint`` reports one with its duration)."""
     for i, (when, step, loss, acc) in enumerate(points):
-        ckpt = f"{tau.output}checkpoints/step-{step:06d}/" if i == checkpoint_at else None
-        rec.intake(when, b.progress_event(event_id=intake_id(tau.run_id, "progress", str(step)),
+        ckpt = checkpoint_uri(tau, step) if i == checkpoint_at else None
+        event_id = intake_id(tau.run_id, "progress", str(step))
+        if event_id in rec.intake_ids:  # the step reached again, after a restore: a report of its own
+            event_id = intake_id(tau.run_id, "progress", str(step), b.ts(when))
+        rec.intake(when, b.progress_event(event_id=event_id,
                                           run_id=tau.run_id, when=when, step=step,
                                           metrics={"loss": loss, "accuracy": acc}, checkpoint_uri=ckpt))
     if points:
         rec.note(points[0][0], f"{tau.run_id}: first Progress (step {points[0][1]})")
+
+
+def checkpoint_uri(tau: Tau, step: int) -> str:
+    return f"{tau.output}checkpoints/step-{step:06d}/"
+
+
+def save_checkpoint(rec: Rec, tau: Tau, step: int, start: Ms, end: Ms, size: int) -> None:
+    """The training process saved the checkpoint of ``step`` from ``start`` to ``end`` (blocking)."""
+    uri = checkpoint_uri(tau, step)
+    for phase, when in (("started", start), ("completed", end)):
+        rec.intake(when, b.checkpoint_save_event(event_id=intake_id(tau.run_id, "save", str(step), phase),
+                                                 run_id=tau.run_id, when=when, phase=phase, step=step, uri=uri,
+                                                 size=size if phase == "completed" else None))
+    rec.note(start, f"{tau.run_id}: checkpoint of step {step} saved ({(end - start) / SECOND:g} s)")
+
+
+def restore_checkpoint(rec: Rec, tau: Tau, step: int, start: Ms, end: Ms, uri: str | None = None) -> None:
+    """The training process restored the checkpoint of ``step`` (its own, unless ``uri``) from ``start`` to
+    ``end``; it goes on from that step."""
+    uri = uri or checkpoint_uri(tau, step)
+    for phase, when in (("started", start), ("completed", end)):
+        rec.intake(when, b.checkpoint_restore_event(
+            event_id=intake_id(tau.run_id, "restore", str(step), b.ts(start), phase), run_id=tau.run_id, when=when,
+            phase=phase, step=step, uri=uri))
+    rec.note(start, f"{tau.run_id}: restored the checkpoint of step {step} ({(end - start) / SECOND:g} s)")
+
+
+def resume(rec: Rec, tau: Tau, when: Ms, checkpoint: tuple[int, str] | None = None) -> None:
+    """The training process says which run it resumes (``tau.resume_of``), from which checkpoint if any."""
+    assert tau.resume_of is not None
+    step, uri = checkpoint if checkpoint is not None else (None, None)
+    rec.intake(when, b.resume_event(event_id=intake_id(tau.run_id, "resume"), run_id=tau.run_id, when=when,
+                                    resume_of=tau.resume_of, checkpoint_uri=uri, step=step))
+    rec.note(when, f"{tau.run_id}: Resume of {tau.resume_of}" + (f" from {uri}" if uri else " (no checkpoint)"))
 
 
 def tau_submit(rec: Rec, tau: Tau, start: Ms, kind: str, ns: str, name: str) -> Ms:
