@@ -80,11 +80,14 @@ def intake_only(events: list[tuple[Ms, dict[str, Any]]]) -> RunHistory:
     return h
 
 
+_OWN = ("Progress", "CheckpointSave", "CheckpointRestore", "Resume")  # the scenario's own training events
+
+
 def reducer(until: Ms | None = None) -> Reducer:
-    """The preemption scenario with bert-pt-2c5nw's progress events replaced by ``intake()``, and the resumer; with
+    """The preemption scenario with bert-pt-2c5nw's training events replaced by ``intake()``, and the resumer; with
     ``until``, only what happened before it."""
     writes = [(w.at, w.record) for w in _writes("preemption")
-              if not (w.stream == "intake" and w.record.get("kind") == "Progress" and w.record["run_id"] == RUN)]
+              if not (w.stream == "intake" and w.record.get("kind") in _OWN and w.record["run_id"] == RUN)]
     writes += intake() + resumer_intake()
     red = Reducer()
     for when, record in sorted(writes, key=lambda w: w[0]):

@@ -156,21 +156,21 @@ def test_table_fits_80_columns_and_agrees_with_json(index: Path, capsys: pytest.
     text = run(capsys, "audit", "--index", str(index), "--now", NOW)
     assert text == (
         "NAMESPACE  RUNS  ATT  EVICT  RETRY  RESUME  GPU-H  LOST-H  GOODPUT  PEND-H\n"
-        "team-a        8   10      4      2       1   59.5    20.7    76.0%     1.5\n"
-        "team-b        6    9      2      1       0   64.6    20.3    82.7%     1.4\n"
-        "TOTAL        14   19      6      3       1  124.1    41.0    79.5%     2.9\n"
+        "team-a        8   10      4      2       1   59.5    20.7    71.2%     1.5\n"
+        "team-b        6    9      2      1       0   64.6    20.3    76.4%     1.4\n"
+        "TOTAL        14   19      6      3       1  124.1    41.0    73.9%     2.9\n"
         "\n"
         "Goodput ledger, GPU-hours (ETTR of the PROG runs with progress events):\n"
-        "NAMESPACE  PROG   ETTR  PROD  START  WASTED  RECOVERY  OTHER\n"
-        "team-a      4/8  54.7%  45.2    4.0     9.0       1.3    0.0\n"
-        "team-b      5/6  58.8%  53.5    7.3     0.0       3.6    0.3\n"
-        "TOTAL      9/14  57.0%  98.7   11.2     9.0       4.9    0.3\n")
+        "NAMESPACE  PROG   ETTR  PROD  START  SAVE  RESTORE  WASTED  RECOVERY  OTHER\n"
+        "team-a      4/8  50.5%  42.4    4.0   1.7      0.4    10.1       0.9    0.0\n"
+        "team-b      5/6  54.3%  49.4    7.3   1.5      0.5     2.6       3.0    0.3\n"
+        "TOTAL      9/14  52.7%  91.8   11.2   3.2      1.0    12.7       4.0    0.3\n")
     data = audit_json(capsys, index)
-    assert [f"{100 * g['goodput']:.1f}%" for g in data["groups"]] == ["76.0%", "82.7%"]  # type: ignore[index]
-    assert [f"{100 * g['ettr']:.1f}%" for g in data["groups"]] == ["54.7%", "58.8%"]  # type: ignore[index]
+    assert [f"{100 * g['goodput']:.1f}%" for g in data["groups"]] == ["71.2%", "76.4%"]  # type: ignore[index]
+    assert [f"{100 * g['ettr']:.1f}%" for g in data["groups"]] == ["50.5%", "54.3%"]  # type: ignore[index]
     text = run(capsys, "audit", "--index", str(index), "--now", NOW, "--by", "cluster-queue")
     assert text.splitlines()[2] == "-                 1    0      0      0       0    0.0     0.0        -     0.0"
-    assert text.splitlines()[-2] == "-               0/1      -   0.0    0.0     0.0       0.0    0.0"
+    assert text.splitlines()[-2] == "-               0/1      -   0.0    0.0   0.0      0.0     0.0       0.0    0.0"
     assert all(len(line) <= 80 for line in text.splitlines())
 
 
