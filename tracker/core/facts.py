@@ -34,8 +34,8 @@ MetricPoint = tuple[int, float, int]  # (step, value, at): one kept point of a m
 STEP_TRAIL_BUCKETS = 2048  # time buckets of step records a run keeps (two records each)
 STEP_TRAIL_WIDTH = 1 << 20  # µs: the first bucket width, about a second; it doubles as a run grows
 MAX_CHECKPOINT_SAVES = 1024  # checkpoint saves a run keeps (those of the highest steps)
-MAX_CHECKPOINT_RESTORES = 256  # checkpoint restores a run keeps (those of the highest steps)
-MAX_RESTORE_TIMES = 16  # start (and end) times kept of the restores of one checkpoint
+MAX_CHECKPOINT_RESTORES = 64  # checkpoints whose restores a run keeps (those of the highest steps)
+MAX_RESTORE_TIMES = 8  # start (and end) times kept of the restores of one checkpoint
 StepRecord = tuple[int, int]  # (at, step)
 
 
