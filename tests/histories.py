@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterable
+from pathlib import Path
+
+import pytest
 
 from tracker.core.model import HistoryUpdate, RunHistory
+from tracker.shell import index_schema
+from tracker.shell.index import ExperimentIndex
 
 
 def ups(histories: Iterable[RunHistory]) -> list[HistoryUpdate]:
@@ -23,3 +28,13 @@ def copy_into_older(conn: sqlite3.Connection) -> None:
                  "(SELECT json_group_array(json_object('pod', p.pod)) FROM cur.pod_placements p "
                  "WHERE p.run_id = c.run_id AND p.attempt = c.attempt)" for c in cols]
         conn.execute(f"INSERT INTO main.{table} ({', '.join(cols)}) SELECT {', '.join(exprs)} FROM cur.{table} c")
+
+
+def index_of_schema(path: Path, version: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Create an empty experiment index at ``path`` as the tracker of schema ``version`` made it (its migrations
+    up to that version only)."""
+    with monkeypatch.context() as m:
+        m.setattr(index_schema, "MIGRATIONS", {k: v for k, v in index_schema.MIGRATIONS.items() if k <= version})
+        m.setattr(index_schema, "SCHEMA_VERSION", version)
+        with ExperimentIndex(path):
+            pass

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from tracker.core.model import to_json
+from tracker.core.model import RunHistory, to_json
 from tracker.core.reducer import Reducer
 from tracker.samples.lifecycles import ExpectedRun
 
@@ -56,13 +56,35 @@ def fold(records: Iterable[Event], reducer: Reducer | None = None) -> Reducer:
     return red
 
 
-def histories(red: Reducer) -> dict[str, Any]:
-    """Every run's derived history, as plain JSON values."""
+def run_histories(red: Reducer) -> dict[str, RunHistory]:
+    """Every run's derived history, by run id."""
     out = {}
     for run_id in sorted(red.runs):
         h = red.history(run_id)
         assert h is not None
-        out[run_id] = to_json(h)
+        out[run_id] = h
+    return out
+
+
+def histories(red: Reducer) -> dict[str, Any]:
+    """Every run's derived history, as plain JSON values."""
+    return {run_id: to_json(h) for run_id, h in run_histories(red).items()}
+
+
+def noisy(order: Sequence[Event], rng: random.Random) -> list[Event]:
+    """``order`` as an at-least-once pipeline may deliver it: changes again, relists that missed nothing, a
+    consumer restart replaying a suffix, and a complete relist at the end."""
+    out: list[Event] = []
+    for n, ev in enumerate(order):
+        out.append(ev)
+        roll = rng.randrange(10)
+        if roll == 0:
+            out.append(ev)  # at-least-once delivery: the same change again
+        elif roll == 1:
+            out.extend(relist(order[: n + 1]))  # a relist that missed nothing
+        elif roll == 2 and n >= 3:
+            out.extend(order[n - 2: n + 1])  # a consumer restart replays a suffix
+    out.extend(relist(order))
     return out
 
 

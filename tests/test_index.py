@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.histories import copy_into_older, ups
+from tests.histories import copy_into_older, index_of_schema, ups
 from tracker.core.model import (
     Attempt,
     CheckpointRecord,
@@ -518,11 +518,7 @@ def test_a_foreign_database_is_refused(tmp_path: Path) -> None:
 
 def test_an_older_schema_is_migrated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "index.sqlite"
-    with monkeypatch.context() as m:  # an index written by the tracker of schema version 1
-        m.setattr(index_schema, "MIGRATIONS", {1: index_schema.MIGRATIONS[1]})
-        m.setattr(index_schema, "SCHEMA_VERSION", 1)
-        with ExperimentIndex(path):
-            pass
+    index_of_schema(path, 1, monkeypatch)  # an index written by the tracker of schema version 1
     # schema 1 has no reducer state tables nor GPU columns: write the rows it had, as it did
     with ExperimentIndex(tmp_path / "current.sqlite") as cur:
         cur.write(ups([pending_in_admission()]))
@@ -616,11 +612,7 @@ def test_meta_says_which_cluster_and_workspace_the_index_belongs_to(tmp_path: Pa
 
 def test_a_schema_4_index_is_read_as_it_is_and_migrated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "index.sqlite"
-    with monkeypatch.context() as m:  # an index written by the tracker of schema version 4
-        m.setattr(index_schema, "MIGRATIONS", {k: v for k, v in index_schema.MIGRATIONS.items() if k <= 4})
-        m.setattr(index_schema, "SCHEMA_VERSION", 4)
-        with ExperimentIndex(path):
-            pass
+    index_of_schema(path, 4, monkeypatch)  # an index written by the tracker of schema version 4
     with ExperimentIndex(tmp_path / "current.sqlite") as cur:
         cur.write(ups([resumed_with_metrics()]))
     conn = sqlite3.connect(path)
@@ -674,11 +666,7 @@ def test_a_schema_7_index_is_read_as_it_is_and_migrated(tmp_path: Path, monkeypa
     """Schema 8 adds the goodput ledger: a reader reads an index of schema 7 as it is (the ledger fields at their
     defaults, no checkpoints, no spans), a writer migrates it and the run's next history fills them."""
     path = tmp_path / "index.sqlite"
-    with monkeypatch.context() as m:
-        m.setattr(index_schema, "MIGRATIONS", {k: v for k, v in index_schema.MIGRATIONS.items() if k <= 7})
-        m.setattr(index_schema, "SCHEMA_VERSION", 7)
-        with ExperimentIndex(path):
-            pass
+    index_of_schema(path, 7, monkeypatch)
     with ExperimentIndex(tmp_path / "current.sqlite") as cur:
         cur.write(ups(all_histories()))
     conn = sqlite3.connect(path)

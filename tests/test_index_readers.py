@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from tests.histories import copy_into_older, ups
+from tests.histories import copy_into_older, index_of_schema, ups
 from tracker.cli import DEMO_CAPTURES, main, replay
 from tracker.shell import index as index_module
 from tracker.shell.index import ExperimentIndex
@@ -161,14 +161,9 @@ def test_an_index_of_the_previous_schema_is_read_as_it_is(demo_index: Path, tmp_
     and shows its runs with the columns added since at their defaults."""
     import json
 
-    from tracker.shell import index_schema
 
     old = tmp_path / "old.sqlite"
-    with monkeypatch.context() as m:
-        m.setattr(index_schema, "MIGRATIONS", {k: v for k, v in index_schema.MIGRATIONS.items() if k <= 3})
-        m.setattr(index_schema, "SCHEMA_VERSION", 3)
-        with ExperimentIndex(old):
-            pass
+    index_of_schema(old, 3, monkeypatch)
     conn = sqlite3.connect(old)
     conn.execute("ATTACH DATABASE ? AS cur", (str(demo_index),))
     copy_into_older(conn)

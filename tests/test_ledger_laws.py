@@ -34,7 +34,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.laws import Event, by_object, fold, histories, interleave, relist, roundtrip
+from tests.laws import by_object, fold, histories, interleave, noisy, roundtrip, run_histories
 from tests.test_reducer_laws import _flushed_state, assert_as_generated, law_settings, plans, seeds
 from tracker.core.ledger import US_PER_HOUR
 from tracker.core.model import GoodputCategory, RunHistory
@@ -170,17 +170,8 @@ def ledger_problems(h: RunHistory, exp: ExpectedRun) -> list[str]:
     return bad
 
 
-def _reducer_histories(red: Reducer) -> dict[str, RunHistory]:
-    out = {}
-    for run_id in sorted(red.runs):
-        h = red.history(run_id)
-        assert h is not None
-        out[run_id] = h
-    return out
-
-
 def assert_ledger_laws(red: Reducer, expected: dict[str, ExpectedRun]) -> None:
-    bad = [p for run_id, h in _reducer_histories(red).items() for p in ledger_problems(h, expected[run_id])]
+    bad = [p for run_id, h in run_histories(red).items() for p in ledger_problems(h, expected[run_id])]
     assert not bad, "\n".join(bad)
 
 
@@ -254,18 +245,7 @@ def test_duplicates_relists_and_replayed_suffixes_change_no_ledger(plan: list[Ru
     cluster = generate_cluster(plan)
     rng = random.Random(seed)
     order = interleave(by_object(cluster.streams), rng)
-    noisy: list[Event] = []
-    for n, ev in enumerate(order):
-        noisy.append(ev)
-        roll = rng.randrange(10)
-        if roll == 0:
-            noisy.append(ev)
-        elif roll == 1:
-            noisy.extend(relist(order[: n + 1]))
-        elif roll == 2 and n >= 3:
-            noisy.extend(order[n - 2: n + 1])
-    noisy.extend(relist(order))
-    red = fold(noisy)
+    red = fold(noisy(order, rng))
     assert ledger_of(histories(red)) == ledger_of(histories(fold(order)))
     assert_as_generated(histories(red), cluster)
 

@@ -47,7 +47,7 @@ from tests.laws import (
     histories,
     interleave,
     ms,
-    relist,
+    noisy,
     roundtrip,
     watch_with_gaps,
 )
@@ -140,18 +140,7 @@ def test_duplicates_and_complete_relists_change_nothing(plan: list[RunPlan], see
     cluster = generate_cluster(plan)
     rng = random.Random(seed)
     order = interleave(by_object(cluster.streams), rng)
-    noisy: list[Event] = []
-    for n, ev in enumerate(order):
-        noisy.append(ev)
-        roll = rng.randrange(10)
-        if roll == 0:
-            noisy.append(ev)  # at-least-once delivery: the same change again
-        elif roll == 1:
-            noisy.extend(relist(order[: n + 1]))  # a relist that missed nothing
-        elif roll == 2 and n >= 3:
-            noisy.extend(order[n - 2: n + 1])  # a consumer restart replays a suffix
-    noisy.extend(relist(order))
-    assert_as_generated(histories(fold(noisy)), cluster)
+    assert_as_generated(histories(fold(noisy(order, rng))), cluster)
 
 
 @law_settings(100)

@@ -67,7 +67,7 @@ from tracker.core.derive_attempts import (
     _split_ray_retries,
     is_deactivation,
 )
-from tracker.core.derive_ledger import attempt_fields, checkpoint_rows, record_fields, run_ledger
+from tracker.core.derive_ledger import attempt_fields, checkpoint_rows, record_fields, restores, run_ledger
 from tracker.core.derive_ledger import spans as ledger_spans
 from tracker.core.derive_pods import _BEFORE_ALL, AttemptContext, AttemptPods, Layout, PodSide
 from tracker.core.derive_rules import (
@@ -280,13 +280,14 @@ def _derive(r: RunFacts, side: PodSide, changed: Iterable[str] | None, metrics: 
         reason, message = _pending_reason(r, atts, side.attempts[-1] if side.attempts else None, last_phase, pending)
     phase = transitions[-1].phase if transitions else (Phase.ADMISSION if r.kind else Phase.RESOLUTION)
 
-    led = run_ledger(r, steps, atts, losses, side.attempts, attempts_out, final.at if final else None)
+    rs = restores(r.ckpts)
+    led = run_ledger(r, steps, rs, atts, losses, side.attempts, attempts_out, final.at if final else None)
     attempts_out = [replace(a, **attempt_fields(led, i)) for i, a in enumerate(attempts_out)]
     record = _record(run, intake, final, attempts_out, status, reason, message, phase, pending, total_retries)
-    record = record_fields(r, led, record, attempts_out)
+    record = record_fields(r, led, record, rs)
     links = [ResumeLink(run_id=r.run_id, resume_of=record.resume_of)] if record.resume_of else []
     return RunHistory(run=record, transitions=transitions, attempts=attempts_out, metrics=metrics, resume_links=links,
-                      checkpoints=checkpoint_rows(r, atts), ledger=ledger_spans(led))
+                      checkpoints=checkpoint_rows(r, rs, atts), ledger=ledger_spans(led))
 
 
 def _layout(r: RunFacts, atts: list[_Att], losses: list[str | None]) -> Layout:

@@ -6,7 +6,6 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from tracker.core.derive_attempts import _Att
@@ -20,6 +19,7 @@ from tracker.core.ledger import (
     LedgerInput,
     Restore,
     Save,
+    attempt_at,
     ledger,
 )
 from tracker.core.model import (
@@ -30,13 +30,9 @@ from tracker.core.model import (
     RunRecord,
     utc,
 )
+from tracker.core.timefmt import micros
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _PRODUCTIVE = GoodputCategory.PRODUCTIVE.value
-
-
-def _us(t: datetime | None) -> int | None:
-    return None if t is None else (t - _EPOCH) // timedelta(microseconds=1)
 
 
 def saves(c: Checkpoints) -> list[Save]:
@@ -45,9 +41,9 @@ def saves(c: Checkpoints) -> list[Save]:
 
 
 def restores(c: Checkpoints) -> list[tuple[int, str, int, int | None]]:
-    """Each restore: (step, uri, start, end or None); each end closes the latest restore begun at or before it (a
-    restore interrupted before it completed, by an eviction or a crash, stays without an end: the next restore of
-    the same checkpoint is the one that completed)."""
+    """Each restore: (step, uri, start, end or None), by (step, uri) then start; each end closes the latest restore
+    begun at or before it (a restore interrupted before it completed, by an eviction or a crash, stays without an
+    end: the next restore of the same checkpoint is the one that completed)."""
     out: list[tuple[int, str, int, int | None]] = []
     for (step, uri), (starts, ends) in sorted(c.restores.items()):
         free = list(starts)  # in order
@@ -60,29 +56,37 @@ def restores(c: Checkpoints) -> list[tuple[int, str, int, int | None]]:
     return out
 
 
-def run_ledger(r: RunFacts, steps: Sequence[tuple[int, int]], atts: Sequence[_Att], losses: Sequence[str | None],
-               pods: Sequence[AttemptPods], attempts: Sequence[Attempt], final_at: int | None) -> Ledger:
-    """The run's ledger, from its facts and its derived attempts."""
+def run_ledger(r: RunFacts, steps: Sequence[tuple[int, int]], rs_all: Sequence[tuple[int, str, int, int | None]],
+               atts: Sequence[_Att], losses: Sequence[str | None], pods: Sequence[AttemptPods],
+               attempts: Sequence[Attempt], final_at: int | None) -> Ledger:
+    """The run's ledger, from its facts, its restores (``restores``) and its derived attempts."""
     la = []
     for a, loss, p, out in zip(atts, losses, pods, attempts, strict=True):
-        pending = [(sp.category.value, _us(sp.start) or 0, _us(sp.end)) for sp in out.pending]
-        la.append(LedgerAttempt(a.queued if a.queued is not None else a.start, a.end, loss is not None, pending,
-                                p.peak, p.held, p.lost))
-    rs = [Restore(s, e, step) for step, _uri, s, e in restores(r.ckpts) if e is not None]
+        pending = [(sp.category.value, micros(sp.start), None if sp.end is None else micros(sp.end))
+                   for sp in out.pending]
+        la.append(LedgerAttempt(_begin(a), a.end, loss is not None, pending, p.peak, p.held, p.lost))
+    rs = [Restore(s, e, step) for step, _uri, s, e in rs_all if e is not None]
     return ledger(LedgerInput(la, steps, saves(r.ckpts), rs, final_at, bool(losses) and losses[-1] is not None))
 
 
-def _by_hours(by: dict[str, int], unit: int) -> dict[str, float]:
+def _begin(a: _Att) -> int | None:
+    """Where an attempt begins, for the ledger: queued, else its Scheduling entry."""
+    return a.queued if a.queued is not None else a.start
+
+
+def _per(by: dict[str, int], unit: int) -> dict[str, float]:
+    """Integer µs (or GPU-µs) by category in ``unit``s, the categories in order."""
     return {k: by[k] / unit for k in sorted(by)}
 
 
 def attempt_fields(led: Ledger, i: int) -> dict[str, Any]:
-    return {"ledger_gpu_hours_by": _by_hours(led.gpu_us[i], US_PER_HOUR),
-            "ledger_wall_s_by": _by_hours(led.wall_us[i], US_PER_S)}
+    return {"ledger_gpu_hours_by": _per(led.gpu_us[i], US_PER_HOUR),
+            "ledger_wall_s_by": _per(led.wall_us[i], US_PER_S)}
 
 
-def record_fields(r: RunFacts, led: Ledger, record: RunRecord, attempts: Sequence[Attempt]) -> RunRecord:
-    """The run record with its ledger fields, lineage and checkpoint summary."""
+def record_fields(r: RunFacts, led: Ledger, record: RunRecord, rs_all: Sequence[tuple[int, str, int, int | None]]
+                  ) -> RunRecord:
+    """The run record with its ledger fields, lineage and checkpoint summary (``rs_all``: ``restores``)."""
     gpu: dict[str, int] = {}
     wall: dict[str, int] = {}
     for by in led.gpu_us:
@@ -103,54 +107,49 @@ def record_fields(r: RunFacts, led: Ledger, record: RunRecord, attempts: Sequenc
     goodput = gpu.get(_PRODUCTIVE, 0) / total_gpu if total_gpu > 0 else None
     c = r.ckpts
     resume = c.resume
-    first_restore = min(((s, uri) for _step, uri, s, _e in restores(c)), default=None)
+    first_restore = min(((s, uri) for _step, uri, s, _e in rs_all), default=None)
     completed = [(v[1], step, uri) for (step, uri), v in c.saves.items() if v[1] is not None]
     last = max(((step, at, uri) for at, step, uri in completed if at is not None), default=None)
-    del attempts
     return replace(
         record,
         resume_of=record.resume_of or (resume[1] if resume else None),
         last_checkpoint=last[2] if last else record.last_checkpoint,
         ledger_basis="progress" if led.basis == "progress" else "accounting",
-        ledger_gpu_hours_by=_by_hours(gpu, US_PER_HOUR), ledger_wall_s_by=_by_hours(wall, US_PER_S),
+        ledger_gpu_hours_by=_per(gpu, US_PER_HOUR), ledger_wall_s_by=_per(wall, US_PER_S),
         ledger_until=until, ledger_open=open_cat if record.finished_at is None else None, ettr=ettr, goodput=goodput,
         resumed_from=(resume[2] if resume and resume[2] else None) or (first_restore[1] if first_restore else None),
         checkpoints_saved=len(completed),
     )
 
 
-def checkpoint_rows(r: RunFacts, atts: Sequence[_Att]) -> list[CheckpointRecord]:
-    """The run's checkpoint saves and restores, by start time (else end time), with the attempt of each."""
-    begins = [a.queued if a.queued is not None else a.start for a in atts]
+def checkpoint_rows(r: RunFacts, rs_all: Sequence[tuple[int, str, int, int | None]], atts: Sequence[_Att]
+                    ) -> list[CheckpointRecord]:
+    """The run's checkpoint saves and restores (``rs_all``: ``restores``), by start time (else end time), with the
+    attempt of each (the ledger's: the last one begun at or before it)."""
+    begins = [_begin(a) for a in atts]
 
-    def attempt(t: int | None) -> int | None:
-        if t is None or not atts:
-            return None
-        n = 1
-        for j, b in enumerate(begins, start=1):
-            if b is not None and b <= t:
-                n = j
-        return n
+    def attempt(t: int) -> int | None:
+        return attempt_at(begins, t) + 1 if atts else None
 
-    rows = []
+    rows: list[tuple[int, CheckpointRecord]] = []
     for (step, uri), v in r.ckpts.saves.items():
         started, completed, failed, size = v
         end = completed if completed is not None else failed
         status: Literal["started", "completed", "failed"] = (
             "completed" if completed is not None else ("failed" if failed is not None else "started"))
-        rows.append(CheckpointRecord(kind="save", step=step, uri=uri, started_at=utc(started), ended_at=utc(end),
-                                     status=status, bytes=size, attempt=attempt(started if started is not None
-                                                                                else end)))
-    for step, uri, s, e in restores(r.ckpts):
-        rows.append(CheckpointRecord(kind="restore", step=step, uri=uri, started_at=utc(s), ended_at=utc(e),
-                                     status="completed" if e is not None else "started", attempt=attempt(s)))
-    rows.sort(key=lambda c: (_us(c.started_at if c.started_at is not None else c.ended_at) or 0, c.kind, c.step,
-                             c.uri))
-    return rows
+        at = started if started is not None else end
+        assert at is not None  # a save is known from one of its events
+        rows.append((at, CheckpointRecord(kind="save", step=step, uri=uri, started_at=utc(started),
+                                          ended_at=utc(end), status=status, bytes=size, attempt=attempt(at))))
+    for step, uri, s, e in rs_all:
+        rows.append((s, CheckpointRecord(kind="restore", step=step, uri=uri, started_at=utc(s), ended_at=utc(e),
+                                         status="completed" if e is not None else "started", attempt=attempt(s))))
+    rows.sort(key=lambda x: (x[0], x[1].kind, x[1].step, x[1].uri))
+    return [row for _at, row in rows]
 
 
 def spans(led: Ledger) -> list[LedgerSpan]:
     return [LedgerSpan(category=GoodputCategory(cat), start=utc(s), end=utc(e)) for cat, s, e in led.spans]
 
 
-__all__ = ["attempt_fields", "checkpoint_rows", "record_fields", "run_ledger", "spans"]
+__all__ = ["attempt_fields", "checkpoint_rows", "record_fields", "restores", "run_ledger", "spans"]

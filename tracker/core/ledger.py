@@ -172,8 +172,8 @@ def _accounting(atts: Sequence[LedgerAttempt]) -> Ledger:
     for a in atts:
         by: dict[str, int] = {}
         if a.held_us:
-            by[G.PRODUCTIVE] = a.held_us - a.lost_us
-            by[G.WASTED_PROGRESS] = a.lost_us
+            by[G.PRODUCTIVE.value] = a.held_us - a.lost_us
+            by[G.WASTED_PROGRESS.value] = a.lost_us
         gpu_out.append(by)
     return Ledger("accounting", gpu_out, [{} for _ in atts], None, None, [])
 
@@ -191,7 +191,7 @@ def _stretches(inp: LedgerInput) -> list[_Stretch]:
     cur: list[tuple[int, int]] = []
     cur_att = -1
     for at, step in inp.steps:
-        i = _attempt_at(begins, at)
+        i = attempt_at(begins, at)
         if cur and (i != cur_att or step <= cur[-1][1]):
             out.append(_Stretch(cur[0], cur, cur_att))
             cur = []
@@ -203,7 +203,7 @@ def _stretches(inp: LedgerInput) -> list[_Stretch]:
     return out
 
 
-def _attempt_at(begins: Sequence[int | None], at: int) -> int:
+def attempt_at(begins: Sequence[int | None], at: int) -> int:
     """The attempt a time falls in: the last one begun at or before it (the first before any)."""
     i = 0
     for j, b in enumerate(begins):
