@@ -11,7 +11,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from tracker.core.model import INTAKE_SCHEMA, IntakeEnvelope
+from tracker.core.model import INTAKE_SCHEMA, IntakeEnvelope, to_json
 from tracker.core.reducer import Reducer
 
 SCHEMAS = Path(__file__).resolve().parent.parent / "schemas" / "intake"
@@ -132,3 +132,25 @@ def test_an_intake_event_whose_schema_is_not_a_string_is_a_dead_letter(schema: A
     assert [d.reason for d in out.dead_letters] == ["unknown intake schema version"]
     h = red.history("run-1")
     assert h is not None and [(c.step, c.status) for c in h.checkpoints] == [(300, "completed")]
+
+
+def test_a_checkpoint_uris_credentials_are_never_kept() -> None:
+    """A checkpoint URI may carry a credential (a SAS signature, a password): the history, and so the index, the
+    topic, ADX and every view, holds it redacted."""
+    sas = "https://acct.blob.core.windows.net/ckpt/step-300?sv=2024-08-04&sig=s3cr3tSIGNATURE%2Bx&se=2026-12-31"
+    pw = "https://trainer:hunter2pass@store.example/ckpt/step-200"
+    red = Reducer()
+    for i, e in enumerate([
+            ev("Progress", "2026-08-20T10:10:00Z", "p", "taugrid.io/intake/v1", step=200, checkpoint_uri=pw),
+            ev("CheckpointSave", "2026-08-20T10:11:00Z", "s1", phase="started", step=300, uri=sas),
+            ev("CheckpointSave", "2026-08-20T10:11:20Z", "s2", phase="completed", step=300, uri=sas),
+            ev("CheckpointRestore", "2026-08-20T10:30:00Z", "x1", phase="started", step=300, uri=sas),
+            ev("Resume", "2026-08-20T10:00:02Z", "m1", resume_of="run-0", checkpoint_uri=sas)]):
+        red.apply(e, f"in:{i}")
+    h = red.history("run-1")
+    assert h is not None
+    text = json.dumps(to_json(h))
+    assert "s3cr3tSIGNATURE" not in text and "hunter2pass" not in text
+    assert {c.uri for c in h.checkpoints} == {"https://trainer:[redacted]@store.example/ckpt/step-200",
+                                              sas.replace("s3cr3tSIGNATURE%2Bx", "[redacted]")}
+    assert h.run.resumed_from is not None and "[redacted]" in h.run.resumed_from

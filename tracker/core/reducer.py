@@ -47,7 +47,7 @@ from tracker.core.model import (
     to_json,
 )
 from tracker.core.queues import QUEUE_KINDS, QUEUE_POSITION_SCHEMA, QueueBook, QueuePosition, QueueState
-from tracker.core.redact import identity
+from tracker.core.redact import identity, redact_inline
 from tracker.core.timefmt import BadTimestamp, ts
 
 SNAPSHOT_VERSION = 2  # 2: a run's snapshot holds its pods apart (``snapshot_run``: "pods"); 1 inside its facts
@@ -402,11 +402,11 @@ class Reducer:
         if isinstance(ev, CheckpointSaveEvent | CheckpointRestoreEvent | ResumeEvent):
             r.progress_seq += 1  # each merge is idempotent: no repeat check needed
             if isinstance(ev, CheckpointSaveEvent):
-                r.ckpts.save(ev.step, ev.uri, ev.phase, at, ev.bytes)
+                r.ckpts.save(ev.step, redact_inline(ev.uri), ev.phase, at, ev.bytes)
             elif isinstance(ev, CheckpointRestoreEvent):
-                r.ckpts.restore(ev.step, ev.uri, ev.phase, at)
+                r.ckpts.restore(ev.step, redact_inline(ev.uri), ev.phase, at)
             else:
-                r.ckpts.resumed(at, ev.resume_of, ev.checkpoint_uri, ev.step)
+                r.ckpts.resumed(at, ev.resume_of, _uri(ev.checkpoint_uri), ev.step)
             return
         if isinstance(ev, ProgressEvent):
             r.progress_seq += 1
@@ -415,7 +415,7 @@ class Reducer:
                 r.points.add(name, ev.step, value, at, cap)
             r.steps.add(at, ev.step)  # idempotent too
             if ev.checkpoint_uri:  # v1's completed checkpoint (no duration)
-                r.ckpts.save(ev.step, ev.checkpoint_uri, "completed", at, None)
+                r.ckpts.save(ev.step, redact_inline(ev.checkpoint_uri), "completed", at, None)
             if r.seen_progress(ev.event_id, at):
                 return
             r.progress_time(at)
@@ -426,7 +426,7 @@ class Reducer:
                 else:
                     m.add(ev.step, value)
             if ev.checkpoint_uri:
-                cp = (ev.step, at, ev.checkpoint_uri)
+                cp = (ev.step, at, redact_inline(ev.checkpoint_uri))
                 if r.checkpoint is None or cp > r.checkpoint:
                     r.checkpoint = cp
             return
@@ -669,6 +669,11 @@ class Reducer:
 
 
 _STREAMS = {"Job": 0, "RayJob": 0, "Workload": 1, "Pod": 2, "Event": 3}  # the watch streams of the watermark
+
+
+def _uri(uri: str | None) -> str | None:
+    """A checkpoint URI as the tracker keeps it: its credentials (a SAS signature, a password) redacted."""
+    return None if uri is None else redact_inline(uri)
 
 
 def _created(record: Any) -> tuple[int, int | None]:
