@@ -2,7 +2,7 @@
 -o json`` prints, with ``managedFields``, annotations, full container specs (environment, ports, mounts), volumes,
 tolerations, node selector, IPs and container IDs.
 
-The lifecycles come from ``tracker.samples.lifecycles``; ``full_record`` only adds fields around them that carry no
+The lifecycles come from ``sim.lifecycles``; ``full_record`` only adds fields around them that carry no
 lifecycle meaning (nothing the tracker reads is changed: no label, condition, phase, time, count or resource request
 is added or altered), so a capture of full objects must give exactly the histories of the plain one
 (``bench/replay.py`` checks that). Objects are built anew, never modified: the generator shares parts between them.

@@ -2,7 +2,7 @@
 
     uv run python bench/cli_start.py [--runs 10000] [--repeat 10] [--src DIR] [--index PATH]
 
-Builds (once, then reused) an experiment index of ``--runs`` generated runs (tracker.samples.lifecycles, about
+Builds (once, then reused) an experiment index of ``--runs`` generated runs (sim.lifecycles, about
 20 changes per run, folded by the reducer and written as the sinks write them), then times, as separate
 processes, ``tracker --help``, ``tracker runs`` and ``tracker show RUN`` on it: the median and the best of
 ``--repeat`` runs after two warm-up runs, and the median CPU time (which depends less on the machine's load).
@@ -29,8 +29,8 @@ FLUSH_EVERY = 50_000
 
 
 def build_index(path: Path, n_runs: int, seed: int) -> None:
+    from sim.lifecycles import generate_stream
     from tracker.core.reducer import Reducer
-    from tracker.samples.lifecycles import generate_stream
     from tracker.shell.index import ExperimentIndex
 
     tmp = path.with_name(path.name + ".part")

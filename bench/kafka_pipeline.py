@@ -67,12 +67,12 @@ from bench._common import (  # noqa: E402
     stop_async_process,
     tracker_command,
 )
+from sim import builders as b  # noqa: E402
 from tracker.core.model import LABEL_QUEUE, LABEL_RUN_ID, HistoryUpdate  # noqa: E402
 from tracker.core.reducer import Reducer  # noqa: E402
 from tracker.runtime import service  # noqa: E402
 from tracker.runtime.ops import Health, Metrics  # noqa: E402
 from tracker.runtime.sinks import OffsetKey, index_sink_runner  # noqa: E402
-from tracker.samples import builders as b  # noqa: E402
 from tracker.settings import Settings, load_settings  # noqa: E402
 from tracker.shell import kafka  # noqa: E402
 from tracker.shell.capture import Record  # noqa: E402

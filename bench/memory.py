@@ -3,7 +3,7 @@
     uv run python bench/memory.py [--runs 1000000] [--every 100000] [--grace-s 3600] [--max-retired 100000]
                                   [--mix ending|realistic] [--baseline-runs 100000] [--seed 7]
 
-The stream is generated (tracker.samples.lifecycles.generate_stream: realistic watch and intake records of runs
+The stream is generated (sim.lifecycles.generate_stream: realistic watch and intake records of runs
 submitted 3 s apart, about 20 records per run, in time order, as a live watch delivers them). It is folded by a
 ``Reducer`` with the limits `tracker serve` gives its embedded pipeline (retirement on: ``retire_after_s``, and
 ``max_retired`` retirements remembered), flushing every 5,000 records as the pipeline does. Every ``--every``
@@ -38,9 +38,9 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from sim.lifecycles import RunParams, generate_stream, random_params
 from tracker.core.reducer import Reducer, ReducerLimits
 from tracker.runtime.gctune import tune_gc
-from tracker.samples.lifecycles import RunParams, generate_stream, random_params
 from tracker.shell import jsonio
 
 FLUSH_EVERY = 5_000  # the embedded pipeline's default flush_every

@@ -2,8 +2,8 @@
 
     uv run python bench/pending.py [--runs 2000] [--seed 7]
 
-For the bundled demo scenarios (tracker.samples.scenarios), every capture the real controllers produced
-(tests/captures/controllers*/, Kueue 0.17 and 0.12) and a generated cluster (tracker.samples.lifecycles), it folds the
+For the bundled demo scenarios (sim.scenarios), every capture the real controllers produced
+(tests/captures/controllers*/, Kueue 0.17 and 0.12) and a generated cluster (sim.lifecycles), it folds the
 objects, sums each attempt's ended pending spans (``Attempt.pending``) by category and prints the seconds per category
 and the share no evidence explains (``unexplained``; the goal of issue 24 is at most 5% on every scenario).
 """
@@ -18,10 +18,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from sim.lifecycles import generate_stream
+from sim.scenarios import SCENARIOS
 from tracker.core.model import PendingCategory, RunHistory
 from tracker.core.reducer import Reducer
-from tracker.samples.lifecycles import generate_stream
-from tracker.samples.scenarios import SCENARIOS
 
 CAPTURES = Path(__file__).resolve().parent.parent / "tests" / "captures"
 

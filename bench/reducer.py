@@ -2,7 +2,7 @@
 
     uv run python bench/reducer.py [--runs 50000] [--seed 7] [--flush-every 50000]
 
-Input: a generated, interleaved stream of realistic watch and intake events (tracker.samples.lifecycles),
+Input: a generated, interleaved stream of realistic watch and intake events (sim.lifecycles),
 about 20 changes per run. Generation is done in chunks outside the timed sections. Printed figures:
 - baseline: decoding the same records from their JSON encoding with the decoder the reducer's consumer uses
   (``tracker.shell.jsonio.loads``, orjson; bytes as a Kafka record value holds them);
@@ -21,9 +21,9 @@ import tracemalloc
 from itertools import islice
 from typing import Any
 
+from sim.lifecycles import generate_stream
 from tracker.core.reducer import Reducer
 from tracker.runtime.gctune import tune_gc
-from tracker.samples.lifecycles import generate_stream
 from tracker.shell import jsonio
 
 CHUNK = 100_000

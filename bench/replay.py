@@ -2,7 +2,7 @@
 
     uv run python bench/replay.py [--objects 100000] [--detail full] [--object-bytes 0] [--formats jsonl kubectl]
 
-The capture: ``--objects`` records of generated lifecycles (``tracker.samples.lifecycles.generate_stream``: Jobs,
+The capture: ``--objects`` records of generated lifecycles (``sim.lifecycles.generate_stream``: Jobs,
 RayJobs, Kueue Workloads, Pods, RayClusters, Events and TauGrid intake events of runs submitted 3 s apart, in time
 order) with every watch object widened to what the apiserver returns (``bench/_objects.py``): ``--detail full``
 adds ``managedFields``, annotations, the containers' environment, ports and mounts, volumes, tolerations, node
@@ -51,7 +51,7 @@ import orjson  # noqa: E402
 
 from bench._common import Finished, load_average, run_timed, tracker_command, without_tracker_settings  # noqa: E402
 from bench._objects import full_record  # noqa: E402
-from tracker.samples.lifecycles import generate_stream  # noqa: E402
+from sim.lifecycles import generate_stream  # noqa: E402
 
 NOW = "2026-09-01T00:00:00Z"  # reference time of `tracker runs` (the captures are of 2026-08-20)
 _INDENT = re.compile(rb"^( +)", re.MULTILINE)

@@ -4,7 +4,7 @@
     uv run python bench/wide.py [--pods 512 2048 4096] [--rate 200] [--modes embedded kafka]
                                 [--embedded whole chunks live] [--chunks 8] [--baseline-pods 2]
 
-The input is ONE generated run (``tracker.samples.lifecycles``, a batch Job of ``--pods`` pods that is queued,
+The input is ONE generated run (``sim.lifecycles``, a batch Job of ``--pods`` pods that is queued,
 admitted, scheduled, runs with progress reports and succeeds: per pod its creation, binding, Scheduled Event, start
 and end, about 5 changes per pod), and, as the baseline of the same run, the same number of changes made of many
 narrow runs (``--baseline-pods`` pods each), submitted 3 s apart and interleaved as a cluster writes them. The
@@ -80,7 +80,7 @@ from bench._common import (  # noqa: E402
     without_tracker_settings,
 )
 from bench._objects import full_record  # noqa: E402
-from tracker.samples.lifecycles import RunParams, generate_stream  # noqa: E402
+from sim.lifecycles import RunParams, generate_stream  # noqa: E402
 
 NOW = "2026-09-01T00:00:00Z"
 WIDE_RUN = "run-0000000"  # the generator's run id of run 0

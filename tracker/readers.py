@@ -1,7 +1,7 @@
 """The reader commands of `tracker`: ``runs``, ``audit``, ``show``, ``compare``, ``demo`` and ``completion``.
 
 Imported by ``tracker.cli`` at start, so at the top this module imports only the standard library; each command
-imports what it uses when it runs (``runs`` imports neither pydantic nor rich: tests/test_cli_runs.py).
+imports what it uses when it runs (``runs`` imports neither pydantic nor rich: tests/read/test_cli_runs.py).
 """
 
 from __future__ import annotations

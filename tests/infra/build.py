@@ -302,7 +302,7 @@ def _kueue_crds_fetcher(version: str) -> Callable[[Path, Path], None]:
 
 
 #: A later Kueue than KUEUE_VERSION, for its Workload CRD alone: it serves (and stores) v1beta2, and the watcher
-#: prefers v1beta2 when served (tests/test_watch_v1beta2.py). Only the CRD is used, never its controller.
+#: prefers v1beta2 when served (tests/watch/test_watch_v1beta2.py). Only the CRD is used, never its controller.
 KUEUE_V1BETA2_VERSION = "0.17.0"
 
 

@@ -6,7 +6,8 @@ Kueue runs out of cluster with no admission webhooks: Jobs and RayJobs it should
 `spec.suspend: true` (its mutating webhook would otherwise set that). Kueue 0.17's conversion webhook is
 registered (v1beta1 <-> v1beta2), by URL on loopback. The KubeRay operator runs out of cluster too; it reaches
 each Ray head's dashboard (`http://<cluster>-head-svc.<ns>.svc.cluster.local:8265`) through the HTTP proxy named
-in its environment, where the tests serve a stand-in of the Ray dashboard's job API (`tests/ray_dashboard_standin.py`).
+in its environment, where the tests serve a stand-in of the Ray dashboard's job API
+(`tests/support/ray_dashboard_standin.py`).
 """
 
 from __future__ import annotations

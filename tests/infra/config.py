@@ -30,9 +30,10 @@ KUEUE_BASE_CRDS_VERSION = "0.12.10"
 #: installs (its own, so that nothing it writes is pruned); v1.4+ needs no go.mod replaces.
 KUBERAY_VERSION = "1.5.0"
 #: The Go module that ships the Compose Specification's JSON schema (`schema/compose-spec.json`), the schema
-#: `docker compose config` validates against; tests/test_deploy.py checks docker-compose.yml with it.
+#: `docker compose config` validates against; tests/deploy/test_deploy.py checks docker-compose.yml with it.
 COMPOSE_GO_VERSION = "2.16.2"
-#: promtool (`check rules`, `test rules`, `check metrics`) for tests/test_prometheus.py: the version Debian 12 ships in
+#: promtool (`check rules`, `test rules`, `check metrics`) for tests/deploy/test_prometheus.py: the version
+#: Debian 12 ships in
 #: its `prometheus` package (taken from there when the machine's apt offers it), else built from the Go module proxy
 #: (Prometheus 2.x is tagged v0.<minor>.<patch> there).
 PROMTOOL_VERSION = "2.42.0"

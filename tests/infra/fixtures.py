@@ -235,7 +235,8 @@ class KubeCluster:
     kubectl: Kubectl
     cluster_queue: str = cluster.CLUSTER_QUEUE
     local_queue: str = cluster.LOCAL_QUEUE
-    #: `host:port` where the KubeRay operator sends its Ray dashboard requests (tests/ray_dashboard_standin.py serves
+    #: `host:port` where the KubeRay operator sends its Ray dashboard requests
+    #: (tests/support/ray_dashboard_standin.py serves
     #: it); None on an external cluster, whose operator reaches real dashboards.
     ray_dashboard_proxy: str | None = None
     #: the versions `up` started (an external cluster: unknown)

@@ -1,6 +1,6 @@
 """Programs the tests run that come from the operating system's packages, not from the artifact cache.
 
-Today one: Debian's `chromium`, the headless browser `tests/test_ui_browser.py` takes screenshots of the web view
+Today one: Debian's `chromium`, the headless browser `tests/ui/test_ui_browser.py` takes screenshots of the web view
 with. Every `up` ensures it, whatever the components (like `build.SHARED`): when `chromium` is not on PATH it runs
 `apt-get install -y --no-install-recommends chromium` (after `apt-get update` when the package lists do not know
 it), as root, waiting for the dpkg lock if another install holds it. The `chromium` fixture never installs

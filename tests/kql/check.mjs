@@ -1,12 +1,12 @@
 // Offline KQL check: parses and semantically analyses every management command in schemas/kusto/*.kql (in file
 // order), every query or body in deploy/adx-mon/*.yaml and every example query (one per line of a ```kusto block)
 // in schemas/kusto/README.md against the declared schema (schemas/kusto/schema.json), with Microsoft's
-// Kusto.Language (npm @kusto/language-service-next; no cluster needed). Run by tests/test_kusto.py.
+// Kusto.Language (npm @kusto/language-service-next; no cluster needed). Run by tests/deploy/test_kusto.py.
 //
 //   node tests/kql/check.mjs [--schema FILE] [--kql DIR] [--deploy DIR] [--readme FILE] [--queries FILE] [--json]
 //
 // --queries FILE: a JSON list of {"file", "line", "label", "text"}: queries taken from elsewhere (the dashboards,
-// tests/test_dashboards.py), each analysed whole after the schema's functions, reported at file:line.
+// tests/deploy/test_dashboards.py), each analysed whole after the schema's functions, reported at file:line.
 //
 // Prints one line per diagnostic (file:line:col: Severity Code Message) and exits 1 if there is any, 0 otherwise.
 // With --json it prints {"diagnostics": [...], "commands": {file: [command text, ...]}} instead.

@@ -20,7 +20,7 @@ from tracker.shell.kusto_apply import SCHEMA_DIR, schema_commands
 DEPLOY_DIR = SCHEMA_DIR.parents[1] / "deploy" / "adx-mon"
 NAMESPACE = "adx-mon"
 HEADER = ("# Generated from schemas/kusto/*.kql by `uv run python -m tests.kql.render_adxmon`: edit the .kql files\n"
-          "# and re-render (tests/test_kusto.py fails while this file is out of date).\n")
+          "# and re-render (tests/deploy/test_kusto.py fails while this file is out of date).\n")
 _FUNCTION = re.compile(r"^\.create-or-alter\s+function\s+with\s*\((?:[^()\"]|\"[^\"]*\")*\)\s*(\w+)\s*\(")
 
 

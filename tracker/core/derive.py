@@ -43,7 +43,7 @@ the rule tables of steps 1, 3, 4 and 5, with the functions their rows name, are 
 
 Each table is ordered and holds the rules of one decision; a reader can check each row against lifecycle.md
 (§1.7 for Kueue, §2 for Jobs, §3 for Pods, §4 for KubeRay, §7 for the mapping to the seven phases).
-``tests/test_derive_tables.py`` checks their invariants.
+``tests/core/test_derive_tables.py`` checks their invariants.
 """
 
 from __future__ import annotations

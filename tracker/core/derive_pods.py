@@ -15,7 +15,7 @@ RayCluster each ran, when each ended and why its GPU-time was lost: ``Layout``) 
 on the latest creation time in its attempt. ``PodSide.update`` recomputes the pods that changed, and the abnormally
 ended pods whose replacement status the latest creation time flipped; a change of the layout (an admission, an
 eviction, a retry, the run ending: a few times in a run's life) rebuilds every entry. Either way the result is a
-function of the facts alone: ``tests/test_incremental.py`` checks that a side updated change by change equals one
+function of the facts alone: ``tests/core/test_incremental.py`` checks that a side updated change by change equals one
 built at once, on generated lifecycles.
 
 Pure, like the rest of the derivation; the definitions of the GPU figures are ``tracker.core.gpu``'s.

@@ -3,7 +3,7 @@
 ``INTAKE_PHASES`` (the phases TauGrid reports itself), ``FINAL_STATUS_RULES`` (whether and how a run finished, in
 precedence order), ``ATTEMPT_PHASES`` (when each attempt entered each phase) and ``WAIT_RULES`` (why an unfinished
 run waits), each with the functions its rows name, and the values those functions read. Each table is ordered and
-holds the rules of one decision; ``tests/test_derive_tables.py`` checks their invariants.
+holds the rules of one decision; ``tests/core/test_derive_tables.py`` checks their invariants.
 """
 
 from __future__ import annotations

@@ -318,7 +318,7 @@ class MetricPoints:
     ``cap`` or fewer, or every metric is down to one bucket. The number of buckets only grows with the points
     seen and only shrinks as the width grows, so the width is the smallest that fits all the points seen, and
     the kept points are each bucket's least point at that width: a function of the set of points, whatever the
-    order they arrive in and however often (``tests/test_metric_points.py``). ``schemas/index/README.md``
+    order they arrive in and however often (``tests/core/test_metric_points.py``). ``schemas/index/README.md``
     documents the rule for readers.
     """
 

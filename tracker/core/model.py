@@ -727,7 +727,7 @@ def schema_documents() -> dict[str, dict[str, Any]]:
     intake = TypeAdapter(IntakeEvent).json_schema()
     intake["$id"] = INTAKE_SCHEMA
     intake["title"] = "TauGrid intake event"
-    # intake/v1.schema.json is frozen as published: v2 reads every v1 event (tests/test_goodput_intake.py)
+    # intake/v1.schema.json is frozen as published: v2 reads every v1 event (tests/core/test_goodput_intake.py)
     return {
         "intake/v2.schema.json": intake,
         "history/v4.schema.json": adapter(RunHistory).json_schema() | {"$id": HISTORY_SCHEMA},

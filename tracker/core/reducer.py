@@ -7,7 +7,7 @@ what changed in each run (``HistoryUpdate``: its history, and the pods and metri
 persists ``snapshot`` (or ``snapshot_run`` per run) when it commits. Each live run's derivation is kept between
 flushes (``derive.Derivation``), so that a change costs the same whatever the run's width.
 
-Laws (proved by the hypothesis tests in ``tests/test_reducer_laws.py``):
+Laws (proved by the hypothesis tests in ``tests/core/test_reducer_laws.py``):
 - determinism: the same records give the same histories;
 - idempotence: duplicated records and full relists change nothing;
 - commutativity across objects: any interleaving that keeps each object's own order gives the same histories;

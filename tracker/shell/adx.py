@@ -115,7 +115,7 @@ def connection(settings: AdxSettings, uri: str) -> KustoConnectionStringBuilder:
 Row = dict[str, Any]
 RowKey = tuple[str | int, ...]
 
-# RunRecord field -> TaugridRunState column (every field; tests/test_adx_sink.py checks both sides).
+# RunRecord field -> TaugridRunState column (every field; tests/index/test_adx_sink.py checks both sides).
 STATE_COLUMNS: dict[str, str] = {
     "run_id": "RunId", "kind": "Kind", "namespace": "Namespace", "name": "Name", "uid": "Uid",
     "project": "Project", "workspace": "Workspace", "target": "Target", "queue": "Queue",

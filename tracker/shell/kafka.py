@@ -9,7 +9,7 @@ PLAIN or SCRAM, and ``OAUTHBEARER`` with a token from azure-identity. Azure Even
 ``SASL_SSL`` + ``PLAIN`` with the user name ``$ConnectionString`` and the namespace connection string as the
 password (see deploy/kafka/topics.md). A client that cannot bootstrap says why (``start``): refused SASL
 credentials and untrusted broker certificates raise ``KafkaSecurityError`` at once, which is not retried; TLS
-files that do not load (a wrong ``ssl_key_password``, say) are a ValueError. tests/test_kafka_security.py runs
+files that do not load (a wrong ``ssl_key_password``, say) are a ValueError. tests/kafka/test_kafka_security.py runs
 all of these, OAUTHBEARER excepted, against a real broker.
 """
 

@@ -4,7 +4,7 @@ A Pod as the API returns it is 5-20 KB (managedFields, the whole pod spec, volum
 few hundred bytes of it. Every published record is slimmed here by a declarative *shape* per kind: a key
 mapped to ``True`` is copied verbatim, to a dict is projected recursively, and to a one-element list
 projects every element of a list. The shapes mirror what ``tracker.core.extract`` and
-``tracker.core.correlate`` read, and ``tests/test_watch_unit.py`` proves that folding slimmed objects gives
+``tracker.core.correlate`` read, and ``tests/watch/test_watch_unit.py`` proves that folding slimmed objects gives
 the same histories as folding the originals.
 
 A value of an unexpected type is copied as it is, so that a malformed object stays malformed and the

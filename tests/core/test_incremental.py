@@ -1,0 +1,187 @@
+"""Incremental derivation (tracker.core.derive.Derivation, tracker.core.derive_pods.PodSide) equals derivation from
+scratch, and the updates a reducer flushes, applied one after the other, are the complete history.
+
+The laws, on generated lifecycles (the clusters of tests/core/test_reducer_laws.py, and wide runs of many pods with pod
+failures, evictions and deletions) folded in a random interleaving and flushed at random points:
+
+- after every flush, each update's history is the history derived from scratch from the run's facts at that point;
+- at the end, each run's history kept incrementally (``Reducer.history``) is the one derived from scratch
+  (``derive``), pods and metric points included;
+- the updates of a run combined in order (``HistoryUpdate.then``: what a sink ends up holding) are its complete
+  history: the same rows, no removed pod left, no pod missing;
+- an update holds only the pod rows that changed (a flush after a change of one pod of a wide run holds that pod).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import replace
+from itertools import accumulate
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sim.lifecycles import RunParams, RunPlan, generate_cluster
+from tests.core.test_reducer_laws import law_settings, plans, seeds
+from tests.core.test_run_id_conflicts import _copy, _run
+from tests.support.laws import by_object, interleave
+from tracker.core.derive import derive
+from tracker.core.derive_pods import PeakSet
+from tracker.core.model import HistoryUpdate, RunHistory
+from tracker.core.reducer import Reducer
+
+
+def _check(order: list[Any], flush_at: set[int]) -> dict[str, HistoryUpdate]:
+    """Fold ``order`` flushing after the records at ``flush_at``; check each flush against a derivation from scratch.
+    Returns what a sink holds at the end: each run's updates combined."""
+    red = Reducer()
+    held: dict[str, HistoryUpdate] = {}
+
+    def flush() -> None:
+        for u in red.flush().updates:
+            scratch = derive(red.runs[u.run_id])
+            history = u.history if u.history is not None else held[u.run_id].history  # None: unchanged
+            assert history == replace(scratch, metric_points=None, pods=None), u.run_id
+            rows = {p.uid: p for p in scratch.pods or ()}
+            assert all(rows.get(p.uid) == p for p in u.pods), "an update's pod row is not the pod's row"
+            assert not set(u.removed_pods) & set(rows)
+            if u.points is not None:
+                assert u.points == scratch.metric_points
+            held[u.run_id] = held[u.run_id].then(u) if u.run_id in held else u
+
+    for n, rec in enumerate(order):
+        red.apply(rec, "law")
+        if n in flush_at:
+            flush()
+    flush()
+    for run_id, facts in red.runs.items():
+        scratch = derive(facts)
+        assert red.history(run_id) == scratch, run_id
+        sink = held[run_id]
+        assert sink.full, "the first update of a run holds all of it"
+        assert sink.document() == scratch, run_id
+        assert not set(sink.removed_pods) & {p.uid for p in scratch.pods or ()}
+    return held
+
+
+@law_settings(80)
+@given(plans(), seeds, st.lists(st.integers(0, 400), max_size=40))
+def test_incremental_derivation_equals_derivation_from_scratch(plan: list[RunPlan], seed: int,
+                                                               cuts: list[int]) -> None:
+    cluster = generate_cluster(plan)
+    order = interleave(by_object(cluster.streams), random.Random(seed))
+    _check(order, set(cuts))
+
+
+wide_params = st.builds(
+    RunParams,
+    kind=st.sampled_from(["Job", "RayJob"]),
+    pods=st.integers(9, 40),
+    evictions=st.integers(0, 2),
+    eviction_reason=st.sampled_from(["Preempted", "PodsReadyTimeout"]),
+    pod_failures=st.integers(0, 3),
+    ray_retries=st.integers(0, 1),
+    outcome=st.sampled_from(["succeeded", "failed", "deactivated", "running", "deleted"]),
+    with_events=st.booleans(),
+    progress_points=st.integers(0, 3),
+    tight=st.booleans(),
+)
+
+
+@law_settings(40)
+@given(wide_params, seeds, st.floats(0.0, 1.0))
+def test_wide_runs_flushed_at_every_record_equal_their_derivation_from_scratch(params: RunParams, seed: int,
+                                                                               density: float) -> None:
+    """One wide run, its pods' records interleaved at random, flushed after a random share of its records (up to
+    every one of them, as a live run is at a live rate)."""
+    order = interleave(by_object(generate_cluster([RunPlan(params, seed=seed)]).streams), random.Random(seed))
+    rng = random.Random(seed + 1)
+    _check(order, {n for n in range(len(order)) if rng.random() < density})
+
+
+def test_a_change_of_one_pod_of_a_wide_run_updates_that_pod_only() -> None:
+    cluster = generate_cluster([RunPlan(RunParams(pods=64, outcome="running", progress_points=0))])
+    order = [ev for seq in by_object(cluster.streams) for ev in seq]
+    red = Reducer()
+    for rec in order:
+        red.apply(rec, "law")
+    [first] = red.flush().updates
+    assert first.full and len(first.pods) == 64
+    pod = next(ev for ev in reversed(order) if "object" in ev and ev["object"]["kind"] == "Pod")
+    changed = {**pod, "object": {**pod["object"], "spec": {**pod["object"]["spec"], "nodeName": "another-node"},
+                                 "metadata": {**pod["object"]["metadata"], "resourceVersion": "999999"}}}
+    red.apply(changed, "law")
+    [second] = red.flush().updates
+    assert not second.full and second.points is None and second.removed_pods == ()
+    assert [(p.uid, p.node) for p in second.pods] == [(pod["object"]["metadata"]["uid"], "another-node")]
+    red.apply(changed, "law")  # the same record again: its row does not change, and no pod goes out
+    [third] = red.flush().updates
+    assert third.pods == ()
+    assert isinstance(red.history(first.run_id), RunHistory)
+
+
+def test_a_root_that_takes_a_run_id_removes_the_other_roots_pods() -> None:
+    """Two Jobs claim one run id; the one created first keeps it. Folded after the other, it takes the run over: the
+    pods folded for the other are no longer the run's (the update names them in removed_pods) and a sink that
+    combines the updates holds the winner's pods only."""
+    run_id, watch, intake = _run("quick-success")
+    copy = _copy(watch, namespace="team-z", created="2026-08-20T10:02:03Z")  # created later: it loses
+    red = Reducer()
+    for rec in [*copy, *intake]:  # the later root first: it holds the run id for now
+        red.apply(rec, "law")
+    [before] = red.flush().updates
+    theirs = {p.uid for p in before.pods}
+    assert theirs
+    for rec in watch:
+        red.apply(rec, "law")
+    [after] = red.flush().updates
+    assert set(after.removed_pods) == theirs
+    combined = before.then(after)
+    assert combined.document() == derive(red.runs[run_id])
+    assert {p.uid for p in combined.pods}.isdisjoint(theirs) and combined.pods
+
+
+@law_settings(200)
+@given(st.lists(st.tuples(st.booleans(), st.integers(0, 60), st.sampled_from([-8, -4, -1, 1, 4, 8])), max_size=900))
+def test_the_most_gpus_held_at_once_is_the_largest_running_sum_whatever_the_adds_and_removes(
+        ops: list[tuple[bool, int, int]]) -> None:
+    """PeakSet (blocks of 128 to 256 events) against the definition: the largest prefix sum of the sorted events."""
+    peaks = PeakSet()
+    held: list[tuple[int, int]] = []
+    for remove, t, delta in ops:
+        if remove and held:
+            ev = held.pop(t % len(held))
+            peaks.remove(ev)
+        else:
+            held.append((t, delta))
+            peaks.add((t, delta))
+        assert peaks.peak() == max([0, *accumulate(d for _t, d in sorted(held))])
+
+
+def test_an_attempt_lists_its_first_64_failures_and_counts_them_all() -> None:
+    """Records stay bounded when every pod of a wide run fails: the attempt lists the 64 earliest failures and
+    ``failed_pods`` counts all of them (and ``retries`` those the Job replaced, whatever the list holds)."""
+    from tracker.core.model import MAX_FAILURES_LISTED
+
+    cluster = generate_cluster([RunPlan(RunParams(pods=2, pod_failures=1, outcome="failed"))])
+    order = [ev for seq in by_object(cluster.streams) for ev in seq]
+    failed = [ev for ev in order if ev.get("object", {}).get("kind") == "Pod"
+              and ev["object"].get("status", {}).get("phase") == "Failed"]
+    assert failed
+    template = failed[-1]
+    uid, name = template["object"]["metadata"]["uid"], template["object"]["metadata"]["name"]
+    clones = []
+    for k in range(100):
+        text = json.dumps(template).replace(uid, f"{uid[:-4]}{k:04d}").replace(name, f"{name}-{k:03d}")
+        clones.append(json.loads(text))
+    red = Reducer()
+    for rec in [*order, *clones]:
+        red.apply(rec, "law")
+    h = red.history(next(iter(red.runs)))
+    assert h is not None
+    a = next(a for a in h.attempts if a.failed_pods)
+    assert len(a.failures) == MAX_FAILURES_LISTED and a.failed_pods >= 100
+    assert a.failures == sorted(a.failures, key=lambda f: (f.at, f.pod))
+    assert h == derive(red.runs[h.run.run_id])
