@@ -61,7 +61,11 @@ class Retryable(TrackerError):
 
 
 class Fatal(TrackerError):
-    """No retry can mend this: the process (or command) stops with one line and a non-zero exit code."""
+    """No retry can mend this: the process (or command) stops with one line and a non-zero exit code.
+
+    ``exit_code`` is the code a command exits with when this error reaches its top (a branch may change it)."""
+
+    exit_code: ClassVar[int] = 1
 
 
 class ConfigError(Fatal, ValueError):

@@ -15,24 +15,17 @@ from typing import NamedTuple
 
 from tracker.core.facts import CondFacts, RayAttemptFacts, RunFacts
 
-# Workload Evicted=True reasons (prefixes) of a deactivation (spec.active=false): Kueue's ``InactiveWorkload`` and
-# the ``Deactivated...`` reasons of newer versions. A deactivated run is stopped, unless a reactivation follows.
-DEACTIVATION_REASONS = ("InactiveWorkload", "Deactivated")
-# Requeued=True/Reactivated: Kueue's workload controller queues a deactivated Workload again after spec.active
-# went back to true (pkg/controller/core/workload_controller.go)
-REACTIVATED = "Reactivated"
-_DEACTIVATED_DUE_TO = "DeactivatedDueTo"  # Evicted=True/DeactivatedDueTo<Cause>: Kueue deactivated it itself
+# re-exported (this module's users have imported them from here)
+from tracker.core.vocab import CREATED as CREATED
+from tracker.core.vocab import DEACTIVATED_DUE_TO as _DEACTIVATED_DUE_TO
+from tracker.core.vocab import DEACTIVATION_REASONS as DEACTIVATION_REASONS
+from tracker.core.vocab import EVICTION_NOT_OBSERVED as EVICTION_NOT_OBSERVED
+from tracker.core.vocab import RAYJOB_RETRY as RAYJOB_RETRY
+from tracker.core.vocab import REACTIVATED as REACTIVATED
+from tracker.core.vocab import SUBMITTED as SUBMITTED
+from tracker.core.vocab import is_deactivation as is_deactivation
 
-# Attempt triggers (``Attempt.trigger``) other than a Kueue eviction or deactivation reason
-SUBMITTED = "Submitted"  # the first attempt of a run queued by Kueue
-CREATED = "Created"  # the first attempt of a run without Kueue
-RAYJOB_RETRY = "RayJobRetry"  # KubeRay retried the RayJob on a new RayCluster (lifecycle.md §4.4)
-EVICTION_NOT_OBSERVED = "EvictionNotObserved"  # re-admitted, but the eviction before it was lost to a relist
 _NOT_OBSERVED_MESSAGE = "evicted before this re-admission; the eviction itself was not observed"
-
-
-def is_deactivation(reason: str | None) -> bool:
-    return reason is not None and reason.startswith(DEACTIVATION_REASONS)
 
 
 # ------------------------------------------------------------------------------------------ values

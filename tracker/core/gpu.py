@@ -25,6 +25,18 @@ from typing import Any
 
 from tracker.core.facts import PodFacts
 from tracker.core.model import Attempt, Status, utc
+from tracker.core.vocab import DELETED as _DELETED
+
+# re-exported: why GPU-time was lost (the keys of ``lost_gpu_hours_by``)
+from tracker.core.vocab import LOST_EVICTED as LOST_EVICTED
+from tracker.core.vocab import LOST_POD_EVICTED as LOST_POD_EVICTED
+from tracker.core.vocab import LOST_POD_FAILURE as LOST_POD_FAILURE
+from tracker.core.vocab import LOST_PODS_READY_TIMEOUT as LOST_PODS_READY_TIMEOUT
+from tracker.core.vocab import LOST_PREEMPTED as LOST_PREEMPTED
+from tracker.core.vocab import LOST_RAYJOB_RETRY as LOST_RAYJOB_RETRY
+from tracker.core.vocab import LOST_REASONS as LOST_REASONS
+from tracker.core.vocab import LOST_RUN_FAILED as LOST_RUN_FAILED
+from tracker.core.vocab import RAYJOB_RETRY as _RAYJOB_RETRY_TRIGGER
 
 #: Extended resources counted as GPUs by default: NVIDIA and AMD GPUs, Intel and Habana accelerators, and NVIDIA MIG
 #: slices (``nvidia.com/mig-<profile>``, each counted as one). A name ending in ``*`` matches every resource that
@@ -32,19 +44,7 @@ from tracker.core.model import Attempt, Status, utc
 ACCELERATOR_RESOURCES: tuple[str, ...] = ("nvidia.com/gpu", "amd.com/gpu", "gpu.intel.com/i915", "gpu.intel.com/xe",
                                           "habana.ai/gaudi", "nvidia.com/mig-*")
 
-# Why GPU-time was lost (the keys of ``lost_gpu_hours_by``).
-LOST_POD_FAILURE = "PodFailure"  # the pod failed and its attempt replaced it
-LOST_POD_EVICTED = "PodEvicted"  # the pod was killed from outside (DisruptionTarget, deleted) and replaced
-LOST_PREEMPTED = "Preempted"  # the attempt was preempted by Kueue
-LOST_PODS_READY_TIMEOUT = "PodsReadyTimeout"  # the attempt was evicted by Kueue's PodsReady timeout
-LOST_EVICTED = "Evicted"  # the attempt was ended by any other Kueue eviction or a deactivation
-LOST_RAYJOB_RETRY = "RayJobRetry"  # KubeRay retried the RayJob on a new RayCluster
-LOST_RUN_FAILED = "RunFailed"  # the run ended failed: all its GPU-time not lost otherwise
-LOST_REASONS = (LOST_POD_FAILURE, LOST_POD_EVICTED, LOST_PREEMPTED, LOST_PODS_READY_TIMEOUT, LOST_EVICTED,
-                LOST_RAYJOB_RETRY, LOST_RUN_FAILED)
 
-_RAYJOB_RETRY_TRIGGER = "RayJobRetry"  # tracker.core.derive.RAYJOB_RETRY (not imported: derive calls this module)
-_DELETED = "Deleted"  # the final reason of a run stopped by deleting its Job/RayJob
 US_PER_HOUR = 3_600_000_000  # GPU-µs in a GPU-hour
 
 

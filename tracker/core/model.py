@@ -9,91 +9,37 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from dataclasses import field as dc_field
 from datetime import UTC, datetime, timedelta
-from enum import StrEnum
 from typing import Annotated, Any, Literal, TypeVar, cast, overload
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
 from tracker.core.redact import redact_inline, redact_text
 
-INTAKE_SCHEMA = "taugrid.io/intake/v2"
-INTAKE_SCHEMA_V1 = "taugrid.io/intake/v1"  # still read: every v1 event is a v2 event with the older schema id
-INTAKE_SCHEMAS = frozenset({INTAKE_SCHEMA, INTAKE_SCHEMA_V1})
-
-# TauGrid's own labels and annotations on Jobs / RayJobs (rendered by the `tau` CLI).
-LABEL_RUN_ID = "taugrid.io/run-id"
-LABEL_PROJECT = "taugrid.io/project"
-LABEL_WORKSPACE = "taugrid.io/workspace"
-LABEL_TARGET = "taugrid.io/target"
-TAUGRID_ANNOTATION_PREFIX = "taugrid.io/"  # the annotations of a root the reducer keeps
-ANN_RESUME_OF = "taugrid.io/resume-of"
-ANN_GIT_COMMIT = "taugrid.io/git-commit"
-ANN_CONFIG_DIGEST = "taugrid.io/config-digest"
-ANN_CONFIG_REF = "taugrid.io/config-ref"
-ANN_INPUT_REFS = "taugrid.io/input-refs"
-ANN_OUTPUT = "taugrid.io/storage-output"
-
-# Kueue / batch / KubeRay identifiers read by the correlator and reducer.
-LABEL_QUEUE = "kueue.x-k8s.io/queue-name"
-LABEL_JOB_UID = "kueue.x-k8s.io/job-uid"
-LABEL_CONTROLLER_UID = "batch.kubernetes.io/controller-uid"
-LABEL_RAY_CLUSTER = "ray.io/cluster"
-LABEL_RAY_NODE_TYPE = "ray.io/node-type"
-
-
-class Phase(StrEnum):
-    """The seven lifecycle phases, in order."""
-
-    RESOLUTION = "Resolution"
-    RENDERING = "Rendering"
-    ADMISSION = "Admission"
-    SCHEDULING = "Scheduling"
-    RUNTIME = "Runtime"
-    PROGRESS = "Progress"
-    COMPLETION = "Completion"
-
-
-class PendingCategory(StrEnum):
-    """Why an attempt was not running its application yet: each second of an attempt before its containers started
-    falls in exactly one (``tracker.core.pending``; the definitions are in README "Every pending second")."""
-
-    QUEUED = "queued"  # queued, not evaluated by Kueue yet (no Workload, or Kueue has not written QuotaReserved)
-    QUOTA = "quota"  # Kueue found no quota for it (QuotaReserved=False: Pending, WaitingForQuota, ...)
-    PREEMPTION = "preemption"  # Kueue is preempting other workloads to make room for it
-    INADMISSIBLE = "inadmissible"  # its queue is stopped or missing, or it exceeds the queue's maximum quota
-    BACKOFF = "backoff"  # requeued after an eviction, held back by Kueue's requeue backoff
-    ADMISSION_CHECK = "admission-check"  # quota reserved, an admission check not Ready (detail: the check's name)
-    POD_CREATION = "pod-creation"  # admitted, its pods (or RayCluster) not created yet
-    UNSCHEDULABLE = "unschedulable"  # a pod is unschedulable (PodScheduled=False, FailedScheduling)
-    SCHEDULING = "scheduling"  # pods created, not bound yet, nothing says they cannot be
-    IMAGE_PULL = "image-pull"  # pods bound, pulling images
-    CONTAINER_CREATION = "container-creation"  # pods bound, containers being created (no image pull seen)
-    UNEXPLAINED = "unexplained"  # no evidence of why
-
-
-class GoodputCategory(StrEnum):
-    """Where an instant of a run's time (and the GPU-time held at it) went: each falls in exactly one
-    (``tracker.core.ledger``; the definitions are in ``schemas/goodput.md``)."""
-
-    PRODUCTIVE = "productive"  # training progress that was kept
-    SCHEDULING = "scheduling"  # before the first step: queued, admission (quota, checks), pods not bound yet
-    STARTUP = "startup"  # before the first step: pods bound (image pull, containers, initialization)
-    CHECKPOINT_SAVE = "checkpoint-save"  # saving a checkpoint (blocking)
-    CHECKPOINT_RESTORE = "checkpoint-restore"  # restoring a checkpoint
-    WASTED_PROGRESS = "wasted-progress"  # progress lost: the last checkpoint kept -> the interruption
-    INFRASTRUCTURE_RECOVERY = "infrastructure-recovery"  # an interruption -> the next first step
-    UNCLASSIFIED = "unclassified"  # no rule says (e.g. GPU-time after the run's end)
-
-
-class Status(StrEnum):
-    PENDING = "pending"
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    STOPPED = "stopped"
-
-
-FINAL_STATUSES = frozenset({Status.SUCCEEDED, Status.FAILED, Status.STOPPED})
+# re-exported: the vocabulary lives in tracker.core.vocab (standard library only)
+from tracker.core.vocab import ANN_CONFIG_DIGEST as ANN_CONFIG_DIGEST
+from tracker.core.vocab import ANN_CONFIG_REF as ANN_CONFIG_REF
+from tracker.core.vocab import ANN_GIT_COMMIT as ANN_GIT_COMMIT
+from tracker.core.vocab import ANN_INPUT_REFS as ANN_INPUT_REFS
+from tracker.core.vocab import ANN_OUTPUT as ANN_OUTPUT
+from tracker.core.vocab import ANN_RESUME_OF as ANN_RESUME_OF
+from tracker.core.vocab import FINAL_STATUSES as FINAL_STATUSES
+from tracker.core.vocab import INTAKE_SCHEMA as INTAKE_SCHEMA
+from tracker.core.vocab import INTAKE_SCHEMA_V1 as INTAKE_SCHEMA_V1
+from tracker.core.vocab import INTAKE_SCHEMAS as INTAKE_SCHEMAS
+from tracker.core.vocab import LABEL_CONTROLLER_UID as LABEL_CONTROLLER_UID
+from tracker.core.vocab import LABEL_JOB_UID as LABEL_JOB_UID
+from tracker.core.vocab import LABEL_PROJECT as LABEL_PROJECT
+from tracker.core.vocab import LABEL_QUEUE as LABEL_QUEUE
+from tracker.core.vocab import LABEL_RAY_CLUSTER as LABEL_RAY_CLUSTER
+from tracker.core.vocab import LABEL_RAY_NODE_TYPE as LABEL_RAY_NODE_TYPE
+from tracker.core.vocab import LABEL_RUN_ID as LABEL_RUN_ID
+from tracker.core.vocab import LABEL_TARGET as LABEL_TARGET
+from tracker.core.vocab import LABEL_WORKSPACE as LABEL_WORKSPACE
+from tracker.core.vocab import TAUGRID_ANNOTATION_PREFIX as TAUGRID_ANNOTATION_PREFIX
+from tracker.core.vocab import GoodputCategory as GoodputCategory
+from tracker.core.vocab import PendingCategory as PendingCategory
+from tracker.core.vocab import Phase as Phase
+from tracker.core.vocab import Status as Status
 
 
 @overload

@@ -16,11 +16,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import NamedTuple
 
-# tracker.core.model.PendingCategory's values, in its order (not imported: the model needs pydantic; a test checks
-# they agree)
-PENDING_CATEGORIES = ("queued", "quota", "preemption", "inadmissible", "backoff", "admission-check",
-                      "pod-creation", "unschedulable", "scheduling", "image-pull", "container-creation",
-                      "unexplained")
+from tracker.core.vocab import PENDING_CATEGORIES as PENDING_CATEGORIES  # re-exported
+
 GROWING = "+"  # marks a wait still growing (``12m+``), as the timeline marks a phase still going on
 
 
