@@ -50,15 +50,17 @@ from tests.infra import kafka as infra_kafka
 from tests.infra.fixtures import unavailable
 from tests.infra.proc import Process, free_port, spawn
 from tracker.cli import replay
+from tracker.core import wire
 from tracker.core.model import FINAL_STATUSES, HistoryUpdate, RunHistory, Status, adapter, load_json, pod_order
 from tracker.core.reducer import Reducer
 from tracker.core.stuck import Stuck, StuckRunAlert, stuck_candidate
 from tracker.core.timefmt import ts
+from tracker.core.wire import CONTENT_HASH_HEADER
 from tracker.runtime import service
 from tracker.runtime.commands import add_service_commands
 from tracker.runtime.ops import Health, Metrics
 from tracker.runtime.pipeline import run_pipeline
-from tracker.runtime.reduce import CONTENT_HASH_HEADER, ReduceService
+from tracker.runtime.reduce import ReduceService
 from tracker.runtime.sinks import SinkRunner, index_sink_runner
 from tracker.settings import Settings, SettingsError, TopicSettings, load_settings, redacted
 from tracker.shell import kafka
@@ -322,7 +324,7 @@ def check_transitions(transitions: Sequence[ConsumerRecord], expected: dict[str,
                 duplicates.append((rec.key, rec.partition, rec.offset))
             previous[rec.key] = digest
         else:
-            assert headers[transitions_codec.KIND_HEADER] == b"pod", f"{rec.partition}@{rec.offset}"
+            assert headers[wire.KIND_HEADER] == b"pod", f"{rec.partition}@{rec.offset}"
         u = transitions_codec.decode(rec.key, rec.value, rec.headers)
         updates[u.run_id] = updates[u.run_id].then(u) if u.run_id in updates else u
     assert not duplicates, f"{len(duplicates)} duplicated transitions records, e.g. {duplicates[:5]}"
@@ -336,7 +338,7 @@ def check_transitions(transitions: Sequence[ConsumerRecord], expected: dict[str,
 def last_histories(transitions: Sequence[ConsumerRecord]) -> dict[str, tuple[int, RunHistory]]:
     """The last history record of each run, with its partition."""
     return {r.key.decode(): (r.partition, load_json(RunHistory, r.value)) for r in transitions
-            if dict(r.headers).get(transitions_codec.KIND_HEADER) == b"history"}
+            if dict(r.headers).get(wire.KIND_HEADER) == b"history"}
 
 
 def alert_keys(alerts: Sequence[ConsumerRecord]) -> list[tuple[str, int, str]]:
@@ -829,7 +831,7 @@ async def test_sink_without_offset_storage_commits_to_kafka_and_skips_refused_hi
         for run_id, h in histories.items():
             value = adapter(RunHistory).dump_json(replace(h, metric_points=None, pods=None))
             await producer.send(settings.kafka.topics.transitions, value, key=run_id.encode(),
-                                headers=[(transitions_codec.KIND_HEADER, b"history")])
+                                headers=[(wire.KIND_HEADER, b"history")])
         await producer.flush()
     finally:
         await kafka.stop(producer, settings.kafka, what="test producer")

@@ -33,11 +33,12 @@ from tests.kafka.test_kafka_pipeline import (
 )
 from tests.support.adx_standin import KustoStandIn
 from tracker.cli import main, replay
+from tracker.core import wire
 from tracker.core.publish import POSITION, QUEUE
 from tracker.core.queues import QueuePosition, QueueState
+from tracker.core.wire import CONTENT_HASH_HEADER
 from tracker.runtime import service
 from tracker.runtime.ops import Health, Metrics
-from tracker.runtime.reduce import CONTENT_HASH_HEADER
 from tracker.runtime.sinks import adx_sink_runner
 from tracker.settings import Settings, load_settings
 from tracker.shell import transitions as transitions_codec
@@ -66,9 +67,9 @@ async def queue_records(settings: Settings) -> list[tuple[str, str, bytes, dict[
     out = []
     for rec in await read_topic(settings, settings.kafka.topics.transitions, PARTITIONS):
         headers = {k: v.decode() for k, v in rec.headers or ()}
-        if headers.get(transitions_codec.KIND_HEADER) in (QUEUE, POSITION):
+        if headers.get(wire.KIND_HEADER) in (QUEUE, POSITION):
             assert rec.key is not None and rec.value is not None
-            out.append((headers[transitions_codec.KIND_HEADER], rec.key.decode(), rec.value, headers))
+            out.append((headers[wire.KIND_HEADER], rec.key.decode(), rec.value, headers))
     return out
 
 
@@ -110,7 +111,7 @@ async def test_queues_and_positions_go_through_reduce_and_the_index_sink(
     assert set(newest) == {"queue:gpu-cq", "queue:team-a/team-a-lq", f"{RUN}/position"}
     for kind, key, value, headers in records:
         assert headers[CONTENT_HASH_HEADER] == hashlib.sha256(value).hexdigest()
-        item = transitions_codec.decode_queue(key.encode(), value, [(transitions_codec.KIND_HEADER, kind.encode())])
+        item = transitions_codec.decode_queue(key.encode(), value, [(wire.KIND_HEADER, kind.encode())])
         assert isinstance(item, QueueState if kind == QUEUE else QueuePosition)
     gpu_cq = QueueState.from_json(json.loads(newest["queue:gpu-cq"][1]))
     assert (gpu_cq.resource_version, gpu_cq.pending, gpu_cq.stopped) == (12, 3, True)

@@ -27,9 +27,10 @@ from tests.support.laws import fold, histories
 from tracker.core.model import DeadLetter
 from tracker.core.reducer import Reducer
 from tracker.runtime.watch_cmd import add_watch_command
-from tracker.settings import KafkaSettings
+from tracker.settings import KafkaSettings, SourceSettings
 from tracker.shell.bus import InProcessBus
 from tracker.shell.capture import Record, read_capture
+from tracker.shell.changes import ChangesProducer
 from tracker.shell.leader import LeaseConfig, LeaseElector, lead
 from tracker.shell.slim import slim
 from tracker.shell.watch import (
@@ -38,7 +39,6 @@ from tracker.shell.watch import (
     Change,
     Checkpoint,
     JsonlCapture,
-    KafkaPublisher,
     KubeApi,
     LeadershipLost,
     RunKeyer,
@@ -863,7 +863,7 @@ async def test_the_kafka_publisher_sends_dead_letters_to_their_topic() -> None:
             return done
 
     ks = KafkaSettings()
-    publisher = KafkaPublisher(Producer(), ks=ks, max_in_flight=10)  # type: ignore[arg-type]
+    publisher = ChangesProducer(ks=ks, source=SourceSettings(max_in_flight=10), producer=Producer())  # type: ignore[arg-type]
     letter = DeadLetter(source="watch:jobs@*", reason="watcher error", detail="KeyError: 'x'", excerpt="{}")
     await publisher.dead_letter(letter)
     await publisher.flush()

@@ -56,6 +56,7 @@ from tracker.core.reducer import Flushed
 from tracker.core.stuck import Clock, Stuck, StuckRunAlert
 from tracker.core.timefmt import ts
 from tracker.core.waits import pending_by_category
+from tracker.core.wire import HISTORY, POD, POINTS, POSITION, POSITION_SUFFIX, QUEUE, record_key
 
 
 def content_hash(value: bytes) -> str:
@@ -83,24 +84,6 @@ class RunShell:
             self.alerted.append(attempt)
         else:
             self.alerted_stuck.append((attempt, phase))
-
-
-HISTORY, POINTS, POD = "history", "points", "pod"  # the kinds of record on transitions (header ``kind``)
-QUEUE, POSITION = "queue", "position"  # Kueue's queues: a queue's newest state, a pending run's newest position
-POSITION_SUFFIX = "/position"
-
-
-def record_key(run_id: str, kind: str, uid: str = "") -> str:
-    """The key of a transitions record: the run id for its history, ``<run id>/points``, ``<run id>/pod/<uid>``,
-    ``<run id>/position`` (a run id is a label value or a uid: it holds no ``/``); a queue's is its queue key
-    (``queue:...``, passed as ``run_id``). Compaction keeps the latest record of each."""
-    if kind in (HISTORY, QUEUE):
-        return run_id
-    if kind == POINTS:
-        return f"{run_id}/points"
-    if kind == POSITION:
-        return f"{run_id}{POSITION_SUFFIX}"
-    return f"{run_id}/pod/{uid}"
 
 
 def queue_value(q: QueueState) -> bytes:

@@ -27,9 +27,9 @@ from tracker.core import extract as x
 from tracker.core.facts import newer
 from tracker.core.model import iso
 from tracker.core.timefmt import BadTimestamp, ts
+from tracker.core.wire import QUEUE_KEY_PREFIX
 
 QUEUE_KINDS = ("ClusterQueue", "LocalQueue")  # a tuple: `in` compares, so an unhashable kind is simply not one
-QUEUE_KEY_PREFIX = "queue:"
 QUEUE_POSITION_SCHEMA = "taugrid.io/queue-position/v1"
 MAX_RESOURCES = 256  # (flavor, resource) rows kept per queue; a larger queue is cut (the rest is not kept)
 MAX_CHECKS = 64  # admission checks named per ClusterQueue

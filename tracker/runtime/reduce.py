@@ -57,24 +57,18 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPa
 from aiokafka.errors import KafkaError, ProducerFenced
 
 from tracker import errors
-from tracker.core import stuck
+from tracker.core import stuck, wire
 from tracker.core.model import DeadLetter, Phase, Status
-from tracker.core.publish import POSITION_SUFFIX, Decisions, Limits, PartitionPolicy, content_hash
-from tracker.core.queues import QUEUE_KEY_PREFIX
+from tracker.core.publish import Decisions, Limits, PartitionPolicy, content_hash
 from tracker.core.reducer import Flushed, Reducer, ReducerLimits
 from tracker.core.stuck import STUCK_RUN_SCHEMA, StalledAdmissionAlert, StuckRunAlert
 from tracker.core.waits import PENDING_CATEGORIES
 from tracker.runtime.ops import Health, Metrics
 from tracker.settings import Settings
 from tracker.shell import jsonio, kafka
-from tracker.shell.kafka import SOURCE_HEADER
-from tracker.shell.transitions import KIND_HEADER
 
 log = structlog.get_logger("tracker.reduce")
 
-CONTENT_HASH_HEADER = "content-hash"
-_POD_KEY = "/pod/"  # a pod's record key: <run id>/pod/<uid>
-_POD_STATE = ((KIND_HEADER, b"pod"),)  # the header of a pod's run-state record
 ALERT_SCHEMA: Literal["taugrid.io/stuck-run-alert/v1"] = STUCK_RUN_SCHEMA
 __all__ = ["ALERT_SCHEMA", "ReduceFatal", "ReduceService", "StalledAdmissionAlert", "StuckRunAlert", "content_hash"]
 _OUTPUT_MARGIN = 1_024  # bytes kept free under max.message.bytes for the record's key, headers and framing
@@ -282,12 +276,12 @@ class ReduceService:
             if value is None:
                 continue
             text = key.decode(errors="replace")
-            if text.startswith(QUEUE_KEY_PREFIX) or text.endswith(POSITION_SUFFIX):  # a queue's, a position's
+            if wire.is_queue_key(text):  # a queue's, a position's
                 part.reducer.queues.restore(part.policy.restore_queue_record(text, jsonio.loads(value)))
                 continue
-            run_id, sep, uid = text.partition(_POD_KEY)
-            if sep:
-                pods.setdefault(run_id, {})[uid] = jsonio.loads(value)
+            pod = wire.pod_of_key(text)
+            if pod is not None:
+                pods.setdefault(pod[0], {})[pod[1]] = jsonio.loads(value)
             else:
                 docs.append(jsonio.loads(value))
         for doc in docs:
@@ -333,8 +327,8 @@ class ReduceService:
 
     def _fold(self, part: _Partition, rec: ConsumerRecord, extra: list[DeadLetter]) -> None:
         origin = f"{rec.topic}/{rec.partition}@{rec.offset}"
-        header = next((v for k, v in rec.headers or () if k == SOURCE_HEADER), None)
-        source = f"{origin} {header.decode(errors='replace')}" if header else origin
+        header = wire.change_source(rec.headers)
+        source = f"{origin} {header}" if header else origin
         value: bytes | None = rec.value
         if value is None:
             part.reducer.reject(source, "empty value", "")
@@ -373,9 +367,8 @@ class ReduceService:
             log.error("record_too_large_to_publish", key=key, bytes=size, limit=self._limits().max_value_bytes)
         plan = _Plan(phases=decided.phases, finished=decided.finished, pending=decided.pending)
         for p in decided.publish:
-            headers = ((KIND_HEADER, p.kind.encode()),) + \
-                (((CONTENT_HASH_HEADER, p.digest.encode()),) if p.digest is not None else ())
-            plan.records.append(_Out(topics.transitions, partition, p.key.encode(), p.value, headers))
+            plan.records.append(_Out(topics.transitions, partition, p.key.encode(), p.value,
+                                     wire.kind_headers(p.kind, p.digest)))
         self._alert_records(decided, plan)
         dead = decided.dead_letters
         for run_id in decided.touched:
@@ -396,10 +389,11 @@ class ReduceService:
         topic, partition = self.topics.run_state, part.tp.partition
         pods, removed = snap.pop("pods"), snap.pop("pods_removed")
         snap["shell"] = part.policy.shell_doc(run_id)
-        out = [_Out(topic, partition, f"{run_id}{_POD_KEY}{uid}".encode(), None, _POD_STATE) for uid in removed]
+        pod_key, pod_headers = wire.record_key, wire.POD_STATE_HEADERS
+        out = [_Out(topic, partition, pod_key(run_id, wire.POD, uid).encode(), None, pod_headers) for uid in removed]
         limit = self.topics.max_message_bytes - _OUTPUT_MARGIN
         for key, value, headers in [(run_id, jsonio.dumps(snap), ()),
-                                    *((f"{run_id}{_POD_KEY}{uid}", jsonio.dumps(doc), _POD_STATE)
+                                    *((pod_key(run_id, wire.POD, uid), jsonio.dumps(doc), pod_headers)
                                       for uid, doc in pods.items())]:
             if len(value) > limit:
                 log.error("run_state_too_large", key=key, bytes=len(value), limit=limit)
@@ -413,7 +407,7 @@ class ReduceService:
         """The run-state records of the queues and positions published (their state and hash, header ``kind``), and
         a tombstone for each position the reducer forgot (its run retired)."""
         topic = self.topics.run_state
-        out = [_Out(topic, partition, key.encode(), None, ((KIND_HEADER, b"position"),))
+        out = [_Out(topic, partition, key.encode(), None, wire.kind_headers(wire.POSITION))
                for key in decided.queue_state_gone]
         limit = self.topics.max_message_bytes - _OUTPUT_MARGIN
         for key, kind, doc in decided.queue_state:
@@ -423,7 +417,7 @@ class ReduceService:
                 dead.append(DeadLetter(source=f"{topic}:{key}", reason="run state too large to persist",
                                        detail=f"{len(value)} bytes > {limit}"))
                 continue
-            out.append(_Out(topic, partition, key.encode(), value, ((KIND_HEADER, kind.encode()),)))
+            out.append(_Out(topic, partition, key.encode(), value, wire.kind_headers(kind)))
         return out
 
     # ------------------------------------------------------------------------------------ stuck runs
@@ -434,7 +428,7 @@ class ReduceService:
     def _alert_records(self, decided: Decisions, plan: _Plan) -> None:
         for a in decided.alerts:
             s = a.stuck
-            plan.records.append(_Out(self.topics.alerts, None, s.run_id.encode(),
+            plan.records.append(_Out(self.topics.alerts, None, wire.alert_key(s.run_id),
                                      a.record.model_dump_json(by_alias=True).encode()))
             plan.alerts[(s.phase.value, s.queue)] += 1
             with structlog.contextvars.bound_contextvars(run_id=s.run_id):

@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import structlog
-from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
 from tracker import errors
@@ -33,10 +32,10 @@ from tracker.runtime.ops import Health, Metrics, OpsServer, Shutdown, configure_
 from tracker.runtime.pipeline import JsonlDeadLetters, PipelineLimits, PipelineReport, run_pipeline
 from tracker.runtime.reduce import ReduceService
 from tracker.runtime.sinks import SinkRunner, adx_sink_runner, index_sink_runner
-from tracker.settings import EmbeddedSettings, KafkaSettings, Settings, redacted
-from tracker.shell import jsonio, kafka, tasks
+from tracker.settings import EmbeddedSettings, Settings, redacted
+from tracker.shell import kafka, tasks
 from tracker.shell.capture import BadRecord, Record, capture_files, interleave
-from tracker.shell.kafka import SOURCE_HEADER
+from tracker.shell.changes import changes_producer
 from tracker.shell.slim import slim_event
 from tracker.shell.watch.keying import KeyedRecord, RunKeyer
 
@@ -71,82 +70,18 @@ async def capture_source(paths: list[Path], max_held: int) -> Source:
 
 
 async def publish(source: Source, settings: Settings) -> int:
-    """Send the source's records to ``changes`` (undecodable ones to ``dead-letters``); returns how many.
-
-    At most ``source.max_in_flight`` records are unacknowledged at any time; each send is bounded in time. When a
-    delivery fails (a broker restart outlasting the request timeout), the producer is replaced (an idempotent
-    producer cannot go on after a failed batch) and everything from the first record that failed is sent again,
-    in order, so that each object's last state is also the last one sent; the reducer ignores the duplicates this
-    makes. At most ``source.max_retries`` times in a row, then the error is raised."""
-    producer = await kafka.retrying("starting the changes producer", lambda: _producer(settings.kafka),
-                                    retries=settings.source.max_retries,
-                                    backoff_max_s=settings.source.retry_backoff_max_s)
-    try:
-        window: list[tuple[SourceItem, asyncio.Future[object]]] = []
-        sent = 0
-        async for item in source:
-            window.append((item, await _send(producer, item, settings)))
+    """Send the source's records to ``changes`` (undecodable ones to ``dead-letters``); returns how many. Delivery,
+    its window and its retry rule are ``tracker.shell.changes``'s (the watcher's too)."""
+    sent = 0
+    async with changes_producer(ks=settings.kafka, source=settings.source) as out:
+        async for record, key in source:
+            if isinstance(record, BadRecord):
+                await out.dead_letter(DeadLetter(source=record.source, reason=record.reason, excerpt=record.excerpt))
+            else:
+                await out.publish(key, record.value, source=record.source)
             sent += 1
-            if len(window) >= settings.source.max_in_flight:
-                producer = await _delivered(producer, window, settings)
-                window = []
-        producer = await _delivered(producer, window, settings)
-        return sent
-    finally:
-        await kafka.stop(producer, settings.kafka, what="changes producer")  # flushes what is sent
-
-
-async def _producer(ks: KafkaSettings) -> AIOKafkaProducer:
-    producer = kafka.make_producer(ks)
-    await kafka.start(producer, ks, what="changes producer")
-    return producer
-
-
-async def _send(producer: AIOKafkaProducer, item: SourceItem, settings: Settings) -> asyncio.Future[object]:
-    ks, topics = settings.kafka, settings.kafka.topics
-    record, key = item
-    if isinstance(record, BadRecord):
-        letter = DeadLetter(source=record.source, reason=record.reason, excerpt=record.excerpt)
-        fut: asyncio.Future[object] = await kafka.bounded(
-            producer.send(topics.dead_letters, value=letter.model_dump_json().encode()), ks.call_timeout_s,
-            what="sending a dead letter")
-        return fut
-    value = jsonio.dumps(record.value)
-    fut = await kafka.bounded(producer.send(topics.changes, value=value, key=key.encode() if key else None,
-                                            headers=[(SOURCE_HEADER, record.source.encode())]),
-                              ks.call_timeout_s, what="sending a change")
-    return fut
-
-
-async def _delivered(producer: AIOKafkaProducer, window: list[tuple[SourceItem, asyncio.Future[object]]],
-                     settings: Settings) -> AIOKafkaProducer:
-    """Wait until ``window`` is acknowledged, sending it again from its first failure; the producer to go on with."""
-    ks, attempt = settings.kafka, 0
-    while window:
-        await asyncio.wait([fut for _, fut in window], timeout=ks.call_timeout_s)
-        failed = next((i for i, (_, fut) in enumerate(window) if not fut.done() or fut.exception()), None)
-        if failed is None:
-            break
-        fut = window[failed][1]
-        error: BaseException = (fut.exception() or KafkaError("delivery failed")) if fut.done() else \
-            kafka.KafkaCallTimeout(f"delivering changes did not finish within {ks.call_timeout_s:g}s")
-        again = [item for item, _ in window[failed:]]
-        while True:
-            attempt += 1
-            if attempt > settings.source.max_retries:
-                raise error
-            delay = kafka.backoff_s(attempt, settings.source.retry_backoff_max_s)
-            log.warning("changes_delivery_failed",
-                        attempt=attempt, records=len(again), retry_in_s=delay, error=repr(error))
-            await asyncio.sleep(delay)
-            await kafka.stop(producer, ks, what="changes producer")
-            try:
-                producer = await _producer(ks)
-                window = [(item, await _send(producer, item, settings)) for item in again]
-                break
-            except (KafkaError, TimeoutError, OSError) as exc:
-                error = exc
-    return producer
+        await out.flush()
+    return sent
 
 
 # ------------------------------------------------------------------------------------------ processes

@@ -14,9 +14,12 @@ Where a sink stores its consumer offsets decides the guarantee:
   after: at least once, which upserts keyed by each part make idempotent.
 
 The sink object is opened, used and closed on one dedicated thread (SQLite connections belong to their thread),
-so a slow write never blocks the event loop's heartbeats. A failing write is retried (capped, with backoff); a
-ValueError is the sink refusing data, not a transient failure: the batch is then written run by run and only the
-refused updates are skipped (``tracker_sink_bad_records_total``), so one bad update cannot stall a sink.
+so a slow write never blocks the event loop's heartbeats. A failing write is retried (capped, with backoff); an
+``errors.InvalidInput`` is the sink refusing data, not a transient failure: the batch is then written run by run and
+only the refused updates are skipped (``tracker_sink_bad_records_total``), so one bad update cannot stall a sink. A
+record that does not decode (``transitions.BadTransition``) is skipped the same way. Any other error, a builtin
+``ValueError`` or ``TypeError`` included, is a bug or a fault: it is retried, then stops the sink (``SinkFatal``),
+and the offset of what it was writing is not committed.
 
 Kueue's queues travel on the same topic (a queue's newest state, a pending run's newest position:
 ``tracker.shell.transitions.decode_queue``). A sink that keeps them (``QueueStore``: the index, ADX) gets a batch's
@@ -38,7 +41,6 @@ import structlog
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.errors import KafkaError
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from pydantic import ValidationError
 
 from tracker import errors
 from tracker.core.model import HistoryUpdate
@@ -233,7 +235,7 @@ class SinkRunner:
                             positions[item.run_id] = item
                         continue
                     updates.append(transitions.decode(rec.key, rec.value, rec.headers))
-                except (ValidationError, ValueError, TypeError) as exc:
+                except errors.InvalidInput as exc:  # a record that is not one: skipped; a bug is not
                     self.metrics.sink_bad_records.labels(self.name).inc()
                     log.error("transitions_record_undecodable", sink=self.name, partition=tp.partition,
                               offset=rec.offset, error=str(exc)[:500])
@@ -257,16 +259,16 @@ class SinkRunner:
         self.metrics.sink_histories.labels(self.name).inc(sum(1 for u in combined if u.history is not None))
 
     async def _write_with_retries(self, updates: list[HistoryUpdate], stored: dict[OffsetKey, int]) -> int:
-        """Write with capped retries. A ValueError is the sink refusing the data (not a transient failure): the
-        batch is written run by run and only the refused updates are skipped, so one bad update cannot stall
-        the sink."""
+        """Write with capped retries. An ``errors.InvalidInput`` is the sink refusing the data (not a transient
+        failure): the batch is written run by run and only the refused updates are skipped, so one bad update cannot
+        stall the sink."""
         attempt = 0
         while True:
             attempt += 1
             started = time.perf_counter()
             try:
                 changed = await self._write_once(updates, stored)
-            except ValueError as exc:
+            except errors.InvalidInput as exc:
                 if len(updates) > 1:
                     return await self._isolate(updates, stored)
                 self.metrics.sink_bad_records.labels(self.name).inc()
@@ -285,7 +287,8 @@ class SinkRunner:
 
     async def _write_queues(self, queues: list[QueueState], positions: list[QueuePosition]) -> int:
         """Queues and positions to a sink that keeps them (before the histories and offsets: a repeat after a crash
-        is a newest-wins upsert), with the retries of histories; a ValueError skips them (counted as bad records)."""
+        is a newest-wins upsert), with the retries of histories; an ``errors.InvalidInput`` skips them (counted as bad
+        records)."""
         sink = self._sink
         if not (queues or positions) or not isinstance(sink, QueueStore):
             return 0
@@ -294,7 +297,7 @@ class SinkRunner:
             attempt += 1
             try:
                 return await self._call(lambda: sink.write_queues(queues, positions))
-            except ValueError as exc:
+            except errors.InvalidInput as exc:
                 self.metrics.sink_bad_records.labels(self.name).inc(len(queues) + len(positions))
                 log.error("queues_refused", sink=self.name, error=str(exc)[:500])
                 return 0

@@ -39,12 +39,12 @@ from rich.markup import escape
 from tracker.runtime import service
 from tracker.runtime.ops import Health, Metrics, Shutdown
 from tracker.settings import LeaseSettings, Settings, SettingsError, WatchSettings, load_settings
-from tracker.shell import kafka
+from tracker.shell.changes import changes_producer
 from tracker.shell.kube import ApiError, KubeApi, kube_client
 from tracker.shell.leader import Lease, LeaseConfig, LeaseElector, lead
 from tracker.shell.watch.checkpoint import CheckpointStore
 from tracker.shell.watch.kafka_checkpoint import KafkaCheckpoint, transactional_id
-from tracker.shell.watch.publish import JsonlCapture, KafkaPublisher, Publisher
+from tracker.shell.watch.publish import JsonlCapture, Publisher
 from tracker.shell.watch.resources import EVENTS_APIS, resources
 from tracker.shell.watch.watcher import WatchCollector, Watcher
 
@@ -233,9 +233,5 @@ async def _publisher(settings: Settings, capture: Path | None, into: Publisher |
         finally:
             sink.close()
         return
-    producer = kafka.make_producer(settings.kafka)
-    await kafka.start(producer, settings.kafka, what="changes producer")
-    try:
-        yield KafkaPublisher(producer, ks=settings.kafka, max_in_flight=settings.source.max_in_flight)
-    finally:
-        await kafka.stop(producer, settings.kafka, what="changes producer")
+    async with changes_producer(ks=settings.kafka, source=settings.source) as out:
+        yield out

@@ -24,6 +24,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
+from tracker import errors
 from tracker.core.model import (
     Attempt,
     CheckpointRecord,
@@ -558,8 +559,20 @@ def _plain(value: Any) -> Any:
     return value
 
 
+class RefusedUpdate(errors.InvalidInput):
+    """An update the index cannot store as it is (rows of other runs, a key twice, a NaN inside a JSON column, a
+    consumer offset that is not one): a sink skips it and goes on."""
+
+
+def _dumps(value: Any) -> str:
+    try:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except ValueError as exc:  # NaN or infinity: JSON has no such number
+        raise RefusedUpdate(f"cannot store {exc}") from exc
+
+
 def _json(items: list[Any]) -> str:
-    return json.dumps(_plain(items), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return _dumps(_plain(items))
 
 
 def _cell(value: object) -> SqlValue:
@@ -576,7 +589,7 @@ def _cell(value: object) -> SqlValue:
     if isinstance(value, list):
         return _json(value)
     if isinstance(value, dict):
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        return _dumps(value)
     raise TypeError(f"cannot store a {type(value).__name__} in the experiment index")
 
 
@@ -588,7 +601,7 @@ _UID, _ATTEMPT, _POD = (_PLACEMENTS.columns.index(c) for c in ("uid", "attempt",
 
 
 def _encode(u: HistoryUpdate) -> _Encoded:
-    """An update as rows; ValueError if it is not one run's consistent update."""
+    """An update as rows; RefusedUpdate if it is not one run's consistent update."""
     run_id = u.run_id
     h = u.history
     owners = [*(p.run_id for p in u.points or ()), *(p.run_id for p in u.pods)]
@@ -597,7 +610,7 @@ def _encode(u: HistoryUpdate) -> _Encoded:
                    *(m.run_id for m in h.metrics), *(link.run_id for link in h.resume_links)]
     foreign = sorted({o for o in owners if o != run_id})
     if foreign:
-        raise ValueError(f"update of run {run_id!r} holds rows of other runs: {foreign[:5]}")
+        raise RefusedUpdate(f"update of run {run_id!r} holds rows of other runs: {foreign[:5]}")
     children: tuple[list[Row], ...] = ()
     run = None
     if h is not None:
@@ -616,7 +629,7 @@ def _encode(u: HistoryUpdate) -> _Encoded:
         keys = [r[:width] for r in table_rows]
         if len(set(keys)) != len(keys):
             dup = next(k for k in keys if keys.count(k) > 1)
-            raise ValueError(f"update of run {run_id!r} has two {table.name} rows with key {dup[1:]}")
+            raise RefusedUpdate(f"update of run {run_id!r} has two {table.name} rows with key {dup[1:]}")
     return _Encoded(run_id, run, children, points, pods, list(u.removed_pods), u.full)
 
 
@@ -632,7 +645,7 @@ def _offset_rows(offsets: Mapping[OffsetKey, int]) -> list[Row]:
         group, topic, partition = key
         if not (isinstance(group, str) and group and isinstance(topic, str) and topic
                 and _natural(partition) and _natural(offset)):
-            raise ValueError(f"consumer offset must map (group, topic, partition >= 0) to an int >= 0, "
+            raise RefusedUpdate(f"consumer offset must map (group, topic, partition >= 0) to an int >= 0, "
                              f"got {key!r}: {offset!r}")
         rows.append((group, topic, partition, offset))
     return rows

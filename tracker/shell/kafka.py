@@ -45,7 +45,6 @@ from tracker.settings import KafkaSettings, TopicSettings
 T = TypeVar("T")
 log = structlog.get_logger("tracker.kafka")
 
-SOURCE_HEADER = "source"  # header of a changes record: where the change was read ("watch:<stream>", "path:line")
 
 
 class KafkaCallTimeout(errors.Retryable, TimeoutError):

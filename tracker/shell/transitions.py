@@ -6,7 +6,8 @@ keys ``<run id>``, ``<run id>/points``, ``<run id>/pod/<uid>``; a tombstone for 
 record's size does not grow with the run's width, and compaction keeps the latest of each part. A sink reads them
 in partition order and writes each as the update it is; ``combine`` makes one update per run of a batch. Records a
 tracker before the split published (no ``kind`` header: the run's whole history, pods inside its attempts) are read
-as the full update they are. A record that is none of these is a ValueError.
+as the full update they are. A record that is none of these is a ``BadTransition`` (an ``errors.InvalidInput``: a sink
+skips it and goes on); any other error is a bug and stops the sink. The keys and kinds are ``tracker.core.wire``'s.
 
 Kueue's queues travel on the same topic (``tracker.core.publish``): a queue's newest state (kind ``queue``, key
 ``queue:...``) and a pending run's newest position (kind ``position``, key ``<run id>/position``); ``decode_queue``
@@ -19,6 +20,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
+from pydantic import ValidationError
+
+from tracker import errors
+from tracker.core import wire
 from tracker.core.model import (
     HistoryUpdate,
     MetricPointsRecord,
@@ -27,16 +32,17 @@ from tracker.core.model import (
     load,
     load_json,
 )
-from tracker.core.publish import HISTORY, POD, POINTS, POSITION, QUEUE, record_key
-from tracker.core.queues import QUEUE_KEY_PREFIX, QueuePosition, QueueState
+from tracker.core.queues import QueuePosition, QueueState
+from tracker.core.wire import HISTORY, POD, POINTS, POSITION, QUEUE, QUEUE_KEY_PREFIX, record_key
 from tracker.shell import jsonio
 
-KIND_HEADER = "kind"  # of a transitions record: history, points, pod, queue or position (tracker.core.publish);
-# of a run-state one: pod, queue or position
+
+class BadTransition(errors.InvalidInput):
+    """A transitions record that is not what its kind and key say (or not JSON, or not the model it names)."""
 
 
 def _kind(headers: Sequence[tuple[str, bytes]] | None) -> str | None:
-    return next((v.decode(errors="replace") for k, v in headers or () if k == KIND_HEADER), None)
+    return wire.kind_of(headers)
 
 
 def is_queue_record(headers: Sequence[tuple[str, bytes]] | None) -> bool:
@@ -46,16 +52,16 @@ def is_queue_record(headers: Sequence[tuple[str, bytes]] | None) -> bool:
 
 def decode_queue(key: bytes | None, value: bytes | None,
                  headers: Sequence[tuple[str, bytes]] | None) -> QueueState | QueuePosition:
-    """A queue's newest state or a pending run's newest position; ValueError if the record is neither, or its key is
-    not the one its content has."""
+    """A queue's newest state or a pending run's newest position; BadTransition if the record is neither, or its key
+    is not the one its content has."""
     kind = _kind(headers)
     text_key = key.decode(errors="replace") if key is not None else ""
     if value is None:
-        raise ValueError(f"a tombstone of a {kind} record (key {text_key[:200]!r}): queues and positions are kept")
+        raise BadTransition(f"a tombstone of a {kind} record (key {text_key[:200]!r}): queues and positions are kept")
     try:
         doc = jsonio.loads(value)
         if not isinstance(doc, dict):
-            raise ValueError("not a JSON object")
+            raise BadTransition("not a JSON object")
         item: QueueState | QueuePosition
         if kind == QUEUE:
             item = QueueState.from_json(doc)
@@ -64,30 +70,41 @@ def decode_queue(key: bytes | None, value: bytes | None,
             item = QueuePosition.from_json(doc)
             expected = record_key(item.run_id, POSITION)
         else:
-            raise ValueError(f"not a queue record: kind {kind!r}")
-    except (KeyError, TypeError, AttributeError) as exc:
-        raise ValueError(f"a {kind} record (key {text_key[:200]!r}) that is not one: {exc!r}") from exc
+            raise BadTransition(f"not a queue record: kind {kind!r}")
+    except BadTransition:
+        raise
+    except (KeyError, TypeError, AttributeError, ValueError) as exc:  # not JSON, or not the object it names
+        raise BadTransition(f"a {kind} record (key {text_key[:200]!r}) that is not one: {exc!r}") from exc
     if text_key != expected:
-        raise ValueError(f"a {kind} record keyed {text_key[:200]!r} holds {expected!r}")
+        raise BadTransition(f"a {kind} record keyed {text_key[:200]!r} holds {expected!r}")
     return item
 
 
 def decode(key: bytes | None, value: bytes | None, headers: Sequence[tuple[str, bytes]] | None) -> HistoryUpdate:
-    """The update a transitions record stands for; ValueError (pydantic's ValidationError is one) if it is none."""
+    """The update a transitions record stands for; BadTransition if it is none (not JSON, not the model its kind
+    names: pydantic's ValidationError, or a legacy history that is not one)."""
+    try:
+        return _decode(key, value, headers)
+    except ValidationError as exc:  # not the model its kind names
+        raise BadTransition(f"a {_kind(headers) or 'history'} record that is not one: {exc}") from exc
+
+
+def _decode(key: bytes | None, value: bytes | None, headers: Sequence[tuple[str, bytes]] | None) -> HistoryUpdate:
     kind = _kind(headers)
     text_key = key.decode(errors="replace") if key is not None else ""
     if kind == POD:
-        run_id, sep, uid = text_key.partition("/pod/")
-        if not sep or not run_id or not uid:
-            raise ValueError(f"a pod record's key is not <run id>/pod/<uid>: {text_key[:200]!r}")
+        run_id, uid = wire.pod_of_key(text_key) or ("", "")
+        if not run_id or not uid:
+            raise BadTransition(f"a pod record's key is not <run id>/pod/<uid>: {text_key[:200]!r}")
         if value is None:
             return HistoryUpdate(run_id=run_id, removed_pods=(uid,))
         pod = load_json(PodPlacement, value)
         if (pod.run_id, pod.uid) != (run_id, uid):
-            raise ValueError(f"a pod record keyed {text_key[:200]!r} holds pod {pod.uid!r} of run {pod.run_id!r}")
+            raise BadTransition(f"a pod record keyed {text_key[:200]!r} holds pod {pod.uid!r} of run {pod.run_id!r}")
         return HistoryUpdate(run_id=run_id, pods=(pod,))
     if value is None:
-        raise ValueError(f"a tombstone of a {kind or 'history'} record (key {text_key[:200]!r}): only pods are deleted")
+        raise BadTransition(f"a tombstone of a {kind or 'history'} record (key {text_key[:200]!r}): "
+                            "only pods are deleted")
     if kind == POINTS:
         points = load_json(MetricPointsRecord, value)
         return HistoryUpdate(run_id=points.run_id, points=points.metric_points)
@@ -95,29 +112,41 @@ def decode(key: bytes | None, value: bytes | None, headers: Sequence[tuple[str, 
         history = load_json(RunHistory, value)
         return HistoryUpdate(run_id=history.run.run_id, history=history)
     if kind is not None:
-        raise ValueError(f"unknown transitions record kind {kind[:100]!r}")
-    return legacy(jsonio.loads(value))
+        raise BadTransition(f"unknown transitions record kind {kind[:100]!r}")
+    try:
+        doc = jsonio.loads(value)
+    except ValueError as exc:  # not JSON (or not UTF-8)
+        raise BadTransition(f"a history record (key {text_key[:200]!r}) that is not JSON: {exc}") from exc
+    return legacy(doc)
 
 
 def legacy(doc: Any) -> HistoryUpdate:
     """A run's whole history as a tracker before the split published it (history/v1: each attempt's pods inside
-    it, no pod uids), as a full update; its pods get the uid ``v5:<attempt>:<pod>``, as an index of schema 5 has."""
+    it, no pod uids), as a full update; its pods get the uid ``v5:<attempt>:<pod>``, as an index of schema 5 has.
+    BadTransition if ``doc`` is not one."""
+    try:
+        return _legacy(doc)
+    except (KeyError, TypeError, AttributeError, ValidationError) as exc:  # fields of other types than a history's
+        raise BadTransition(f"not a run history: {exc!r}") from exc
+
+
+def _legacy(doc: Any) -> HistoryUpdate:
     if not isinstance(doc, dict) or not isinstance(doc.get("attempts"), list) or not isinstance(doc.get("run"), dict):
-        raise ValueError("not a run history")
+        raise BadTransition("not a run history")
     run_id = doc["run"].get("run_id")
     namespace = doc["run"].get("namespace")
     pods: dict[str, PodPlacement] = {}
     attempts = []
     for a in doc["attempts"]:
         if not isinstance(a, dict):
-            raise ValueError("attempts[] must be objects")
+            raise BadTransition("attempts[] must be objects")
         a = dict(a)
         placed = a.pop("pods", None) or []
         a.setdefault("pod_count", len(placed))
         a.setdefault("failed_pods", len(a.get("failures") or []))
         for p in placed:
             if not isinstance(p, dict):
-                raise ValueError("attempts[].pods[] must be objects")
+                raise BadTransition("attempts[].pods[] must be objects")
             uid = f"v5:{a.get('attempt')}:{p.get('pod')}"
             pods[uid] = load(PodPlacement, {**p, "run_id": run_id, "namespace": namespace,
                                             "attempt": a.get("attempt"), "uid": uid})

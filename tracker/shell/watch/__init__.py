@@ -68,7 +68,8 @@ Modules, one job each:
 - ``resources``: what is watched (``Resource`` definitions, ``resources()``);
 - ``stream``: one LIST+WATCH loop (``Stream``), given what it needs; ``WatchStats``; the stream errors;
 - ``keying``: which run a record belongs to (``RunKeyer``, also used by ``tracker serve`` for capture files);
-- ``publish``: where keyed records go (``Publisher`` and its implementations) and the bounded ``Outbox``;
+- ``publish``: where keyed records go (``Publisher`` and its implementations; Kafka's is ``tracker.shell.changes``,
+  the one producer of ``changes``) and the bounded ``Outbox``;
 - ``checkpoint``: the resumable state and its stores (``CheckpointStore``, SQLite); ``kafka_checkpoint``: the
   shared store on the watch-state topic;
 - ``watcher``: ``Watcher``, which ties them together, and its Prometheus view ``WatchCollector``.
@@ -94,7 +95,6 @@ from tracker.shell.watch.publish import (
     Change,
     DeadLetterPublisher,
     JsonlCapture,
-    KafkaPublisher,
     Outbox,
     Publisher,
 )
@@ -117,7 +117,7 @@ from tracker.shell.watch.watcher import WatchCollector, Watcher
 __all__ = [
     "CHECKPOINT_VERSION", "CORE_EVENTS", "EVENTS_APIS", "EVENTS_V1", "JOBS", "JOB_PODS", "RAYCLUSTERS", "RAYJOBS",
     "RAY_PODS", "WORKLOADS", "ApiError", "Backoff", "BrokenStream", "BusPublisher", "Change", "Checkpoint",
-    "CheckpointStore", "DeadLetterPublisher", "Entry", "Gone", "JsonlCapture", "KafkaPublisher", "KeyedRecord",
+    "CheckpointStore", "DeadLetterPublisher", "Entry", "Gone", "JsonlCapture", "KeyedRecord",
     "KubeApi", "Leadership", "LeadershipLost", "Outbox", "Publisher", "Resource", "RunKeyer", "Saved", "Snapshot",
     "SqliteCheckpoint", "Stream", "WatchCollector", "WatchFatal", "WatchSettings", "WatchStats", "Watcher",
     "all_resources", "discover", "resources",

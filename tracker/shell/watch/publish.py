@@ -1,6 +1,7 @@
 """Where the watcher's keyed records go: the ``Publisher`` protocol and its implementations (an in-process bus, a
-JSON-lines capture, the Kafka changes topic), and the bounded ``Outbox`` between the streams and the publishing
-task."""
+JSON-lines capture; the Kafka changes topic's is ``tracker.shell.changes.ChangesProducer``, the one producer of
+``changes``, shared with ``tracker serve``'s intake), and the bounded ``Outbox`` between the streams and the
+publishing task."""
 
 from __future__ import annotations
 
@@ -11,12 +12,8 @@ from collections import deque
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from aiokafka import AIOKafkaProducer
-
 from tracker import errors
 from tracker.core.model import DeadLetter
-from tracker.settings import KafkaSettings
-from tracker.shell import jsonio, kafka
 from tracker.shell.bus import InProcessBus
 from tracker.shell.capture import Record
 
@@ -76,40 +73,6 @@ class JsonlCapture:
 
     def close(self) -> None:
         self.fh.close()
-
-
-class KafkaPublisher:
-    """Changes to the changes topic, keyed by run id, encoded as ``tracker serve`` encodes them, and dead letters
-    to the dead-letters topic; at most ``max_in_flight`` unacknowledged. ``flush`` waits until every record sent
-    so far is acknowledged."""
-
-    def __init__(self, producer: AIOKafkaProducer, *, ks: KafkaSettings, max_in_flight: int) -> None:
-        self.producer = producer
-        self.ks = ks
-        self.max_in_flight = max_in_flight
-        self.in_flight: list[asyncio.Future[object]] = []
-
-    async def publish(self, key: str, record: Change, *, source: str) -> None:
-        value = jsonio.dumps(record)
-        self.in_flight.append(await kafka.bounded(
-            self.producer.send(self.ks.topics.changes, value=value, key=key.encode(),
-                               headers=[(kafka.SOURCE_HEADER, source.encode())]),
-            self.ks.call_timeout_s, what="sending a change"))
-        if len(self.in_flight) >= self.max_in_flight:
-            await self.flush()
-
-    async def dead_letter(self, letter: DeadLetter) -> None:
-        self.in_flight.append(await kafka.bounded(
-            self.producer.send(self.ks.topics.dead_letters, value=letter.model_dump_json().encode()),
-            self.ks.call_timeout_s, what="sending a dead letter"))
-        if len(self.in_flight) >= self.max_in_flight:
-            await self.flush()
-
-    async def flush(self) -> None:
-        pending, self.in_flight = self.in_flight, []
-        if pending:
-            # the sends' delivery futures (gather spawns no task for a future)
-            await kafka.bounded(asyncio.gather(*pending), self.ks.call_timeout_s, what="delivering changes")
 
 
 Keyed = tuple[str, Change, str]  # (run key, record, source)
