@@ -12,13 +12,15 @@ Laws (proved by the hypothesis tests in ``tests/core/test_reducer_laws.py``):
 - idempotence: duplicated records and full relists change nothing;
 - commutativity across objects: any interleaving that keeps each object's own order gives the same histories;
 - resumability: fold(prefix); snapshot; restore; fold(rest) equals fold(everything).
+
+Split by job: this module folds (``apply``: validation, correlation, the run-id claims between roots, intake
+events) and flushes; ``tracker.core.retire`` retires finished runs (the event-time watermark, the due heap) and
+``tracker.core.snapshot`` is the snapshot codec. Both are parts of ``Reducer`` (mixins sharing its state).
 """
 
 from __future__ import annotations
 
-import heapq
 import json
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,12 +29,11 @@ from pydantic import ValidationError
 from tracker.core import extract as x
 from tracker.core import validate as v
 from tracker.core.correlate import KINDS, ROOT_KINDS, Correlator, Link, link, lost_key, taken_run_id
-from tracker.core.derive import Derivation, may_reopen
-from tracker.core.facts import METRIC_POINTS_PER_RUN, MetricFacts, PodFacts, RunFacts
+from tracker.core.derive import Derivation
+from tracker.core.facts import METRIC_POINTS_PER_RUN, MetricFacts, RunFacts
 from tracker.core.gpu import ACCELERATOR_RESOURCES, Accelerators
 from tracker.core.model import (
     EXCERPT_MAX,
-    FINAL_STATUSES,
     INTAKE_SCHEMAS,
     CheckpointRestoreEvent,
     CheckpointSaveEvent,
@@ -43,14 +44,13 @@ from tracker.core.model import (
     ResumeEvent,
     RunHistory,
     iso,
-    load,
-    to_json,
 )
 from tracker.core.queues import QUEUE_KINDS, QUEUE_POSITION_SCHEMA, QueueBook, QueuePosition, QueueState
 from tracker.core.redact import identity, redact_inline
+from tracker.core.retire import STREAM_COUNT
+from tracker.core.snapshot import Snapshots
 from tracker.core.timefmt import BadTimestamp, ts
 
-SNAPSHOT_VERSION = 2  # 2: a run's snapshot holds its pods apart (``snapshot_run``: "pods"); 1 inside its facts
 _EXCERPT_READ = 2 * EXCERPT_MAX  # of a record's text, what a dead letter redacts (then keeps EXCERPT_MAX of)
 
 
@@ -105,7 +105,13 @@ class Flushed:
         return [u.history for u in self.updates if u.history is not None]
 
 
-class Reducer:
+class Reducer(Snapshots):
+    """The fold (``apply``), the run-id claims between roots, and ``flush``; retirement (``retire``, the watermark)
+    is ``tracker.core.retire``'s part of it, the snapshot codec ``tracker.core.snapshot``'s."""
+
+    limits: ReducerLimits
+    stats: Stats
+
     def __init__(self, limits: ReducerLimits | None = None) -> None:
         self.limits = limits or ReducerLimits()
         self.accelerators = Accelerators(self.limits.accelerator_resources)
@@ -121,7 +127,7 @@ class Reducer:
         # The watermark is the earliest of the latest creationTimestamp (the API server's clock, not a controller's
         # or an application's) seen in each watch stream (roots, Workloads, Pods, Events) that has been seen: a
         # stream that lags behind the others holds retirement back instead of losing its records.
-        self.marks = [0] * (max(_STREAMS.values()) + 1)
+        self.marks = [0] * STREAM_COUNT
         self.quiet: dict[str, int] = {}
         self._due_heap: list[tuple[int, str]] = []  # (quiet + grace, run id); stale unless it matches ``quiet``
         self._touched: list[str] = []  # runs changed by the record being folded
@@ -433,64 +439,6 @@ class Reducer:
         data = ev.model_dump(exclude={"schema_", "event_id", "run_id", "at", "kind", "status"}, mode="json")
         r.intake[ev.event_id] = (ev.kind, ev.status, at, data)
 
-    # ------------------------------------------------------------------------------------ own retirement
-    def _retire_due(self, record: Any) -> None:
-        """After each record: advance the watermark, give the runs it touched a new due time, and retire the runs
-        that are due and final for good. Decided per record (not at flushes, whose timing varies), so that the
-        same records retire the same runs at the same points however they are split into calls."""
-        grace = self.limits.retire_after_us
-        assert grace is not None
-        before = self.watermark
-        stream, created = _created(record)
-        if created is not None and created > self.marks[stream]:
-            self.marks[stream] = created
-        now = self.watermark
-        if now == 0:
-            self._touched = []  # scheduled once the watermark is known
-            return
-        if before == 0:  # known from now on: every run is looked at a grace from now
-            for run_id in sorted(self.runs):
-                self._schedule(run_id, now)
-        if self._touched:
-            for run_id in dict.fromkeys(self._touched):
-                if run_id in self.runs:
-                    self._schedule(run_id, now)
-            self._touched = []
-        heap = self._due_heap
-        while heap and heap[0][0] <= now:
-            due, run_id = heapq.heappop(heap)
-            quiet = self.quiet.get(run_id)
-            if quiet is None or quiet + grace != due:
-                continue  # stale: the run changed since, or was retired
-            r = self.runs[run_id]
-            h = self._update(run_id)
-            if h.run.status in FINAL_STATUSES and not may_reopen(r, h.run):
-                if run_id in self.dirty:  # its final history still goes out at the next flush
-                    self._retired_updates[run_id] = self.derivations[run_id].take()
-                self.retire(run_id)
-                self._retired_now.append(run_id)
-                self.stats.retired += 1
-            else:
-                # quiet but live: nothing changes its history (a function of its facts) until a record touches it,
-                # which schedules it again
-                del self.quiet[run_id]
-
-    @property
-    def watermark(self) -> int:
-        """The event-time watermark (µs): the earliest of the latest creation times of the streams seen; 0 while
-        none has been."""
-        return min((m for m in self.marks if m), default=0)
-
-    def _schedule(self, run_id: str, quiet: int) -> None:
-        grace = self.limits.retire_after_us
-        assert grace is not None
-        if self.quiet.get(run_id) != quiet:
-            self.quiet[run_id] = quiet
-            heapq.heappush(self._due_heap, (quiet + grace, run_id))
-            if len(self._due_heap) > 2 * len(self.quiet) + 1024:  # drop stale entries now and then
-                self._due_heap = [(q + grace, k) for k, q in self.quiet.items()]
-                heapq.heapify(self._due_heap)
-
     # ------------------------------------------------------------------------------------ output
     def flush(self) -> Flushed:
         """What changed in every run changed since the last flush (sorted by run id), dead letters, and the runs
@@ -530,167 +478,17 @@ class Reducer:
         self._update(run_id)
         return self.derivations[run_id].document()
 
-    def retire(self, run_id: str) -> None:
-        """Free a finished run's facts once its history is written. Its id and owner bindings are remembered
-        (bounded by ``max_retired``) so that late records (TTL deletions, expiring Events) are recognised and
-        ignored instead of starting a partial history that would overwrite the real one."""
-        r = self.runs.pop(run_id, None)
-        self.queues.forget_run(run_id)
-        self.dirty.discard(run_id)
-        self.quiet.pop(run_id, None)
-        self.derivations.pop(run_id, None)
-        self._pods_changed.pop(run_id, None)
-        self._state_pods.pop(run_id, None)
-        if r is not None and r.pods:  # its pods' state goes with it
-            self._state_removed.setdefault(run_id, set()).update(r.pods)
-        self.retirements += 1
-        self.retired.pop(run_id, None)
-        self.retired[run_id] = self.retirements
-        while len(self.retired) > self.limits.max_retired:
-            oldest = next(iter(self.retired))
-            del self.retired[oldest]
-            self._forgotten_now.append(oldest)
-            self.corr.forget_run(oldest)
-            self.corr.forget_run(lost_key(oldest))
-
-    def snapshot_run(self, run_id: str) -> dict[str, Any] | None:
-        """One run's state, for a per-run changelog: its facts without its pods, its owner bindings (and the uids of
-        roots that lost its run id to another and of their objects, when there are any; its pods' uids, which are owners
-        too, are bound again from its pods: ``pods_own``), and apart, in ``pods``,
-        the facts of each pod that changed since the run's previous ``snapshot_run`` (uid -> ``PodFacts.to_json``)
-        and in ``pods_removed`` the uids of pods it no longer has. A changelog keeps each pod in a record of its
-        own (``restore_run`` takes them back), so that a change of one pod of a wide run rewrites that pod only.
-        Taking a snapshot clears what it reports of the pods."""
-        owners = self.corr.owners_of(run_id)
-        lost = self.corr.owners_of(lost_key(run_id))
-        changed = self._state_pods.pop(run_id, set())
-        removed = self._state_removed.pop(run_id, set())
-        if run_id in self.retired:
-            snap = {"version": SNAPSHOT_VERSION, "run_id": run_id, "retired": True, "owners": owners,
-                    "retired_seq": self.retired[run_id], "marks": self.marks, "pods": {}}
-        else:
-            r = self.runs.get(run_id)
-            if r is None:
-                return None
-            # the pods' own uids are bound to the run as owners (of their Events): restore binds them from the pods,
-            # so that the run's record does not grow with its width
-            snap = {"version": SNAPSHOT_VERSION, "run_id": run_id, "facts": r.to_json(pods=False),
-                    "owners": [u for u in owners if u not in r.pods], "pods_own": True, "marks": self.marks,
-                    "pods": {u: r.pods[u].to_json() for u in sorted(changed) if u in r.pods}}
-            removed = {u for u in removed if u not in r.pods}
-            if run_id in self.quiet:
-                snap["quiet"] = self.quiet[run_id]
-        snap["pods_removed"] = sorted(removed)
-        if lost:
-            snap["lost"] = lost
-        return snap
-
-    def restore_run(self, snap: dict[str, Any], pods: Mapping[str, Any] | None = None) -> None:
-        """Load one run's state written by ``snapshot_run`` (replacing what was known of it): ``pods`` holds the
-        run's pods, uid -> facts, as the changelog kept them (a version-1 snapshot holds them in its facts)."""
-        version = snap.get("version")
-        if version not in (1, SNAPSHOT_VERSION):
-            raise ValueError(f"unsupported run snapshot version {version!r}")
-        run_id = snap["run_id"]
-        marks = snap.get("marks")
-        if isinstance(marks, list) and len(marks) == len(self.marks):  # the watermark when the state was kept
-            self.marks = [max(a, b) if isinstance(b, int) else a for a, b in zip(self.marks, marks, strict=True)]
-        self.derivations.pop(run_id, None)
-        self._pods_changed.pop(run_id, None)
-        if snap.get("retired"):
-            self.runs.pop(run_id, None)
-            self.quiet.pop(run_id, None)
-            seq = snap.get("retired_seq")
-            if not isinstance(seq, int):
-                seq = self.retirements + 1
-            self.retirements = max(self.retirements, seq)
-            self.retired.pop(run_id, None)
-            self.retired[run_id] = seq
-        else:
-            r = self.runs[run_id] = RunFacts.from_json(snap["facts"])
-            kept = pods if pods is not None else snap.get("pods") if version != 1 else None
-            if kept:
-                r.pods.update((uid, PodFacts.from_json(v)) for uid, v in kept.items())
-            if version == 1 and r.pods:  # its pods were in its facts: the next snapshot keeps each apart
-                self._state_pods[run_id] = set(r.pods)
-            if self.limits.retire_after_us is not None and self.watermark:
-                quiet = snap.get("quiet")  # none: kept by a tracker that did not retire; quiet from now
-                self._schedule(run_id, quiet if isinstance(quiet, int) else self.watermark)
-        owners = list(snap["owners"])
-        if snap.get("pods_own") and run_id in self.runs:
-            owners += sorted(self.runs[run_id].pods)
-        for uid in owners:
-            self._release(uid, run_id)
-        for uid in snap.get("lost", ()):
-            self._release(uid, lost_key(run_id))
-
     # ------------------------------------------------------------------------------------ snapshot
-    def snapshot(self) -> dict[str, Any]:
-        """The whole reducer, pods inside their runs' facts (``restore`` takes it back)."""
-        return {
-            "version": SNAPSHOT_VERSION,
-            "runs": [r.to_json() for r in self.runs.values()],
-            "correlator": self.corr.to_json(),
-            "retired": list(self.retired.items()),
-            "retirements": self.retirements,
-            "dirty": sorted(self.dirty),
-            "marks": self.marks,
-            "quiet": sorted(self.quiet.items()),
-            "retired_updates": [to_json(u) for _k, u in sorted(self._retired_updates.items())],
-            "retired_now": self._retired_now,
-            "forgotten_now": self._forgotten_now,
-            "state_pods": {k: sorted(v) for k, v in sorted(self._state_pods.items())},
-            "state_removed": {k: sorted(v) for k, v in sorted(self._state_removed.items())},
-            "queues": self.queues.to_json(),
-        }
-
     @classmethod
     def restore(cls, snap: dict[str, Any], limits: ReducerLimits | None = None) -> Reducer:
-        if snap.get("version") != SNAPSHOT_VERSION:
-            raise ValueError(f"unsupported reducer snapshot version {snap.get('version')!r}")
+        """A reducer from a whole ``snapshot`` (``tracker.core.snapshot``)."""
         red = cls(limits)
-        red.runs = {d["run_id"]: RunFacts.from_json(d) for d in snap["runs"]}
-        red.corr = Correlator.from_json(snap["correlator"], red.limits.max_held)
-        red.retired = {k: seq for k, seq in snap["retired"]}
-        red.retirements = snap["retirements"]
-        red.dirty = set(snap["dirty"])
-        red.marks = list(snap["marks"])
-        if red.limits.retire_after_us is not None:
-            for run_id, quiet in snap["quiet"]:
-                red._schedule(run_id, quiet)
-        red._retired_updates = {u.run_id: u for u in (load(HistoryUpdate, d) for d in snap["retired_updates"])}
-        red._retired_now = list(snap["retired_now"])
-        red._forgotten_now = list(snap["forgotten_now"])
-        red._state_pods = {k: set(v) for k, v in snap["state_pods"].items()}
-        red._state_removed = {k: set(v) for k, v in snap["state_removed"].items()}
-        if "queues" in snap:  # a snapshot from before queues were kept has none
-            red.queues = QueueBook.from_json(snap["queues"])
+        red._load(snap)
         return red
-
-
-_STREAMS = {"Job": 0, "RayJob": 0, "Workload": 1, "Pod": 2, "Event": 3}  # the watch streams of the watermark
-
 
 def _uri(uri: str | None) -> str | None:
     """A checkpoint URI as the tracker keeps it: its credentials (a SAS signature, a password) redacted."""
     return None if uri is None else redact_inline(uri)
-
-
-def _created(record: Any) -> tuple[int, int | None]:
-    """The watch stream of a watch event's object and its creationTimestamp (µs), when it has a valid one."""
-    obj = record.get("object") if isinstance(record, dict) else None
-    if not isinstance(obj, dict):
-        return 0, None
-    kind = obj.get("kind")
-    stream = _STREAMS.get(kind) if kind.__class__ is str else None
-    meta = obj.get("metadata")
-    value = meta.get("creationTimestamp") if isinstance(meta, dict) else None
-    if stream is None or value.__class__ is not str:
-        return 0, None
-    try:
-        return stream, ts(value)
-    except BadTimestamp:
-        return 0, None
 
 
 def _excerpt(record: Any) -> str:

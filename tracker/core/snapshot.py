@@ -1,0 +1,149 @@
+"""The reducer's snapshot codec: its state as JSON values, and back.
+
+Two forms, both versioned (``SNAPSHOT_VERSION``; a version this tracker cannot continue from is an
+``errors.StoredStateError``):
+
+- ``snapshot_run`` / ``restore_run``: one run's state for a per-run changelog (the ``run-state`` topic, the index's
+  reducer state): its facts without its pods, its owner bindings, and apart the facts of each pod that changed since
+  the run's previous snapshot, so a change of one pod of a wide run rewrites that pod only; a retired run's is a
+  marker (its ordinal and owners). Version 1 kept the pods inside the facts and is still read.
+- ``snapshot`` / ``Reducer.restore``: the whole reducer in one document (pods inside their runs' facts), with what
+  is pending until the next flush.
+
+Each carries the watermark (``marks``): restoring takes the later of each stream's. Restoring is the inverse of
+snapshotting: the resumability law (``tests/core/test_reducer_laws.py``) folds a prefix, snapshots, restores and
+folds the rest. ``Snapshots`` is a part of ``tracker.core.reducer.Reducer`` (a mixin on ``Retirement``, sharing the
+reducer's state). Pure, as the reducer is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from tracker import errors
+from tracker.core.correlate import Correlator, lost_key
+from tracker.core.facts import PodFacts, RunFacts
+from tracker.core.model import HistoryUpdate, load, to_json
+from tracker.core.queues import QueueBook
+from tracker.core.retire import Retirement
+
+SNAPSHOT_VERSION = 2  # 2: a run's snapshot holds its pods apart (``snapshot_run``: "pods"); 1 inside its facts
+
+
+class Snapshots(Retirement):
+    """The snapshot codec of the reducer (module docstring); the attributes are the reducer's."""
+
+    def _release(self, uid: str, run_id: str) -> None:
+        raise NotImplementedError  # the reducer's
+
+    def snapshot_run(self, run_id: str) -> dict[str, Any] | None:
+        """One run's state, for a per-run changelog: its facts without its pods, its owner bindings (and the uids of
+        roots that lost its run id to another and of their objects, when there are any; its pods' uids, which are owners
+        too, are bound again from its pods: ``pods_own``), and apart, in ``pods``,
+        the facts of each pod that changed since the run's previous ``snapshot_run`` (uid -> ``PodFacts.to_json``)
+        and in ``pods_removed`` the uids of pods it no longer has. A changelog keeps each pod in a record of its
+        own (``restore_run`` takes them back), so that a change of one pod of a wide run rewrites that pod only.
+        Taking a snapshot clears what it reports of the pods."""
+        owners = self.corr.owners_of(run_id)
+        lost = self.corr.owners_of(lost_key(run_id))
+        changed = self._state_pods.pop(run_id, set())
+        removed = self._state_removed.pop(run_id, set())
+        if run_id in self.retired:
+            snap = {"version": SNAPSHOT_VERSION, "run_id": run_id, "retired": True, "owners": owners,
+                    "retired_seq": self.retired[run_id], "marks": self.marks, "pods": {}}
+        else:
+            r = self.runs.get(run_id)
+            if r is None:
+                return None
+            # the pods' own uids are bound to the run as owners (of their Events): restore binds them from the pods,
+            # so that the run's record does not grow with its width
+            snap = {"version": SNAPSHOT_VERSION, "run_id": run_id, "facts": r.to_json(pods=False),
+                    "owners": [u for u in owners if u not in r.pods], "pods_own": True, "marks": self.marks,
+                    "pods": {u: r.pods[u].to_json() for u in sorted(changed) if u in r.pods}}
+            removed = {u for u in removed if u not in r.pods}
+            if run_id in self.quiet:
+                snap["quiet"] = self.quiet[run_id]
+        snap["pods_removed"] = sorted(removed)
+        if lost:
+            snap["lost"] = lost
+        return snap
+
+    def restore_run(self, snap: dict[str, Any], pods: Mapping[str, Any] | None = None) -> None:
+        """Load one run's state written by ``snapshot_run`` (replacing what was known of it): ``pods`` holds the
+        run's pods, uid -> facts, as the changelog kept them (a version-1 snapshot holds them in its facts)."""
+        version = snap.get("version")
+        if version not in (1, SNAPSHOT_VERSION):
+            raise errors.StoredStateError(f"unsupported run snapshot version {version!r}")
+        run_id = snap["run_id"]
+        marks = snap.get("marks")
+        if isinstance(marks, list) and len(marks) == len(self.marks):  # the watermark when the state was kept
+            self.marks = [max(a, b) if isinstance(b, int) else a for a, b in zip(self.marks, marks, strict=True)]
+        self.derivations.pop(run_id, None)
+        self._pods_changed.pop(run_id, None)
+        if snap.get("retired"):
+            self.runs.pop(run_id, None)
+            self.quiet.pop(run_id, None)
+            seq = snap.get("retired_seq")
+            if not isinstance(seq, int):
+                seq = self.retirements + 1
+            self.retirements = max(self.retirements, seq)
+            self.retired.pop(run_id, None)
+            self.retired[run_id] = seq
+        else:
+            r = self.runs[run_id] = RunFacts.from_json(snap["facts"])
+            kept = pods if pods is not None else snap.get("pods") if version != 1 else None
+            if kept:
+                r.pods.update((uid, PodFacts.from_json(v)) for uid, v in kept.items())
+            if version == 1 and r.pods:  # its pods were in its facts: the next snapshot keeps each apart
+                self._state_pods[run_id] = set(r.pods)
+            if self.limits.retire_after_us is not None and self.watermark:
+                quiet = snap.get("quiet")  # none: kept by a tracker that did not retire; quiet from now
+                self._schedule(run_id, quiet if isinstance(quiet, int) else self.watermark)
+        owners = list(snap["owners"])
+        if snap.get("pods_own") and run_id in self.runs:
+            owners += sorted(self.runs[run_id].pods)
+        for uid in owners:
+            self._release(uid, run_id)
+        for uid in snap.get("lost", ()):
+            self._release(uid, lost_key(run_id))
+
+    def snapshot(self) -> dict[str, Any]:
+        """The whole reducer, pods inside their runs' facts (``restore`` takes it back)."""
+        return {
+            "version": SNAPSHOT_VERSION,
+            "runs": [r.to_json() for r in self.runs.values()],
+            "correlator": self.corr.to_json(),
+            "retired": list(self.retired.items()),
+            "retirements": self.retirements,
+            "dirty": sorted(self.dirty),
+            "marks": self.marks,
+            "quiet": sorted(self.quiet.items()),
+            "retired_updates": [to_json(u) for _k, u in sorted(self._retired_updates.items())],
+            "retired_now": self._retired_now,
+            "forgotten_now": self._forgotten_now,
+            "state_pods": {k: sorted(v) for k, v in sorted(self._state_pods.items())},
+            "state_removed": {k: sorted(v) for k, v in sorted(self._state_removed.items())},
+            "queues": self.queues.to_json(),
+        }
+
+    def _load(self, snap: dict[str, Any]) -> None:
+        """Take back a whole ``snapshot`` into this (new) reducer."""
+        if snap.get("version") != SNAPSHOT_VERSION:
+            raise errors.StoredStateError(f"unsupported reducer snapshot version {snap.get('version')!r}")
+        self.runs = {d["run_id"]: RunFacts.from_json(d) for d in snap["runs"]}
+        self.corr = Correlator.from_json(snap["correlator"], self.limits.max_held)
+        self.retired = {k: seq for k, seq in snap["retired"]}
+        self.retirements = snap["retirements"]
+        self.dirty = set(snap["dirty"])
+        self.marks = list(snap["marks"])
+        if self.limits.retire_after_us is not None:
+            for run_id, quiet in snap["quiet"]:
+                self._schedule(run_id, quiet)
+        self._retired_updates = {u.run_id: u for u in (load(HistoryUpdate, d) for d in snap["retired_updates"])}
+        self._retired_now = list(snap["retired_now"])
+        self._forgotten_now = list(snap["forgotten_now"])
+        self._state_pods = {k: set(v) for k, v in snap["state_pods"].items()}
+        self._state_removed = {k: set(v) for k, v in snap["state_removed"].items()}
+        if "queues" in snap:  # a snapshot from before queues were kept has none
+            self.queues = QueueBook.from_json(snap["queues"])
