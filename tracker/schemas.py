@@ -8,10 +8,41 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
-from tracker.core.model import schema_documents
+from pydantic import TypeAdapter
+
+from tracker.core import stuck
+from tracker.core.model import (
+    HISTORY_SCHEMA,
+    INTAKE_SCHEMA,
+    METRIC_POINTS_SCHEMA,
+    POD_SCHEMA,
+    DeadLetter,
+    IntakeEvent,
+    MetricPointsRecord,
+    PodPlacement,
+    RunHistory,
+    adapter,
+)
 
 SCHEMAS_DIR = Path(__file__).resolve().parent.parent / "schemas"
+
+
+def schema_documents() -> dict[str, dict[str, Any]]:
+    """The JSON Schemas published under ``schemas/`` (path relative to schemas/ -> schema)."""
+    intake = TypeAdapter(IntakeEvent).json_schema()
+    intake["$id"] = INTAKE_SCHEMA
+    intake["title"] = "TauGrid intake event"
+    # intake/v1.schema.json is frozen as published: v2 reads every v1 event (tests/core/test_goodput_intake.py)
+    return {
+        "intake/v2.schema.json": intake,
+        "history/v4.schema.json": adapter(RunHistory).json_schema() | {"$id": HISTORY_SCHEMA},
+        "pod/v1.schema.json": adapter(PodPlacement).json_schema() | {"$id": POD_SCHEMA},
+        "metric-points/v1.schema.json": adapter(MetricPointsRecord).json_schema() | {"$id": METRIC_POINTS_SCHEMA},
+        "dead-letter/v1.schema.json": DeadLetter.model_json_schema() | {"$id": "taugrid.io/dead-letter/v1"},
+        **stuck.schema_documents(),
+    }
 
 
 def render() -> dict[Path, str]:

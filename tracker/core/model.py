@@ -1,4 +1,5 @@
-"""Wire models of the tracker: what comes in (intake events), what goes out (history rows).
+"""Wire models of the tracker: what comes in (intake events, defined in ``tracker.core.intake`` and re-exported
+here), what goes out (history rows).
 
 Everything here is a plain value: pydantic v2 models for anything that crosses a process boundary, so
 that the JSON Schemas under ``schemas/`` are generated from exactly these classes.
@@ -13,6 +14,16 @@ from typing import Annotated, Any, Literal, TypeVar, cast, overload
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
+# re-exported: the intake events live in tracker.core.intake
+from tracker.core.intake import URI_MAX as URI_MAX
+from tracker.core.intake import CheckpointRestoreEvent as CheckpointRestoreEvent
+from tracker.core.intake import CheckpointSaveEvent as CheckpointSaveEvent
+from tracker.core.intake import IntakeEnvelope as IntakeEnvelope
+from tracker.core.intake import IntakeEvent as IntakeEvent
+from tracker.core.intake import ProgressEvent as ProgressEvent
+from tracker.core.intake import RenderingEvent as RenderingEvent
+from tracker.core.intake import ResolutionEvent as ResolutionEvent
+from tracker.core.intake import ResumeEvent as ResumeEvent
 from tracker.core.redact import redact_inline, redact_text
 
 # re-exported: the vocabulary lives in tracker.core.vocab (standard library only)
@@ -68,110 +79,6 @@ def iso(ts_us: int | None) -> str | None:
     dt = datetime.fromtimestamp(ts_us // 1_000_000, tz=UTC).replace(microsecond=ts_us % 1_000_000)
     text = dt.isoformat(timespec="microseconds" if dt.microsecond else "seconds")
     return text.replace("+00:00", "Z")
-
-
-# --------------------------------------------------------------------------------------------------
-# Intake events: what TauGrid's `tau` CLI and the training process report, outside the Kubernetes API.
-
-
-URI_MAX = 2048  # characters of a checkpoint URI
-
-
-class _Intake(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
-
-    schema_: Literal["taugrid.io/intake/v1", "taugrid.io/intake/v2"] = Field(
-        alias="schema", description="Schema id and version (v1 events are read as they are).")
-    event_id: str = Field(min_length=1, max_length=256, description="Unique id; repeats are ignored.")
-    run_id: str = Field(min_length=1, max_length=253, description="The run (taugrid.io/run-id label value).")
-    at: datetime = Field(description="When it happened, by the reporter's clock (RFC 3339 with offset).")
-
-
-class ResolutionEvent(_Intake):
-    """`tau` resolved project, workspace and target for a run (or failed to)."""
-
-    kind: Literal["Resolution"]
-    status: Literal["started", "succeeded", "failed"]
-    project: str | None = None
-    workspace: str | None = None
-    target: str | None = None
-    git_commit: str | None = None
-    config_digest: str | None = None
-    config_ref: str | None = None
-    input_refs: list[str] = Field(default_factory=list)
-    reason: str | None = None
-    message: str | None = Field(default=None, max_length=4096)
-
-
-class RenderingEvent(_Intake):
-    """`tau` rendered the workload (Job or RayJob) and submitted it, or validation failed."""
-
-    kind: Literal["Rendering"]
-    status: Literal["started", "succeeded", "failed"]
-    workload_kind: Literal["Job", "RayJob"] | None = None
-    namespace: str | None = None
-    name: str | None = None
-    queue: str | None = None
-    output_uri: str | None = Field(default=None, description="storage.output location of the run.")
-    reason: str | None = None
-    message: str | None = Field(default=None, max_length=4096)
-
-
-class ProgressEvent(_Intake):
-    """A step record: the training process reached ``step`` at ``at`` (the time the step starts), with metric
-    points; optionally a checkpoint of that step completed then (v1's way; v2 reports saves with
-    ``CheckpointSave`` events, which give their duration)."""
-
-    kind: Literal["Progress"]
-    step: int = Field(ge=0, le=2**63 - 1, description="Training step: a signed 64-bit integer, as stored.")
-    metrics: dict[str, Annotated[float, Field(allow_inf_nan=False)]] = Field(default_factory=dict, max_length=256)
-    checkpoint_uri: str | None = None  # unbounded, as v1 published it
-
-
-class _IntakeV2(_Intake):
-    schema_: Literal["taugrid.io/intake/v2"] = Field(alias="schema", description="Schema id and version.")
-
-
-class CheckpointSaveEvent(_IntakeV2):
-    """The training process began (``started``), finished (``completed``) or gave up (``failed``) saving a
-    checkpoint of a step. ``at`` is when; the save's blocking time is from ``started`` to ``completed``/``failed``
-    (schemas/goodput.md). The two events of one save share step and URI."""
-
-    kind: Literal["CheckpointSave"]
-    phase: Literal["started", "completed", "failed"]
-    step: int = Field(ge=0, le=2**63 - 1, description="The training step the checkpoint holds.")
-    uri: str = Field(min_length=1, max_length=URI_MAX, description="Where the checkpoint is written.")
-    bytes: int | None = Field(default=None, ge=0, le=2**63 - 1, description="Its size, when known (completed).")
-
-
-class CheckpointRestoreEvent(_IntakeV2):
-    """The training process began (``started``), finished (``completed``) or gave up (``failed``) restoring a
-    checkpoint; the step it restores is where training goes on from (progress after it is wasted)."""
-
-    kind: Literal["CheckpointRestore"]
-    phase: Literal["started", "completed", "failed"]
-    step: int = Field(ge=0, le=2**63 - 1, description="The training step the checkpoint holds.")
-    uri: str = Field(min_length=1, max_length=URI_MAX, description="Where the checkpoint is read from.")
-
-
-class ResumeEvent(_IntakeV2):
-    """This run resumes another run (its lineage): from which run, and from which of its checkpoints when known.
-    The root's ``taugrid.io/resume-of`` annotation, when set, names the run instead."""
-
-    kind: Literal["Resume"]
-    resume_of: str = Field(min_length=1, max_length=253, description="The run id resumed.")
-    checkpoint_uri: str | None = Field(default=None, max_length=URI_MAX)
-    step: int | None = Field(default=None, ge=0, le=2**63 - 1)
-
-
-IntakeEvent = Annotated[ResolutionEvent | RenderingEvent | ProgressEvent | CheckpointSaveEvent |
-                        CheckpointRestoreEvent | ResumeEvent, Field(discriminator="kind")]
-
-
-class IntakeEnvelope(BaseModel):
-    """Wrapper used to validate one intake event of any kind."""
-
-    event: IntakeEvent
 
 
 # --------------------------------------------------------------------------------------------------
@@ -664,21 +571,3 @@ def field_names(cls: type[Any]) -> tuple[str, ...]:
 def to_json(value: Any) -> Any:
     """A row (or a history) as JSON values: times as ISO-8601 UTC strings with a Z, enums as their values."""
     return adapter(type(value)).dump_python(value, mode="json")
-
-
-def schema_documents() -> dict[str, dict[str, Any]]:
-    """The JSON Schemas published under ``schemas/`` (path relative to schemas/ -> schema)."""
-    from tracker.core import stuck  # it builds on this module
-
-    intake = TypeAdapter(IntakeEvent).json_schema()
-    intake["$id"] = INTAKE_SCHEMA
-    intake["title"] = "TauGrid intake event"
-    # intake/v1.schema.json is frozen as published: v2 reads every v1 event (tests/core/test_goodput_intake.py)
-    return {
-        "intake/v2.schema.json": intake,
-        "history/v4.schema.json": adapter(RunHistory).json_schema() | {"$id": HISTORY_SCHEMA},
-        "pod/v1.schema.json": adapter(PodPlacement).json_schema() | {"$id": POD_SCHEMA},
-        "metric-points/v1.schema.json": adapter(MetricPointsRecord).json_schema() | {"$id": METRIC_POINTS_SCHEMA},
-        "dead-letter/v1.schema.json": DeadLetter.model_json_schema() | {"$id": "taugrid.io/dead-letter/v1"},
-        **stuck.schema_documents(),
-    }

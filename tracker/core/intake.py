@@ -1,0 +1,113 @@
+"""Intake events: what TauGrid's `tau` CLI and the training process report, outside the Kubernetes API.
+
+pydantic models (they cross a process boundary, and ``schemas/intake/v2.schema.json`` is generated from them:
+``tracker.schemas``); the reducer validates each as it folds it (``IntakeEnvelope``) and dead-letters what does not
+validate. A v1 event is read as it is; v2 added checkpoint saves and restores and resumption.
+``tracker.core.model`` re-exports every name here.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+URI_MAX = 2048  # characters of a checkpoint URI
+
+
+class _Intake(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    schema_: Literal["taugrid.io/intake/v1", "taugrid.io/intake/v2"] = Field(
+        alias="schema", description="Schema id and version (v1 events are read as they are).")
+    event_id: str = Field(min_length=1, max_length=256, description="Unique id; repeats are ignored.")
+    run_id: str = Field(min_length=1, max_length=253, description="The run (taugrid.io/run-id label value).")
+    at: datetime = Field(description="When it happened, by the reporter's clock (RFC 3339 with offset).")
+
+
+class ResolutionEvent(_Intake):
+    """`tau` resolved project, workspace and target for a run (or failed to)."""
+
+    kind: Literal["Resolution"]
+    status: Literal["started", "succeeded", "failed"]
+    project: str | None = None
+    workspace: str | None = None
+    target: str | None = None
+    git_commit: str | None = None
+    config_digest: str | None = None
+    config_ref: str | None = None
+    input_refs: list[str] = Field(default_factory=list)
+    reason: str | None = None
+    message: str | None = Field(default=None, max_length=4096)
+
+
+class RenderingEvent(_Intake):
+    """`tau` rendered the workload (Job or RayJob) and submitted it, or validation failed."""
+
+    kind: Literal["Rendering"]
+    status: Literal["started", "succeeded", "failed"]
+    workload_kind: Literal["Job", "RayJob"] | None = None
+    namespace: str | None = None
+    name: str | None = None
+    queue: str | None = None
+    output_uri: str | None = Field(default=None, description="storage.output location of the run.")
+    reason: str | None = None
+    message: str | None = Field(default=None, max_length=4096)
+
+
+class ProgressEvent(_Intake):
+    """A step record: the training process reached ``step`` at ``at`` (the time the step starts), with metric
+    points; optionally a checkpoint of that step completed then (v1's way; v2 reports saves with
+    ``CheckpointSave`` events, which give their duration)."""
+
+    kind: Literal["Progress"]
+    step: int = Field(ge=0, le=2**63 - 1, description="Training step: a signed 64-bit integer, as stored.")
+    metrics: dict[str, Annotated[float, Field(allow_inf_nan=False)]] = Field(default_factory=dict, max_length=256)
+    checkpoint_uri: str | None = None  # unbounded, as v1 published it
+
+
+class _IntakeV2(_Intake):
+    schema_: Literal["taugrid.io/intake/v2"] = Field(alias="schema", description="Schema id and version.")
+
+
+class CheckpointSaveEvent(_IntakeV2):
+    """The training process began (``started``), finished (``completed``) or gave up (``failed``) saving a
+    checkpoint of a step. ``at`` is when; the save's blocking time is from ``started`` to ``completed``/``failed``
+    (schemas/goodput.md). The two events of one save share step and URI."""
+
+    kind: Literal["CheckpointSave"]
+    phase: Literal["started", "completed", "failed"]
+    step: int = Field(ge=0, le=2**63 - 1, description="The training step the checkpoint holds.")
+    uri: str = Field(min_length=1, max_length=URI_MAX, description="Where the checkpoint is written.")
+    bytes: int | None = Field(default=None, ge=0, le=2**63 - 1, description="Its size, when known (completed).")
+
+
+class CheckpointRestoreEvent(_IntakeV2):
+    """The training process began (``started``), finished (``completed``) or gave up (``failed``) restoring a
+    checkpoint; the step it restores is where training goes on from (progress after it is wasted)."""
+
+    kind: Literal["CheckpointRestore"]
+    phase: Literal["started", "completed", "failed"]
+    step: int = Field(ge=0, le=2**63 - 1, description="The training step the checkpoint holds.")
+    uri: str = Field(min_length=1, max_length=URI_MAX, description="Where the checkpoint is read from.")
+
+
+class ResumeEvent(_IntakeV2):
+    """This run resumes another run (its lineage): from which run, and from which of its checkpoints when known.
+    The root's ``taugrid.io/resume-of`` annotation, when set, names the run instead."""
+
+    kind: Literal["Resume"]
+    resume_of: str = Field(min_length=1, max_length=253, description="The run id resumed.")
+    checkpoint_uri: str | None = Field(default=None, max_length=URI_MAX)
+    step: int | None = Field(default=None, ge=0, le=2**63 - 1)
+
+
+IntakeEvent = Annotated[ResolutionEvent | RenderingEvent | ProgressEvent | CheckpointSaveEvent |
+                        CheckpointRestoreEvent | ResumeEvent, Field(discriminator="kind")]
+
+
+class IntakeEnvelope(BaseModel):
+    """Wrapper used to validate one intake event of any kind."""
+
+    event: IntakeEvent
