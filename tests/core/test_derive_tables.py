@@ -18,7 +18,8 @@ from sim.lifecycles import generate_stream
 from sim.scenarios import SCENARIOS
 from tests.support.laws import fold
 from tracker.core import derive as dv
-from tracker.core.derive import ATTEMPT_PHASES, FINAL_STATUS_RULES, INTAKE_PHASES, WAIT_RULES, derive
+from tracker.core.derive import derive
+from tracker.core.derive_rules import ATTEMPT_PHASES, FINAL_STATUS_RULES, INTAKE_PHASES, WAIT_RULES
 from tracker.core.facts import RayOutcome, RunFacts
 from tracker.core.model import FINAL_STATUSES, Phase, RunHistory, Status
 from tracker.core.reducer import Reducer

@@ -49,6 +49,7 @@ from tests.infra import build
 from tests.infra import kafka as infra_kafka
 from tests.infra.fixtures import unavailable
 from tests.infra.proc import Process, free_port, spawn
+from tracker import errors
 from tracker.cli import replay
 from tracker.core import wire
 from tracker.core.model import FINAL_STATUSES, HistoryUpdate, RunHistory, Status, adapter, load_json, pod_order
@@ -805,7 +806,8 @@ async def test_a_deactivated_run_is_not_retired_and_its_reactivation_reopens_it(
 
 
 class RefusingSink:
-    """A sink without offsets of its own (as the ADX sink): it refuses one run's history with a ValueError."""
+    """A sink without offsets of its own (as the ADX sink): it refuses one run's history (``errors.InvalidInput``, the
+    sinks' "refused data": a bare ValueError is a bug and stops the sink)."""
 
     def __init__(self, refused: str) -> None:
         self.refused = refused
@@ -813,7 +815,7 @@ class RefusingSink:
 
     def write(self, updates: Sequence[HistoryUpdate]) -> int:
         if any(u.run_id == self.refused for u in updates):
-            raise ValueError(f"run {self.refused} refused")
+            raise errors.InvalidInput(f"run {self.refused} refused")
         self.written.update((u.run_id, u.history) for u in updates if u.history is not None)
         return len(updates)
 

@@ -54,13 +54,8 @@ from typing import Any
 
 from tracker.core import gpu
 from tracker.core.derive_attempts import (
-    CREATED,
-    DEACTIVATION_REASONS,
     EVICTION_NOT_OBSERVED,
     RAYJOB_RETRY,
-    REACTIVATED,
-    SUBMITTED,
-    Cond,
     Reason,
     _Att,
     _kueue_attempts,
@@ -72,17 +67,8 @@ from tracker.core.derive_ledger import spans as ledger_spans
 from tracker.core.derive_pods import _BEFORE_ALL, AttemptContext, AttemptPods, Layout, PodSide
 from tracker.core.derive_rules import (
     ATTEMPT_PHASES,
-    FINAL_STATUS_RULES,
-    INTAKE_PHASES,
-    INTAKE_SOURCE,
     RUNNING_PHASES,
-    WAIT_RULES,
-    AttemptPhase,
     Entry,
-    FinalRule,
-    IntakePhase,
-    WaitEvidence,
-    WaitRule,
     _Final,
     _final,
     _Intake,
@@ -118,14 +104,6 @@ from tracker.core.model import (
     utc,
 )
 from tracker.core.pending import AttemptPending, attempt_pending
-
-# the derivation's names, importable from here as before it was split in several modules
-__all__ = [
-    "ATTEMPT_PHASES", "CREATED", "DEACTIVATION_REASONS", "EVICTION_NOT_OBSERVED", "FINAL_STATUS_RULES", "INTAKE_PHASES",
-    "INTAKE_SOURCE", "RAYJOB_RETRY", "REACTIVATED", "RUNNING_PHASES", "SUBMITTED", "WAIT_RULES", "AttemptPhase", "Cond",
-    "Derivation", "Entry", "FinalRule", "IntakePhase", "Reason", "WaitEvidence", "WaitRule", "derive",
-    "is_deactivation", "may_reopen",
-]
 
 
 def may_reopen(r: RunFacts, run: RunRecord) -> bool:

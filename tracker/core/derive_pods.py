@@ -278,9 +278,6 @@ class AttemptPods:
             else:
                 del self.abnormal[bisect_left(self.abnormal, key)]
 
-    def failure_keys(self, limit: int) -> list[FailureKey]:
-        return self.failures[:limit]
-
 
 class AttemptContext(NamedTuple):
     """What the pods of one attempt read of it."""

@@ -83,10 +83,6 @@ class Accelerators:
 DEFAULT_ACCELERATORS = Accelerators()
 
 
-def is_accelerator(resource: str, accelerators: Accelerators = DEFAULT_ACCELERATORS) -> bool:
-    return resource in accelerators
-
-
 def pod_gpus(spec: Mapping[str, Any], accelerators: Accelerators = DEFAULT_ACCELERATORS) -> int:
     """GPUs a pod requests: per container, each accelerator's request, else its limit; summed over containers.
     ValueError if a count is beyond ``MAX_GPUS``."""
