@@ -1,8 +1,9 @@
 """The tracker's exception tree: every error it raises on purpose, and what each branch means for the caller.
 
 Like httpx's ``_exceptions.py``, the whole tree is written out here; the classes themselves live beside the code
-that raises them (the tree names their modules), and each keeps the standard base class its callers and tests
-rely on (``ValueError``, ``RuntimeError``, ``TimeoutError``)::
+that raises them (the tree names their modules, relative to ``tracker``), and each keeps the standard base class
+its callers and tests rely on (``ValueError``, ``RuntimeError``, ``TimeoutError``). ``tests/core/test_error_tree.py``
+checks the picture against the classes, both ways::
 
     TrackerError
     ├── Retryable                              transient: the loop that meets it tries again, with capped backoff
@@ -11,14 +12,15 @@ rely on (``ValueError``, ``RuntimeError``, ``TimeoutError``)::
     │   ├── shell.leader.LeadershipLost        the lease is no longer certainly held; the term ends, campaign again
     │   ├── shell.kafka.KafkaCallTimeout       (TimeoutError) a Kafka call outlived ``kafka.call_timeout_s``
     │   └── shell.deadline.DeadlineExceeded    (TimeoutError) an SDK call outlived its deadline
-    ├── Fatal                                  the process stops: one "stopped_by_an_error" line, exit code 1
+    ├── Fatal                                  the command stops: one "stopped_by_an_error" line, its ``exit_code``
     │   ├── ConfigError                        (ValueError) a setting, option or file given that cannot work
     │   │   └── settings.SettingsError         the settings tree does not validate
     │   ├── GaveUp                             (RuntimeError) retries of a transient fault ran out
     │   │   ├── runtime.reduce.ReduceFatal
     │   │   ├── runtime.sinks.SinkFatal
     │   │   └── shell.watch.stream.WatchFatal  (also: a stream's loop failed in a way no reconnect mends)
-    │   ├── StoredStateError                   (ValueError) stored state this tracker cannot continue from
+    │   ├── StoredStateError                   (ValueError) stored state this tracker cannot continue from (a
+    │   │   │                                  reducer snapshot of a version it does not read: core.snapshot)
     │   │   └── shell.watch.checkpoint.CheckpointError
     │   ├── shell.reducer_state.StateError     (RuntimeError) the index's reducer state is unusable
     │   ├── shell.index_schema.IndexSchemaError (RuntimeError) not an experiment index this tracker can use
@@ -26,15 +28,23 @@ rely on (``ValueError``, ``RuntimeError``, ``TimeoutError``)::
     │   ├── shell.kafka.TopicLayoutError       (RuntimeError) topics missing or laid out otherwise
     │   ├── shell.kafka.KafkaSecurityError     (KafkaError) credentials or TLS refused
     │   ├── shell.kusto_apply.ApplyError       (RuntimeError) the ADX cluster refused a schema command
-    │   ├── shell.index_query.IndexQueryError  (ValueError) a query the index cannot answer as asked
-    │   ├── cli.UsageError                     a command line that cannot work (exit 2)
-    │   └── cli.NotFound                       what was asked for is not there (exit 1)
+    │   ├── read.store.IndexQueryError         (ValueError) a query the index cannot answer as asked
+    │   ├── cli.args.UsageError                a command line that cannot work (exit 2)
+    │   ├── cli.args.NotFound                  what was asked for is not there (exit 1)
+    │   └── ui.server.QueryError               a query string the web view's filters refuse (a 400 page)
     ├── InvalidInput                           (ValueError) one input record is refused: it costs that record only
-    │   ├── core.extract.Malformed             (a dead letter or an anomaly), never the process
-    │   ├── core.timefmt.BadTimestamp
-    │   └── shell.capture._ReadError           a capture's bytes do not read
+    │   ├── core.extract.Malformed             (a dead letter, an anomaly, a skipped record), never the process;
+    │   ├── core.timefmt.BadTimestamp          the sinks skip (and commit past) this branch and nothing else
+    │   ├── shell.capture._ReadError           a capture's bytes do not read
+    │   ├── shell.transitions.BadTransition    a transitions record that is not what its kind and key say
+    │   └── shell.index.RefusedUpdate          an update the index cannot store as it is
     └── shell.kube.ApiError                    an API server's answer: the stream and the elector retry it by
                                                status; it stops ``tracker watch`` only when it reaches the top
+
+Catch by branch: ``InvalidInput`` at a record's boundary (the sinks skip it and go on; a builtin ``ValueError`` or
+``TypeError`` is a bug and is not skipped), ``Fatal`` at the top, with the exit code the class carries. Retry loops
+retry the faults they know by type (``Retryable`` leaves and the libraries' errors: ``shell.kafka.retrying``,
+``shell.changes``), so no flag on the classes says so.
 
 What a process treats as fatal at its top (``runtime.service.FATAL``) is ``Fatal`` plus the faults of the world
 outside that libraries raise (``KafkaError``, ``OSError`` and ``TimeoutError``, ``sqlite3.Error``) once a retry
@@ -49,15 +59,11 @@ from typing import ClassVar
 
 
 class TrackerError(Exception):
-    """Base of every error the tracker raises on purpose. ``retryable`` tells a retry loop whether to try again."""
-
-    retryable: ClassVar[bool] = False
+    """Base of every error the tracker raises on purpose."""
 
 
 class Retryable(TrackerError):
     """A transient fault: trying again (after a backoff) may succeed."""
-
-    retryable: ClassVar[bool] = True
 
 
 class Fatal(TrackerError):
