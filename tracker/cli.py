@@ -29,15 +29,16 @@ from tracker.cli_args import (
     SHOW_WIDTH_PIPED,
     NotFound,
     UsageError,
-    _choice,
-    _positive,
+    choice,
     index_path,
     parse_duration,
     parse_now,
     parse_time,
     parse_when,
+    positive,
     table_width,
 )
+from tracker.core.vocab import PHASES, STATUSES
 from tracker.readers import (
     DEMO_MARK,
     _sort_keys,
@@ -338,9 +339,9 @@ def build_parser(service_commands: bool = True) -> argparse.ArgumentParser:
     q.add_argument("--queue", action="append", metavar="LOCALQUEUE", help="only runs submitted to this LocalQueue")
     q.add_argument("--cluster-queue", action="append", metavar="CLUSTERQUEUE",
                    help="only runs admitted by (or last queued for) this ClusterQueue")
-    q.add_argument("--status", action="append", type=_choice(STATUSES, "status"), metavar="STATUS",
+    q.add_argument("--status", action="append", type=choice(STATUSES, "status"), metavar="STATUS",
                    help="only runs with this status: " + ", ".join(STATUSES) + " (any case)")
-    q.add_argument("--phase", action="append", type=_choice(PHASES, "phase"), metavar="PHASE",
+    q.add_argument("--phase", action="append", type=choice(PHASES, "phase"), metavar="PHASE",
                    help="only runs now in this phase: " + ", ".join(PHASES) + " (any case)")
     q.add_argument("--since", metavar="WHEN", help="only runs created at or after WHEN: a duration back from now "
                                                    "(2h, 1d) or an ISO-8601 time")
@@ -359,7 +360,7 @@ def build_parser(service_commands: bool = True) -> argparse.ArgumentParser:
     q.add_argument("--sort-by", choices=_sort_keys(), metavar="KEY",
                    help="order by: " + ", ".join(_sort_keys()) + " (times: newest first; age, counts and wait: "
                         "largest first; names: A to Z; default: created)")
-    q.add_argument("--limit", type=_positive, metavar="N", help="at most N runs")
+    q.add_argument("--limit", type=positive, metavar="N", help="at most N runs")
     q.add_argument("-o", "--output", choices=("table", "wide", "json", "yaml", "name"), default="table",
                    metavar="FORMAT",
                    help="table (default: fits the terminal), wide (every column), json or yaml (every field), "
@@ -383,7 +384,7 @@ def build_parser(service_commands: bool = True) -> argparse.ArgumentParser:
     au.add_argument("--until", metavar="WHEN", help="only runs created before WHEN (a duration or a time)")
     au.add_argument("--now", metavar="TIME", help="the reference time of --since, --until and of GPUs still held "
                                                   "(ISO-8601; default: the current time)")
-    au.add_argument("--by", type=_choice(AUDIT_GROUPS, "grouping"), metavar="GROUP",
+    au.add_argument("--by", type=choice(AUDIT_GROUPS, "grouping"), metavar="GROUP",
                     help="group by: " + ", ".join(AUDIT_GROUPS) + " (default: namespace)")
     au.add_argument("-o", "--output", choices=("table", "json", "csv"), default="table", metavar="FORMAT",
                     help="table (default: fits the terminal), json (with evictions and GPU-hours lost by reason, the "
@@ -457,9 +458,7 @@ def build_parser(service_commands: bool = True) -> argparse.ArgumentParser:
     return p
 
 
-STATUSES = ("pending", "running", "succeeded", "failed", "stopped")
-AUDIT_GROUPS = ("namespace", "queue", "cluster-queue", "workspace", "project")  # tracker.audit.GROUP_BY
-PHASES = ("Resolution", "Rendering", "Admission", "Scheduling", "Runtime", "Progress", "Completion")
+AUDIT_GROUPS = ("namespace", "queue", "cluster-queue", "workspace", "project")  # tracker.read.audit.GROUP_BY
 
 
 def _command(argv: Sequence[str]) -> str | None:

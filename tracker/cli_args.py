@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from pathlib import Path
+from typing import TypeVar
 
 from tracker import errors
+from tracker.read import filters
+
+_V = TypeVar("_V")
 
 DEMO_CAPTURES = Path(__file__).parent / "captures" / "demo"
 DEFAULT_DEMO_INDEX = Path("out") / "demo-index.sqlite"
@@ -24,7 +27,6 @@ INDEX_ENV = "TRACKER_INDEX"
 DEFAULT_INDEX = Path("/var/lib/tracker/index.sqlite")
 SHOW_WIDTH_PIPED = 120  # layout width of `show` when the output is not a terminal and COLUMNS is not set
 
-_DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 
 
 class UsageError(errors.Fatal):
@@ -36,24 +38,19 @@ class NotFound(errors.Fatal):
 
 
 def parse_duration(text: str) -> float:
-    """'90' (seconds), '90s', '30m', '1h30m', '2d' -> seconds."""
-    text = text.strip()
-    if re.fullmatch(r"\d+(\.\d+)?", text):
-        return float(text)
-    m = _DURATION.match(text)
-    if not text or m is None or not any(m.groups()):
-        raise UsageError(f"not a duration: {text!r} (use e.g. 90s, 30m, 1h30m, 2d)")
-    d, h, mi, s = (int(g) if g else 0 for g in m.groups())
-    return float(((d * 24 + h) * 60 + mi) * 60 + s)
+    """'90' (seconds), '90s', '30m', '1h30m', '2d' -> seconds (``tracker.read.filters.parse_duration``)."""
+    try:
+        return filters.parse_duration(text)
+    except filters.FilterError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def parse_time(text: str, flag: str = "--now") -> datetime:
     """An ISO-8601 time (a date alone is midnight; no offset is UTC)."""
     try:
-        dt = datetime.fromisoformat(text.strip())
-    except ValueError as exc:
-        raise UsageError(f"{flag} must be an ISO-8601 time, got {text!r}") from exc
-    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
+        return filters.parse_time(text, flag)
+    except filters.FilterError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def parse_now(text: str | None) -> datetime | None:
@@ -62,16 +59,10 @@ def parse_now(text: str | None) -> datetime | None:
 
 def parse_when(text: str, now: datetime, *, flag: str) -> datetime:
     """A duration back from ``now`` ('2h': two hours ago) or a time."""
-    stripped = text.strip()
-    if stripped and (_DURATION.match(stripped) or re.fullmatch(r"\d+(\.\d+)?", stripped)):
-        try:
-            return now - timedelta(seconds=parse_duration(text))
-        except OverflowError:
-            return datetime.min.replace(tzinfo=UTC)
     try:
-        return parse_time(text, flag)
-    except UsageError:
-        raise UsageError(f"{flag} takes a duration (e.g. 2h, 1d) or an ISO-8601 time, got {text!r}") from None
+        return filters.parse_when(text, now, flag=flag)
+    except filters.FilterError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def index_path(args: argparse.Namespace) -> Path:
@@ -83,47 +74,25 @@ def index_path(args: argparse.Namespace) -> Path:
     return Path(env) if env else DEFAULT_INDEX
 
 
-def _split(values: Sequence[str] | None) -> tuple[str, ...]:
-    """Repeated and comma-separated values, in order, without repeats."""
-    out: dict[str, None] = {}
-    for v in values or ():
-        for part in v.split(","):
-            if part.strip():
-                out[part.strip()] = None
-    return tuple(out)
-
-
-def _choice(allowed: Sequence[str], what: str) -> Callable[[str], str]:
+def choice(allowed: Sequence[str], what: str) -> Callable[[str], str]:
     """An argparse type: one or more of ``allowed`` (comma-separated), matched case-insensitively."""
-    by_lower = {a.lower(): a for a in allowed}
-
-    def convert(text: str) -> str:
-        parts = [p.strip() for p in text.split(",") if p.strip()]
-        bad = [p for p in parts if p.lower() not in by_lower]
-        if bad or not parts:
-            raise argparse.ArgumentTypeError(f"unknown {what} {', '.join(map(repr, bad or [text]))} "
-                                             f"(one of: {', '.join(allowed)})")
-        return ",".join(by_lower[p.lower()] for p in parts)
-    convert.__name__ = what
-    return convert
+    return argument_type(filters.choice(allowed, what))
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
-    return value
+def positive(text: str) -> int:
+    """An argparse type: a whole number >= 1."""
+    return argument_type(filters.positive)(text)
 
 
-def _ago(now: datetime, seconds: float) -> datetime:
-    """``now`` minus ``seconds``; the first representable time when that is before year 1."""
-    try:
-        return now - timedelta(seconds=seconds)
-    except OverflowError:
-        return datetime.min.replace(tzinfo=UTC)
+def argument_type(convert: Callable[[str], _V]) -> Callable[[str], _V]:
+    """``convert`` as an argparse type: its ValueError's message is what argparse reports."""
+    def checked(text: str) -> _V:
+        try:
+            return convert(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    checked.__name__ = getattr(convert, "__name__", "value")
+    return checked
 
 
 def table_width() -> int | None:

@@ -26,13 +26,15 @@ rely on (``ValueError``, ``RuntimeError``, ``TimeoutError``)::
     │   ├── shell.kafka.TopicLayoutError       (RuntimeError) topics missing or laid out otherwise
     │   ├── shell.kafka.KafkaSecurityError     (KafkaError) credentials or TLS refused
     │   ├── shell.kusto_apply.ApplyError       (RuntimeError) the ADX cluster refused a schema command
-    │   ├── shell.index_query.IndexQueryError  (ValueError) a query the index cannot answer as asked
+    │   ├── read.store.IndexQueryError         (ValueError) a query the index cannot answer as asked
     │   ├── cli.UsageError                     a command line that cannot work (exit 2)
     │   └── cli.NotFound                       what was asked for is not there (exit 1)
     ├── InvalidInput                           (ValueError) one input record is refused: it costs that record only
     │   ├── core.extract.Malformed             (a dead letter or an anomaly), never the process
     │   ├── core.timefmt.BadTimestamp
-    │   └── shell.capture._ReadError           a capture's bytes do not read
+    │   ├── shell.capture._ReadError           a capture's bytes do not read
+    │   ├── read.filters.FilterError           a filter value that cannot work (the CLI: a usage error; the web: 400)
+    │   └── ui.server.QueryError               a query string the web view refuses: a 400 page, the server goes on
     └── shell.kube.ApiError                    an API server's answer: the stream and the elector retry it by
                                                status; it stops ``tracker watch`` only when it reaches the top
 

@@ -49,6 +49,7 @@ from tests.infra import build
 from tests.infra import kafka as infra_kafka
 from tests.infra.fixtures import unavailable
 from tests.infra.proc import Process, free_port, spawn
+from tests.support.histories import stored
 from tracker.cli import replay
 from tracker.core.model import FINAL_STATUSES, HistoryUpdate, RunHistory, Status, adapter, load_json, pod_order
 from tracker.core.reducer import Reducer
@@ -372,7 +373,7 @@ def check_alerts(alerts: Sequence[ConsumerRecord], transitions: Sequence[Consume
 
 def index_histories(index: Path) -> dict[str, RunHistory]:
     with ExperimentIndex(index) as idx:
-        return {r.run_id: h for r in idx.runs() if (h := idx.history(r.run_id)) is not None}
+        return {r.run_id: h for r in stored(idx).records() if (h := stored(idx).history(r.run_id)) is not None}
 
 
 def dead_reasons(records: Sequence[ConsumerRecord]) -> Counter[str]:

@@ -17,9 +17,9 @@ from rich.console import Console
 from tests.core.test_gpu import EXPECTED, _s
 from tests.core.test_scenarios import fold_scenario
 from tests.read.test_cli_runs import NOW, run
-from tracker.audit import LOST_REASONS, NOT_OBSERVED, eviction_reasons
 from tracker.cli import DEMO_CAPTURES, main, replay
 from tracker.core import gpu
+from tracker.read.audit import LOST_REASONS, NOT_OBSERVED, eviction_reasons
 
 # GPU-seconds held and lost of every bundled run (tests/core/test_gpu.py's EXPECTED, checked there against the reducer)
 HELD = {run_id: exp[1] for runs in EXPECTED.values() for run_id, exp in runs.items()}

@@ -71,8 +71,9 @@ def cmd_ui(args: argparse.Namespace, console: object) -> int:
     import structlog
 
     from tracker import errors
+    from tracker.read.filters import RunFilter
+    from tracker.read.store import IndexReader
     from tracker.runtime.ops import configure_logging
-    from tracker.shell.index_query import IndexReader, RunFilter
     from tracker.ui.server import App, UiServer, allowed_hosts, serve_until
 
     path = index_path(args)
