@@ -24,7 +24,7 @@ from tests.core.test_reducer_laws import law_settings, plans, seeds
 from tests.service.test_replay_incremental import contents, cut
 from tests.support.histories import stored
 from tests.support.laws import by_object, interleave
-from tracker.cli import DEMO_CAPTURES
+from tracker.cli.args import DEMO_CAPTURES
 from tracker.core.model import FINAL_STATUSES, to_json
 from tracker.core.reducer import Reducer, ReducerLimits
 from tracker.read.store import IndexReader

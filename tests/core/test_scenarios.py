@@ -24,7 +24,8 @@ from sim.scenarios import SCENARIOS, _cluster
 from sim.simulators import Write
 from tests.support.histories import stored
 from tests.support.laws import by_object, fold, histories
-from tracker.cli import DEMO_CAPTURES, main
+from tracker.cli import main
+from tracker.cli.args import DEMO_CAPTURES
 from tracker.core.derive import may_reopen
 from tracker.core.model import RunHistory, load, to_json
 from tracker.core.reducer import Reducer

@@ -14,7 +14,9 @@ import pytest
 from rich.console import Console
 
 from tests.support.histories import stored
-from tracker.cli import DEMO_CAPTURES, main, replay
+from tracker.cli import main
+from tracker.cli.args import DEMO_CAPTURES
+from tracker.cli.replay_cmd import replay
 from tracker.core import stuck
 from tracker.core.model import Phase, RunHistory, RunRecord, Status, Transition
 from tracker.core.publish import RunShell

@@ -50,7 +50,7 @@ from tests.infra import kafka as infra_kafka
 from tests.infra.fixtures import unavailable
 from tests.infra.proc import Process, free_port, spawn
 from tests.support.histories import stored
-from tracker.cli import replay
+from tracker.cli.replay_cmd import replay
 from tracker.core.model import FINAL_STATUSES, HistoryUpdate, RunHistory, Status, adapter, load_json, pod_order
 from tracker.core.reducer import Reducer
 from tracker.core.stuck import Stuck, StuckRunAlert, stuck_candidate
@@ -437,7 +437,7 @@ def test_service_commands_parse() -> None:
 def test_every_service_command_option_has_help() -> None:
     import argparse
 
-    from tracker.cli import build_parser
+    from tracker.cli.parser import build_parser
 
     def walk(p: argparse.ArgumentParser, path: str) -> Iterator[tuple[str, argparse.Action]]:
         for action in p._actions:

@@ -32,7 +32,8 @@ from tests.kafka.test_kafka_pipeline import (
     settle,
 )
 from tests.support.adx_standin import KustoStandIn
-from tracker.cli import main, replay
+from tracker.cli import main
+from tracker.cli.replay_cmd import replay
 from tracker.core.publish import POSITION, QUEUE
 from tracker.core.queues import QueuePosition, QueueState
 from tracker.runtime import service

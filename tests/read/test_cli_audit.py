@@ -17,7 +17,9 @@ from rich.console import Console
 from tests.core.test_gpu import EXPECTED, _s
 from tests.core.test_scenarios import fold_scenario
 from tests.read.test_cli_runs import NOW, run
-from tracker.cli import DEMO_CAPTURES, main, replay
+from tracker.cli import main
+from tracker.cli.args import DEMO_CAPTURES
+from tracker.cli.replay_cmd import replay
 from tracker.core import gpu
 from tracker.read.audit import LOST_REASONS, NOT_OBSERVED, eviction_reasons
 

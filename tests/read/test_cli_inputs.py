@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from tracker.cli import DEMO_CAPTURES, main, replay
+from tracker.cli import main
+from tracker.cli.args import DEMO_CAPTURES
+from tracker.cli.replay_cmd import replay
 
 
 @pytest.fixture(scope="module")

@@ -17,8 +17,12 @@ import yaml
 from rich.console import Console
 
 from tests.support.histories import stored, ups
-from tracker.cli import DEMO_CAPTURES, PHASES, STATUSES, build_parser, main, replay
+from tracker.cli import main
+from tracker.cli.args import DEMO_CAPTURES
+from tracker.cli.parser import build_parser
+from tracker.cli.replay_cmd import replay
 from tracker.core.model import Phase, RunRecord, Status, field_names
+from tracker.core.vocab import PHASES, STATUSES
 from tracker.read import store as index_store
 from tracker.read.render import runs_json
 from tracker.read.runs import NOW_FIELDS, kube_duration

@@ -11,7 +11,8 @@ import pytest
 from sim.builders import at
 from tests.core.test_gpu import EXPECTED, _by, _s, _writes
 from tests.support.histories import stored, ups
-from tracker.cli import DEMO_CAPTURES, main
+from tracker.cli import main
+from tracker.cli.args import DEMO_CAPTURES
 from tracker.core.reducer import Reducer
 from tracker.shell.index import ExperimentIndex
 

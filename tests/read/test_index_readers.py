@@ -15,7 +15,9 @@ import pytest
 from rich.console import Console
 
 from tests.support.histories import copy_into_older, index_of_schema, stored, ups
-from tracker.cli import DEMO_CAPTURES, main, replay
+from tracker.cli import main
+from tracker.cli.args import DEMO_CAPTURES
+from tracker.cli.replay_cmd import replay
 from tracker.read import store as store_module
 from tracker.read.store import IndexReader
 from tracker.shell.index import ExperimentIndex

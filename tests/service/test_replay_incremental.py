@@ -17,7 +17,9 @@ from rich.console import Console
 from sim.lifecycles import generate_stream
 from tests.support.histories import stored
 from tests.support.laws import object_key
-from tracker.cli import DEMO_CAPTURES, main, replay
+from tracker.cli import main
+from tracker.cli.args import DEMO_CAPTURES
+from tracker.cli.replay_cmd import replay
 from tracker.core.model import HistoryUpdate
 from tracker.core.reducer import Reducer
 from tracker.read.render import history_json

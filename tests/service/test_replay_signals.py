@@ -15,7 +15,9 @@ from rich.console import Console
 
 from sim.lifecycles import generate_stream
 from tests.service.test_replay_incremental import contents
-from tracker.cli import DEMO_CAPTURES, main, replay
+from tracker.cli import main
+from tracker.cli.args import DEMO_CAPTURES
+from tracker.cli.replay_cmd import replay
 from tracker.shell import jsonio
 
 RUNS = 400  # about 10,000 records: long enough to be signalled while replaying, on a busy machine too

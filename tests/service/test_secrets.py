@@ -24,7 +24,7 @@ import pytest
 from tests.kafka.test_kafka_pipeline import configure, create_topics, read_topic
 from tests.support.adx_standin import KustoStandIn
 from tests.support.histories import stored
-from tracker.cli import DEMO_CAPTURES
+from tracker.cli.args import DEMO_CAPTURES
 from tracker.core.model import HistoryUpdate
 from tracker.settings import AdxSettings
 from tracker.shell.adx import AdxSink

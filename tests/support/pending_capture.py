@@ -16,7 +16,7 @@ from typing import Any
 
 from rich.console import Console
 
-from tracker.cli import replay
+from tracker.cli.replay_cmd import replay
 
 NS = "team-c"
 NOW = "2026-08-20T10:30:00Z"

@@ -14,7 +14,8 @@ from typing import NamedTuple
 
 from rich.console import Console
 
-from tracker.cli import DEMO_CAPTURES, replay
+from tracker.cli.args import DEMO_CAPTURES
+from tracker.cli.replay_cmd import replay
 from tracker.ui.server import App, UiServer, allowed_hosts, serve_until
 
 NOW = datetime(2026, 8, 20, 13, 0, tzinfo=UTC)  # the end of the bundled capture's day

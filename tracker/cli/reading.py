@@ -1,6 +1,7 @@
-"""The reader commands of `tracker`: ``runs``, ``audit``, ``show``, ``compare``, ``demo`` and ``completion``.
+"""The reader commands of `tracker`: ``runs``, ``audit``, ``show``, ``compare``, ``demo`` and ``completion``: each
+reads through ``tracker.read`` (one ``IndexReader`` per command) and prints.
 
-Imported by ``tracker.cli`` at start, so at the top this module imports only the standard library; each command
+Imported by ``tracker.cli.parser`` at start, so at the top this module imports only the standard library; each command
 imports what it uses when it runs (``runs`` imports neither pydantic nor rich: tests/read/test_cli_runs.py).
 """
 
@@ -13,7 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tracker.cli_args import (
+from tracker.cli.args import (
     DEMO_CAPTURES,
     INDEX_ENV,
     SHOW_WIDTH_PIPED,
@@ -200,7 +201,7 @@ def _note(message: str) -> None:
 
 
 def cmd_demo(args: argparse.Namespace, console: Console) -> int:
-    from tracker.cli import replay
+    from tracker.cli.replay_cmd import replay
     from tracker.core.vocab import Phase
     from tracker.read.render import runs_table
     from tracker.read.store import IndexReader
@@ -275,25 +276,24 @@ def _remove_demo_index(path: Path, force: bool) -> None:
 
 
 def cmd_completion(args: argparse.Namespace, console: object) -> int:
-    sys.stdout.write(completion_script(args.shell))
+    sys.stdout.write(completion_script(args.shell, args.build_parser(service_commands=False)))
     return 0
 
 
-def completion_script(shell: str) -> str:
-    """A bash function completing commands, options, option values and run ids (``tracker runs -o name``);
-    zsh runs it through bashcompinit."""
-    from tracker.cli import build_parser
+def completion_script(shell: str, parser: argparse.ArgumentParser) -> str:
+    """A bash function completing the commands, options and option values of ``parser`` (the ``tracker`` parser),
+    and run ids (``tracker runs -o name``); zsh runs it through bashcompinit."""
+    from tracker.core.vocab import PHASES, STATUSES
+    from tracker.read.filters import SORT_KEYS
 
-    parser = build_parser(service_commands=False)
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     cases = []
     for name, p in sub.choices.items():
         opts = sorted({s for a in p._actions for s in a.option_strings})
         cases.append(f"        {name}) opts=\"{' '.join(opts)}\" ;;")
     values = {"-o|--output": "table wide json yaml name csv", "--by": "namespace queue cluster-queue workspace project",
-              "--status": "pending running succeeded failed stopped",
-              "--phase": "Resolution Rendering Admission Scheduling Runtime Progress Completion",
-              "--sort-by": " ".join(_sort_keys()), "completion": "bash zsh"}
+              "--status": " ".join(STATUSES), "--phase": " ".join(PHASES),
+              "--sort-by": " ".join(SORT_KEYS), "completion": "bash zsh"}
     value_cases = "\n".join(f"        {k}) COMPREPLY=($(compgen -W \"{v}\" -- \"$cur\")); return ;;"
                             for k, v in values.items())
     script = f"""# tracker completion for {shell}: add to your shell's startup file
@@ -333,10 +333,3 @@ complete -o default -F _tracker tracker
     if shell == "zsh":
         return "#compdef tracker\nautoload -U +X bashcompinit && bashcompinit\n" + script
     return script
-
-
-def _sort_keys() -> list[str]:
-    from tracker.read.filters import SORT_KEYS
-
-    return list(SORT_KEYS)
-

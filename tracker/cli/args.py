@@ -1,7 +1,7 @@
 """The values of the `tracker` command line: where the readers find the index, durations and times as the
 options take them, the argparse types of the options, and the two errors a command reports without a traceback.
 
-Standard library only, like ``tracker.cli``: every command imports this module at start.
+Standard library only (and ``tracker.read.filters``, which is too): every command imports this module at start.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from tracker.read import filters
 
 _V = TypeVar("_V")
 
-DEMO_CAPTURES = Path(__file__).parent / "captures" / "demo"
+DEMO_CAPTURES = Path(__file__).parents[1] / "captures" / "demo"
 DEFAULT_DEMO_INDEX = Path("out") / "demo-index.sqlite"
 INDEX_ENV = "TRACKER_INDEX"
 # Where readers look when neither --index nor TRACKER_INDEX is given: the index the deployed tracker writes
@@ -31,6 +31,8 @@ SHOW_WIDTH_PIPED = 120  # layout width of `show` when the output is not a termin
 
 class UsageError(errors.Fatal):
     """A command line that cannot work (exit 2)."""
+
+    exit_code = 2
 
 
 class NotFound(errors.Fatal):
@@ -93,6 +95,11 @@ def argument_type(convert: Callable[[str], _V]) -> Callable[[str], _V]:
             raise argparse.ArgumentTypeError(str(exc)) from None
     checked.__name__ = getattr(convert, "__name__", "value")
     return checked
+
+
+def fail(message: str) -> None:
+    """One line on stderr, never read as markup."""
+    sys.stderr.write(f"error: {' '.join(message.split())}\n")
 
 
 def table_width() -> int | None:
