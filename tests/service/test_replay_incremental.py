@@ -103,7 +103,7 @@ def test_a_capture_replayed_in_pieces_leaves_the_index_one_replay_leaves(
     for rec in records:
         red.apply(rec)
     with IndexReader(pieced) as ix:
-        stored = {run_id: stored(ix).history(run_id) for run_id in red.runs}
+        stored = {run_id: ix.history(run_id) for run_id in red.runs}
     assert len(stored) >= n_runs
     assert {k: history_json(v) for k, v in stored.items() if v is not None} == \
         {k: history_json(h) for k in red.runs if (h := red.history(k)) is not None}
