@@ -27,8 +27,8 @@ rely on (``ValueError``, ``RuntimeError``, ``TimeoutError``)::
     │   ├── shell.kafka.KafkaSecurityError     (KafkaError) credentials or TLS refused
     │   ├── shell.kusto_apply.ApplyError       (RuntimeError) the ADX cluster refused a schema command
     │   ├── read.store.IndexQueryError         (ValueError) a query the index cannot answer as asked
-    │   ├── cli.UsageError                     a command line that cannot work (exit 2)
-    │   └── cli.NotFound                       what was asked for is not there (exit 1)
+    │   ├── cli.args.UsageError                a command line that cannot work (exit 2)
+    │   └── cli.args.NotFound                  what was asked for is not there (exit 1)
     ├── InvalidInput                           (ValueError) one input record is refused: it costs that record only
     │   ├── core.extract.Malformed             (a dead letter or an anomaly), never the process
     │   ├── core.timefmt.BadTimestamp
