@@ -8,13 +8,14 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from tracker.cli import DEMO_CAPTURES, main, replay
+from tracker.cli import DEMO_CAPTURES, main
+from tracker.runtime.replay import replay
 
 
 @pytest.fixture(scope="module")
 def index(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("idx") / "index.sqlite"
-    replay([DEMO_CAPTURES], path, console=Console(quiet=True), quiet=True)
+    replay(captures=[DEMO_CAPTURES], index_path=path, console=Console(quiet=True), quiet=True)
     return path
 
 
