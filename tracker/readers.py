@@ -220,9 +220,9 @@ def _note(message: str) -> None:
 
 
 def cmd_demo(args: argparse.Namespace, console: Console) -> int:
-    from tracker.cli import replay
     from tracker.core.model import Phase
     from tracker.render import runs_table, timeline
+    from tracker.runtime.replay import replay
     from tracker.shell.index import ExperimentIndex
 
     index_path: Path = args.index
@@ -232,7 +232,7 @@ def cmd_demo(args: argparse.Namespace, console: Console) -> int:
     console.rule("[bold]TauGrid tracker demo")
     console.print(f"Replaying the bundled captures of one cluster ({DEMO_CAPTURES}),\n"
                   "through the same bounded pipeline the service uses, into a fresh experiment index.\n")
-    replay([DEMO_CAPTURES], index_path, console=console)
+    replay(captures=[DEMO_CAPTURES], index_path=index_path, console=console)
     with ExperimentIndex(index_path) as index:
         records = index.runs()
         console.print(runs_table(records))

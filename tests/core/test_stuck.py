@@ -13,11 +13,12 @@ import jsonschema
 import pytest
 from rich.console import Console
 
-from tracker.cli import DEMO_CAPTURES, main, replay
+from tracker.cli import DEMO_CAPTURES, main
 from tracker.core import stuck
 from tracker.core.model import Phase, RunHistory, RunRecord, Status, Transition
 from tracker.core.publish import RunShell
 from tracker.core.timefmt import ts
+from tracker.runtime.replay import replay
 from tracker.settings import AlertSettings
 from tracker.shell.index import ExperimentIndex
 from tracker.shell.index_query import STUCK_PHASES
@@ -30,7 +31,7 @@ MIN = 60.0
 @pytest.fixture(scope="module")
 def histories(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, RunHistory]]:
     path = tmp_path_factory.mktemp("idx") / "index.sqlite"
-    replay([DEMO_CAPTURES], path, console=Console(quiet=True), quiet=True)
+    replay(captures=[DEMO_CAPTURES], index_path=path, console=Console(quiet=True), quiet=True)
     with ExperimentIndex(path, readonly=True) as ix:
         return path, {r.run_id: h for r in ix.runs() if (h := ix.history(r.run_id)) is not None}
 

@@ -17,10 +17,11 @@ import yaml
 from rich.console import Console
 
 from tests.support.histories import ups
-from tracker.cli import DEMO_CAPTURES, PHASES, STATUSES, build_parser, main, replay
+from tracker.cli import DEMO_CAPTURES, PHASES, STATUSES, build_parser, main
 from tracker.core.model import Phase, RunRecord, Status, field_names
 from tracker.render import runs_json
 from tracker.runs_view import NOW_FIELDS, kube_duration
+from tracker.runtime.replay import replay
 from tracker.shell import index_query
 from tracker.shell.index import ExperimentIndex
 from tracker.shell.index_schema import SCHEMA_VERSION
@@ -33,7 +34,7 @@ UUID_RUN = "e55428ce-5266-4f6d-8b5d-2ae542ca77c4"  # Job team-a/eval-hotfix-0820
 @pytest.fixture(scope="module")
 def index(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("idx") / "index.sqlite"
-    replay([DEMO_CAPTURES], path, console=Console(quiet=True), quiet=True)
+    replay(captures=[DEMO_CAPTURES], index_path=path, console=Console(quiet=True), quiet=True)
     return path
 
 
@@ -251,7 +252,7 @@ def test_show_by_prefix_and_by_namespace_name(index: Path, capsys: pytest.Captur
 
 def test_show_notes_when_a_name_had_several_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "index.sqlite"
-    replay([DEMO_CAPTURES], path, console=Console(quiet=True), quiet=True)
+    replay(captures=[DEMO_CAPTURES], index_path=path, console=Console(quiet=True), quiet=True)
     with ExperimentIndex(path) as ix:
         history = ix.history("vit-l-9hx4d")
         assert history is not None and history.run.created_at is not None

@@ -15,7 +15,8 @@ import pytest
 from rich.console import Console
 
 from tests.support.histories import copy_into_older, index_of_schema, ups
-from tracker.cli import DEMO_CAPTURES, main, replay
+from tracker.cli import DEMO_CAPTURES, main
+from tracker.runtime.replay import replay
 from tracker.shell import index as index_module
 from tracker.shell.index import ExperimentIndex
 from tracker.shell.index_schema import IndexOpenError, IndexSchemaError
@@ -26,7 +27,7 @@ RUN = "gpt-moe-6wz8r"  # a run of the bundled capture
 @pytest.fixture(scope="module")
 def demo_index(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("demo") / "index.sqlite"
-    replay([DEMO_CAPTURES], path, console=Console(quiet=True), quiet=True)
+    replay(captures=[DEMO_CAPTURES], index_path=path, console=Console(quiet=True), quiet=True)
     return path
 
 

@@ -16,10 +16,11 @@ from rich.console import Console
 
 from sim.lifecycles import generate_stream
 from tests.support.laws import object_key
-from tracker.cli import DEMO_CAPTURES, main, replay
+from tracker.cli import DEMO_CAPTURES, main
 from tracker.core.model import HistoryUpdate
 from tracker.core.reducer import Reducer
 from tracker.render import history_json
+from tracker.runtime.replay import replay
 from tracker.shell import jsonio
 from tracker.shell.capture import Record, capture_files, interleave
 from tracker.shell.index import ExperimentIndex
@@ -56,7 +57,7 @@ def write_piece(directory: Path, records: Sequence[Event]) -> list[Path]:
 
 
 def replay_quietly(paths: Sequence[Path], index: Path) -> int:
-    return replay(list(paths), index, console=Console(quiet=True), quiet=True).rows_changed
+    return replay(captures=list(paths), index_path=index, console=Console(quiet=True), quiet=True).rows_changed
 
 
 def arrival_order(records: Sequence[Event], rng: random.Random) -> list[Event]:
