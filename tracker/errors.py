@@ -13,7 +13,8 @@ rely on (``ValueError``, ``RuntimeError``, ``TimeoutError``)::
     │   └── shell.deadline.DeadlineExceeded    (TimeoutError) an SDK call outlived its deadline
     ├── Fatal                                  the process stops: one "stopped_by_an_error" line, exit code 1
     │   ├── ConfigError                        (ValueError) a setting, option or file given that cannot work
-    │   │   └── settings.SettingsError         the settings tree does not validate
+    │   │   ├── settings.SettingsError         the settings tree does not validate
+    │   │   └── runtime.replay.ReplayError     no capture file given, or invalid settings, for a replay (exit 2)
     │   ├── GaveUp                             (RuntimeError) retries of a transient fault ran out
     │   │   ├── runtime.reduce.ReduceFatal
     │   │   ├── runtime.sinks.SinkFatal

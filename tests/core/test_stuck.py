@@ -16,13 +16,13 @@ from rich.console import Console
 from tests.support.histories import stored
 from tracker.cli import main
 from tracker.cli.args import DEMO_CAPTURES
-from tracker.cli.replay_cmd import replay
 from tracker.core import stuck
 from tracker.core.model import Phase, RunHistory, RunRecord, Status, Transition
 from tracker.core.publish import RunShell
 from tracker.core.timefmt import ts
 from tracker.read.filters import STUCK_PHASES
 from tracker.read.store import IndexReader
+from tracker.runtime.replay import replay
 from tracker.settings import AlertSettings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,7 +33,7 @@ MIN = 60.0
 @pytest.fixture(scope="module")
 def histories(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, RunHistory]]:
     path = tmp_path_factory.mktemp("idx") / "index.sqlite"
-    replay([DEMO_CAPTURES], path, console=Console(quiet=True), quiet=True)
+    replay(captures=[DEMO_CAPTURES], index_path=path, console=Console(quiet=True), quiet=True)
     with IndexReader(path) as ix:
         return path, {r.run_id: h for r in stored(ix).records() if (h := stored(ix).history(r.run_id)) is not None}
 

@@ -20,13 +20,13 @@ from tests.support.histories import stored, ups
 from tracker.cli import main
 from tracker.cli.args import DEMO_CAPTURES
 from tracker.cli.parser import build_parser
-from tracker.cli.replay_cmd import replay
 from tracker.core.model import Phase, RunRecord, Status, field_names
 from tracker.core.vocab import PHASES, STATUSES
 from tracker.read import store as index_store
 from tracker.read.render import runs_json
 from tracker.read.runs import NOW_FIELDS, kube_duration
 from tracker.read.store import IndexReader
+from tracker.runtime.replay import replay
 from tracker.shell.index import ExperimentIndex
 from tracker.shell.index_schema import SCHEMA_VERSION
 
@@ -38,7 +38,7 @@ UUID_RUN = "e55428ce-5266-4f6d-8b5d-2ae542ca77c4"  # Job team-a/eval-hotfix-0820
 @pytest.fixture(scope="module")
 def index(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("idx") / "index.sqlite"
-    replay([DEMO_CAPTURES], path, console=Console(quiet=True), quiet=True)
+    replay(captures=[DEMO_CAPTURES], index_path=path, console=Console(quiet=True), quiet=True)
     return path
 
 
@@ -256,7 +256,7 @@ def test_show_by_prefix_and_by_namespace_name(index: Path, capsys: pytest.Captur
 
 def test_show_notes_when_a_name_had_several_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "index.sqlite"
-    replay([DEMO_CAPTURES], path, console=Console(quiet=True), quiet=True)
+    replay(captures=[DEMO_CAPTURES], index_path=path, console=Console(quiet=True), quiet=True)
     with ExperimentIndex(path) as ix:
         history = stored(ix).history("vit-l-9hx4d")
         assert history is not None and history.run.created_at is not None

@@ -17,9 +17,9 @@ from rich.console import Console
 from tests.support.histories import copy_into_older, index_of_schema, stored, ups
 from tracker.cli import main
 from tracker.cli.args import DEMO_CAPTURES
-from tracker.cli.replay_cmd import replay
 from tracker.read import store as store_module
 from tracker.read.store import IndexReader
+from tracker.runtime.replay import replay
 from tracker.shell.index import ExperimentIndex
 from tracker.shell.index_schema import IndexOpenError, IndexSchemaError
 
@@ -29,7 +29,7 @@ RUN = "gpt-moe-6wz8r"  # a run of the bundled capture
 @pytest.fixture(scope="module")
 def demo_index(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("demo") / "index.sqlite"
-    replay([DEMO_CAPTURES], path, console=Console(quiet=True), quiet=True)
+    replay(captures=[DEMO_CAPTURES], index_path=path, console=Console(quiet=True), quiet=True)
     return path
 
 

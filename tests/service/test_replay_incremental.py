@@ -19,11 +19,11 @@ from tests.support.histories import stored
 from tests.support.laws import object_key
 from tracker.cli import main
 from tracker.cli.args import DEMO_CAPTURES
-from tracker.cli.replay_cmd import replay
 from tracker.core.model import HistoryUpdate
 from tracker.core.reducer import Reducer
 from tracker.read.render import history_json
 from tracker.read.store import IndexReader
+from tracker.runtime.replay import replay
 from tracker.shell import jsonio
 from tracker.shell.capture import Record, capture_files, interleave
 from tracker.shell.index import ExperimentIndex
@@ -60,7 +60,7 @@ def write_piece(directory: Path, records: Sequence[Event]) -> list[Path]:
 
 
 def replay_quietly(paths: Sequence[Path], index: Path) -> int:
-    return replay(list(paths), index, console=Console(quiet=True), quiet=True).rows_changed
+    return replay(captures=list(paths), index_path=index, console=Console(quiet=True), quiet=True).rows_changed
 
 
 def arrival_order(records: Sequence[Event], rng: random.Random) -> list[Event]:

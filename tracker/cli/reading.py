@@ -201,11 +201,11 @@ def _note(message: str) -> None:
 
 
 def cmd_demo(args: argparse.Namespace, console: Console) -> int:
-    from tracker.cli.replay_cmd import replay
     from tracker.core.vocab import Phase
     from tracker.read.render import runs_table
     from tracker.read.store import IndexReader
     from tracker.read.timeline import timeline
+    from tracker.runtime.replay import replay
     from tracker.shell.index import ExperimentIndex
 
     index_path: Path = args.index
@@ -215,7 +215,7 @@ def cmd_demo(args: argparse.Namespace, console: Console) -> int:
     console.rule("[bold]TauGrid tracker demo")
     console.print(f"Replaying the bundled captures of one cluster ({DEMO_CAPTURES}),\n"
                   "through the same bounded pipeline the service uses, into a fresh experiment index.\n")
-    replay([DEMO_CAPTURES], index_path, console=console)
+    replay(captures=[DEMO_CAPTURES], index_path=index_path, console=console)
     with IndexReader(index_path) as reader:
         records = reader.records()
         console.print(runs_table(records))
