@@ -70,6 +70,7 @@ from bench._common import (  # noqa: E402
 from sim import builders as b  # noqa: E402
 from tracker.core.model import LABEL_QUEUE, LABEL_RUN_ID, HistoryUpdate  # noqa: E402
 from tracker.core.reducer import Reducer  # noqa: E402
+from tracker.read.store import IndexReader  # noqa: E402
 from tracker.runtime import service  # noqa: E402
 from tracker.runtime.ops import Health, Metrics  # noqa: E402
 from tracker.runtime.sinks import OffsetKey, index_sink_runner  # noqa: E402
@@ -467,8 +468,8 @@ async def end_to_end(settings: Settings, producer: Any, tmp: Path, rates: Sequen
             tasks.append(asyncio.create_task(runner.run()))
 
             def indexed_runs() -> int:
-                with ExperimentIndex(path) as idx:
-                    return len(idx.runs())
+                with ExperimentIndex(path) as idx, IndexReader(idx.path) as reader:
+                    return len(reader.records())
         else:
             env = {**os.environ, "TRACKER_OPS__METRICS_PORT": str(free_port())}
             sink_proc = await asyncio.create_subprocess_exec(

@@ -14,7 +14,8 @@ checks the picture against the classes, both ways::
     │   └── shell.deadline.DeadlineExceeded    (TimeoutError) an SDK call outlived its deadline
     ├── Fatal                                  the command stops: one "stopped_by_an_error" line, its ``exit_code``
     │   ├── ConfigError                        (ValueError) a setting, option or file given that cannot work
-    │   │   └── settings.SettingsError         the settings tree does not validate
+    │   │   ├── settings.SettingsError         the settings tree does not validate
+    │   │   └── runtime.replay.ReplayError     no capture file given, or invalid settings, for a replay (exit 2)
     │   ├── GaveUp                             (RuntimeError) retries of a transient fault ran out
     │   │   ├── runtime.reduce.ReduceFatal
     │   │   ├── runtime.sinks.SinkFatal
@@ -30,14 +31,15 @@ checks the picture against the classes, both ways::
     │   ├── shell.kusto_apply.ApplyError       (RuntimeError) the ADX cluster refused a schema command
     │   ├── read.store.IndexQueryError         (ValueError) a query the index cannot answer as asked
     │   ├── cli.args.UsageError                a command line that cannot work (exit 2)
-    │   ├── cli.args.NotFound                  what was asked for is not there (exit 1)
-    │   └── ui.server.QueryError               a query string the web view's filters refuse (a 400 page)
+    │   └── cli.args.NotFound                  what was asked for is not there (exit 1)
     ├── InvalidInput                           (ValueError) one input record is refused: it costs that record only
     │   ├── core.extract.Malformed             (a dead letter, an anomaly, a skipped record), never the process;
     │   ├── core.timefmt.BadTimestamp          the sinks skip (and commit past) this branch and nothing else
     │   ├── shell.capture._ReadError           a capture's bytes do not read
     │   ├── shell.transitions.BadTransition    a transitions record that is not what its kind and key say
-    │   └── shell.index.RefusedUpdate          an update the index cannot store as it is
+    │   ├── shell.index.RefusedUpdate          an update the index cannot store as it is
+    │   ├── read.filters.FilterError           a filter value that cannot work (the CLI: a usage error; the web: 400)
+    │   └── ui.server.QueryError               a query string the web view refuses: a 400 page, the server goes on
     └── shell.kube.ApiError                    an API server's answer: the stream and the elector retry it by
                                                status; it stops ``tracker watch`` only when it reaches the top
 

@@ -12,10 +12,6 @@ import re
 import tracker
 from tracker import errors
 
-# Entries drawn at the modules the read side moves them to (issue 26), while they still live at the old ones:
-# drawn name -> where the class is today. Delete an entry once its move has landed.
-MOVING = {"cli.args": "cli_args", "read.store": "shell.index_query"}
-
 _ENTRY = re.compile(r"^(?P<lead>[\s│]*)(?:[├└]── )?(?P<name>[A-Za-z_][\w.]*)")
 
 
@@ -62,7 +58,7 @@ def drawn_name(cls: type) -> str:
 
 def real_name(drawn: str) -> str:
     module, _, name = drawn.rpartition(".")
-    return f"{MOVING.get(module, module)}.{name}" if module else name
+    return f"{module}.{name}" if module else name
 
 
 def problems() -> list[str]:

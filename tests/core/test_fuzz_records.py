@@ -29,7 +29,8 @@ from sim.scenarios import SCENARIOS
 from tests.support.histories import ups
 from tracker.core.model import RunHistory, to_json
 from tracker.core.reducer import Reducer
-from tracker.render import history_json, timeline
+from tracker.read.render import history_json
+from tracker.read.timeline import timeline
 from tracker.shell import jsonio
 from tracker.shell.index import ExperimentIndex
 

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from sim.lifecycles import generate_stream
 from tests.core.test_queues import cq, lq, position
 from tests.core.test_reducer_laws import law_settings
+from tests.support.histories import stored
 from tracker.core import entries
 from tracker.core.model import (
     HistoryUpdate,
@@ -117,7 +118,7 @@ def test_a_history_with_checkpoints_and_ledger_round_trips_through_its_records(t
     updates = [decode(p.key.encode(), p.value, [("kind", p.kind.encode())]) for p in decided.publish]
     with ExperimentIndex(tmp_path / "index.sqlite") as index:
         index.write(combine(updates))
-        assert index.history(h.run.run_id) == h
+        assert stored(index).history(h.run.run_id) == h
         assert index.write(combine(updates)) == 0
 
 

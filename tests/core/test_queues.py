@@ -13,10 +13,10 @@ import pytest
 from tracker.core import extract as x
 from tracker.core.queues import QUEUE_POSITION_SCHEMA, extract_queue, position_record, quantity, queue_key
 from tracker.core.reducer import Reducer
-from tracker.queue_view import short, text
+from tracker.read.queues import gpu_usage, queue_context, short, text
+from tracker.read.store import IndexReader
 from tracker.shell.capture import Record
 from tracker.shell.index import ExperimentIndex
-from tracker.shell.index_query import IndexReader, gpu_usage
 from tracker.shell.index_schema import MIGRATIONS, SCHEMA_VERSION, statements
 from tracker.shell.slim import slim
 from tracker.shell.watch.keying import RunKeyer
@@ -217,7 +217,7 @@ def test_replay_of_queue_captures_and_what_readers_say(tmp_path: Path) -> None:
         [("qwen-rm-5vt2j", 2)]
     conn.close()
     with IndexReader(index) as reader:
-        ctx = reader.queue_context(["qwen-rm-5vt2j", "vit-l-9hx4d"])
+        ctx = queue_context(reader, ["qwen-rm-5vt2j", "vit-l-9hx4d"])
     assert set(ctx) == {"qwen-rm-5vt2j"}  # a finished run waits behind nothing
     said = text(ctx["qwen-rm-5vt2j"])
     assert said.startswith("waiting behind 3 pending workloads in ClusterQueue gpu-cq (nvidia.com/gpu 8/8 used), "
@@ -261,7 +261,7 @@ def test_an_index_of_schema_6_is_migrated(tmp_path: Path) -> None:
     conn.execute("INSERT INTO meta (key, value) VALUES ('schema_version', '6')")
     conn.close()
     with IndexReader(path) as reader:  # a reader of a schema-6 index: nothing known of queues, no error
-        assert reader.queue_context(["x"]) == {}
+        assert queue_context(reader, ["x"]) == {}
     with ExperimentIndex(path):
         pass
     conn = sqlite3.connect(path)
@@ -274,8 +274,7 @@ def test_an_index_of_schema_6_is_migrated(tmp_path: Path) -> None:
 def test_a_run_reserving_quota_for_its_admission_checks_is_said_to_wait_behind_nothing_pending() -> None:
     """A run whose quota is reserved while its admission checks run is not pending in Kueue's count: the sentence
     says so instead of "waiting behind 0 pending workloads"; the GPUs counted are those reserved (issue 24)."""
-    from tracker.queue_view import text
-    from tracker.shell.index_query import gpu_usage
+    from tracker.read.queues import gpu_usage, text
     gpu = gpu_usage([{"flavor": "h100", "resource": "nvidia.com/gpu", "nominal": "2", "reserved": "2", "used": "0"}])
     assert gpu == {"resource": "nvidia.com/gpu", "used": 2.0, "nominal": 2.0}
     cq = {"name": "gpu-checked", "pending": 0, "reserving": 1, "gpu": gpu, "stopped": False, "active": True}

@@ -22,10 +22,12 @@ from sim import builders
 from sim.lifecycles import generate_cluster
 from tests.core.test_reducer_laws import law_settings, plans, seeds
 from tests.service.test_replay_incremental import contents, cut
+from tests.support.histories import stored
 from tests.support.laws import by_object, interleave
-from tracker.cli import DEMO_CAPTURES
+from tracker.cli.args import DEMO_CAPTURES
 from tracker.core.model import FINAL_STATUSES, to_json
 from tracker.core.reducer import Reducer, ReducerLimits
+from tracker.read.store import IndexReader
 from tracker.shell.capture import Record, capture_files
 from tracker.shell.capture import interleave as round_robin
 from tracker.shell.index import ExperimentIndex
@@ -172,8 +174,8 @@ def test_records_of_a_forgotten_run_never_replace_its_history(tmp_path: Path) ->
     serve_into(index, records, ReducerLimits(retire_after_us=HOUR_US, max_retired=1))
     first, _seq = retired_rows(index)[0]
     before = contents(index)
-    with ExperimentIndex(index, readonly=True) as ix:
-        h = ix.history(first)
+    with IndexReader(index) as ix:
+        h = stored(ix).history(first)
     assert h is not None and h.run.status in FINAL_STATUSES
     late = [rec for rec in records if rec.value.get("object", {}).get("kind") in ("Job", "RayJob")
             and rec.value["object"]["metadata"].get("labels", {}).get("taugrid.io/run-id") == first]

@@ -22,12 +22,14 @@ from rich.console import Console
 from sim.builders import at
 from sim.scenarios import SCENARIOS, _cluster
 from sim.simulators import Write
+from tests.support.histories import stored
 from tests.support.laws import by_object, fold, histories
-from tracker.cli import DEMO_CAPTURES, main
+from tracker.cli import main
+from tracker.cli.args import DEMO_CAPTURES
 from tracker.core.derive import may_reopen
 from tracker.core.model import RunHistory, load, to_json
 from tracker.core.reducer import Reducer
-from tracker.render import timeline
+from tracker.read.timeline import timeline
 from tracker.shell.index import ExperimentIndex
 
 # scenario -> run id -> (run fields, transitions (attempt, phase, HH:MM:SS, reason),
@@ -350,7 +352,7 @@ def test_demo_capture_replays_to_the_same_histories_as_each_scenario(tmp_path: P
         for name in SCENARIOS:
             red = fold_scenario(name)
             for run_id in SCENARIOS[name].run_ids:
-                assert index.history(run_id) == red.history(run_id), run_id
+                assert stored(index).history(run_id) == red.history(run_id), run_id
     assert not (tmp_path / "index.dead-letters.jsonl").exists()
 
 

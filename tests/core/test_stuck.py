@@ -13,14 +13,17 @@ import jsonschema
 import pytest
 from rich.console import Console
 
-from tracker.cli import DEMO_CAPTURES, main, replay
+from tests.support.histories import stored
+from tracker.cli import main
+from tracker.cli.args import DEMO_CAPTURES
 from tracker.core import stuck
 from tracker.core.model import Phase, RunHistory, RunRecord, Status, Transition
 from tracker.core.publish import RunShell
 from tracker.core.timefmt import ts
+from tracker.read.filters import STUCK_PHASES
+from tracker.read.store import IndexReader
+from tracker.runtime.replay import replay
 from tracker.settings import AlertSettings
-from tracker.shell.index import ExperimentIndex
-from tracker.shell.index_query import STUCK_PHASES
 
 ROOT = Path(__file__).resolve().parents[2]
 NOW = datetime.fromisoformat("2026-08-20T13:00:00+00:00")  # the end of the bundled capture's day
@@ -30,9 +33,9 @@ MIN = 60.0
 @pytest.fixture(scope="module")
 def histories(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, RunHistory]]:
     path = tmp_path_factory.mktemp("idx") / "index.sqlite"
-    replay([DEMO_CAPTURES], path, console=Console(quiet=True), quiet=True)
-    with ExperimentIndex(path, readonly=True) as ix:
-        return path, {r.run_id: h for r in ix.runs() if (h := ix.history(r.run_id)) is not None}
+    replay(captures=[DEMO_CAPTURES], index_path=path, console=Console(quiet=True), quiet=True)
+    with IndexReader(path) as ix:
+        return path, {r.run_id: h for r in stored(ix).records() if (h := stored(ix).history(r.run_id)) is not None}
 
 
 def us(at: datetime) -> int:

@@ -31,7 +31,7 @@ from tests.infra.config import REPO_ROOT
 from tests.infra.fixtures import unavailable
 from tests.infra.kubectl import Kubectl
 from tests.infra.proc import InfraError
-from tracker.cli import build_parser
+from tracker.cli.parser import build_parser
 from tracker.settings import TopicSettings, load_settings
 from tracker.shell.kafka import topic_specs, topics_document
 from tracker.shell.watch import EVENTS_APIS, KubeApi, all_resources, discover

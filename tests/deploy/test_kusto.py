@@ -216,7 +216,7 @@ def test_adxmon_resources_are_rendered_from_the_schema() -> None:
 
 def test_stuck_runs_function_covers_the_clis_phases() -> None:
     """TaugridStuckRuns selects what `tracker runs --stuck` does: pending, in the phases before running."""
-    from tracker.shell.index_query import STUCK_PHASES
+    from tracker.read.filters import STUCK_PHASES
 
     body = next(c.text for c in schema_commands() if ") TaugridStuckRuns(" in c.text)
     phases = re.search(r'Status == "pending" and Phase in \(([^)]*)\)', body)
@@ -226,13 +226,14 @@ def test_stuck_runs_function_covers_the_clis_phases() -> None:
 def test_gpu_audit_function_groups_and_loses_as_tracker_audit() -> None:
     """TaugridGpuAudit takes `tracker audit --by`'s groupings, counts evictions as it does (the same triggers are
     not evictions) and has a column per reason GPU-time is lost (schemas/gpu-accounting.md)."""
-    from tracker.audit import _DEACTIVATIONS, _NOT_EVICTIONS, GROUP_BY, LOST_REASONS
+    from tracker.core.vocab import DEACTIVATION_REASONS
+    from tracker.read.audit import GROUP_BY, LOST_REASONS, NOT_EVICTIONS
 
     body = next(c.text for c in schema_commands() if ") TaugridGpuAudit(" in c.text)
     for by in GROUP_BY:
         assert f'"{by}"' in body or by == "namespace", by  # namespace: the default
-    assert f'Trigger !in ("{_NOT_EVICTIONS[0]}", "{_NOT_EVICTIONS[1]}")' in body
-    assert all(f'RunReason startswith "{d}"' in body for d in _DEACTIVATIONS)
+    assert f'Trigger !in ("{NOT_EVICTIONS[0]}", "{NOT_EVICTIONS[1]}")' in body
+    assert all(f'RunReason startswith "{d}"' in body for d in DEACTIVATION_REASONS)
     for reason in LOST_REASONS:
         assert f"Lost{reason} = sum(todouble(LostGpuHoursBy.{reason}))" in body, reason
     usage = next(c.text for c in schema_commands() if ") TaugridGpuUsage(" in c.text)
@@ -323,8 +324,8 @@ def test_goodput_functions_read_the_ledger_as_the_history_defines_it() -> None:
     LedgerUntil (the wall time too, on the progress basis only), Goodput and Ettr as ratios; TaugridBadputByCategory
     sums TaugridGoodput's columns per group (the groupings of TaugridGpuAudit, but cluster-wide by default per project)
     and takes its ratios of the sums."""
-    from tracker.audit import GROUP_BY
     from tracker.core.model import GoodputCategory, RunRecord, field_names
+    from tracker.read.audit import GROUP_BY
     from tracker.shell.adx import STATE_COLUMNS
 
     bodies = {m.group(1): c.text for c in schema_commands()

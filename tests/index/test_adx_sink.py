@@ -27,7 +27,7 @@ from structlog.testing import capture_logs
 
 from tests.support.adx_standin import KustoStandIn, _Refused
 from tests.support.histories import ups
-from tracker.cli import DEMO_CAPTURES
+from tracker.cli.args import DEMO_CAPTURES
 from tracker.core.model import (
     AdmissionStep,
     Attempt,

@@ -18,7 +18,7 @@ from tracker.core.model import DeadLetter
 from tracker.core.redact import REDACTED, identity, redact_inline, redact_text
 from tracker.core.reducer import Reducer
 from tracker.runtime.pipeline import JsonlDeadLetters, run_pipeline
-from tracker.runtime.service import dead_letter_file
+from tracker.runtime.replay import dead_letter_file
 from tracker.settings import load_settings
 from tracker.shell.capture import interleave
 

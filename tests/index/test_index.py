@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.histories import copy_into_older, index_of_schema, ups
+from tests.support.histories import copy_into_older, index_of_schema, stored, ups
 from tracker.core.model import (
     Attempt,
     CheckpointRecord,
@@ -30,6 +30,7 @@ from tracker.core.model import (
     Transition,
     field_names,
 )
+from tracker.read.store import IndexReader
 from tracker.shell import index as index_module
 from tracker.shell import index_schema
 from tracker.shell.index import ExperimentIndex
@@ -229,8 +230,8 @@ def test_round_trip_is_lossless(index: ExperimentIndex) -> None:
     assert index.write(ups(histories[:1])) == 1 + 7 + 2 + 5
     assert index.write(ups(histories)) > 0
     for h in histories:
-        assert index.history(h.run.run_id) == h
-    assert index.history("no-such-run") is None
+        assert stored(index).history(h.run.run_id) == h
+    assert stored(index).history("no-such-run") is None
 
 
 def test_times_are_iso_utc_text_with_microseconds_only_when_nonzero(index: ExperimentIndex) -> None:
@@ -246,7 +247,7 @@ def test_nan_metric_is_stored_as_null_and_read_back_as_nan(index: ExperimentInde
     bad = replace(h.metrics[1], latest_value=math.nan)
     h = replace(h, metrics=[h.metrics[0], bad])
     index.write(ups([h]))
-    got = index.history(h.run.run_id)
+    got = stored(index).history(h.run.run_id)
     assert got is not None and math.isnan(got.metrics[1].latest_value)
     assert index.write(ups([h])) == 0  # NULL IS NULL: no churn either
 
@@ -287,7 +288,7 @@ def test_a_run_given_twice_in_one_write_is_written_as_its_last_history(index: Ex
     wait = pending_in_admission()
     later = replace(wait, run=replace(wait.run, reason="Later"))
     index.write(ups([wait, later]))
-    got = index.history("run-wait")
+    got = stored(index).history("run-wait")
     assert got is not None and got.run.reason == "Later"
 
 
@@ -303,7 +304,7 @@ def test_replacing_a_history_deletes_rows_it_no_longer_has(index: ExperimentInde
     # the Completion transition, attempt 2, 4 pods (2 of each attempt) go; attempt 1 (pod_count) is updated; the
     # runs row's updated_seq moves
     assert index.write(ups([shrunk])) == 1 + 1 + 4 + 1 + 1
-    assert index.history(fail.run.run_id) == shrunk
+    assert stored(index).history(fail.run.run_id) == shrunk
     conn = sqlite3.connect(index.path)
     assert conn.execute("SELECT COUNT(*) FROM transitions WHERE phase = 'Completion'").fetchone() == (0,)
     assert conn.execute("SELECT attempt, pod FROM pod_placements").fetchall() == [(1, "train-0-a")]
@@ -331,7 +332,7 @@ def test_a_history_with_rows_of_another_run_is_refused(index: ExperimentIndex) -
     twice = replace(wait, transitions=wait.transitions * 2)
     with pytest.raises(ValueError, match="two transitions rows"):
         index.write(ups([twice]))
-    assert index.runs() == []
+    assert stored(index).records() == []
 
 
 # ------------------------------------------------------------------------------------------ queries
@@ -340,29 +341,31 @@ def test_a_history_with_rows_of_another_run_is_refused(index: ExperimentIndex) -
 def test_stalled_admission_uses_the_given_now(index: ExperimentIndex) -> None:
     index.write(ups([*all_histories(), pending_in_admission("run-new", queued=50)]))
     now = at(60)
-    assert [r.run_id for r in index.runs(stalled_admission_s=30 * 60, now=now)] == ["run-wait"]
-    assert [r.run_id for r in index.runs(stalled_admission_s=5 * 60, now=now)] == ["run-new", "run-wait"]
-    assert index.runs(stalled_admission_s=10 * 60, now=now) == [index.history("run-wait").run]  # type: ignore[union-attr]
+    assert [r.run_id for r in stored(index).records(stalled_admission_s=30 * 60, now=now)] == ["run-wait"]
+    assert [r.run_id for r in stored(index).records(stalled_admission_s=5 * 60, now=now)] == ["run-new", "run-wait"]
+    waiting = stored(index).history("run-wait")
+    assert waiting is not None and stored(index).records(stalled_admission_s=10 * 60, now=now) == [waiting.run]
     # strictly longer than the threshold: queued exactly 10 minutes before now is not stalled
-    assert [r.run_id for r in index.runs(stalled_admission_s=10 * 60 - 1e-6, now=now)] == ["run-new", "run-wait"]
-    assert index.runs(stalled_admission_s=10 * 60, now=now, limit=1)[0].run_id == "run-wait"
-    assert index.runs(stalled_admission_s=0, now=at(-1)) == []
+    assert [r.run_id for r in stored(index).records(stalled_admission_s=10 * 60 - 1e-6, now=now)] == \
+        ["run-new", "run-wait"]
+    assert stored(index).records(stalled_admission_s=10 * 60, now=now, limit=1)[0].run_id == "run-wait"
+    assert stored(index).records(stalled_admission_s=0, now=at(-1)) == []
     # without now, the current time (long after 2026-08-20 in any test run)
-    assert len(index.runs(stalled_admission_s=60)) == 2
+    assert len(stored(index).records(stalled_admission_s=60)) == 2
 
 
 def test_stalled_admission_compares_sub_second_times_exactly(index: ExperimentIndex) -> None:
     h = pending_in_admission("run-frac", queued=0.5 / 60)  # 10:00:00.5, stored as ...00.500000Z
     index.write(ups([h]))
-    assert index.runs(stalled_admission_s=60, now=at(1) + timedelta(seconds=0.5)) == []
-    assert len(index.runs(stalled_admission_s=60, now=at(1) + timedelta(seconds=0.500001))) == 1
+    assert stored(index).records(stalled_admission_s=60, now=at(1) + timedelta(seconds=0.5)) == []
+    assert len(stored(index).records(stalled_admission_s=60, now=at(1) + timedelta(seconds=0.500001))) == 1
 
 
 def test_filters_combine_and_order_is_newest_first(index: ExperimentIndex) -> None:
     index.write(ups([*all_histories(), pending_in_admission("run-other", queued=5, workspace="ws-z", project="x")]))
 
     def ids(**kw: Any) -> list[str]:
-        return [r.run_id for r in index.runs(**kw)]
+        return [r.run_id for r in stored(index).records(**kw)]
 
     assert ids() == ["run-other", "run-resume", "run-fail", "run-wait"]
     assert ids(status="pending") == ["run-other", "run-wait"]
@@ -373,15 +376,15 @@ def test_filters_combine_and_order_is_newest_first(index: ExperimentIndex) -> No
     assert ids(project="vision") == ["run-resume"]
     assert ids(limit=2) == ["run-other", "run-resume"]
     with pytest.raises(ValueError):
-        index.runs(status="bogus")
+        stored(index).records(status="bogus")
     with pytest.raises(ValueError):
-        index.runs(limit=0)
+        stored(index).records(limit=0)
 
 
 def test_counts_by_status(index: ExperimentIndex) -> None:
-    assert index.counts_by_status() == dict.fromkeys(Status, 0)
+    assert stored(index).counts_by_status() == dict.fromkeys(Status, 0)
     index.write(ups(all_histories()))
-    assert index.counts_by_status() == {Status.PENDING: 1, Status.RUNNING: 1, Status.SUCCEEDED: 0,
+    assert stored(index).counts_by_status() == {Status.PENDING: 1, Status.RUNNING: 1, Status.SUCCEEDED: 0,
                                         Status.FAILED: 1, Status.STOPPED: 0}
 
 
@@ -412,7 +415,7 @@ def test_a_failure_mid_write_lands_neither_rows_nor_offsets(index: ExperimentInd
     monkeypatch.undo()
     # the connection is usable again, and nothing of the failed write is pending in it
     assert index.write(ups([]), {("tracker", "history", 0): 6}) == 1
-    assert [r.run_id for r in index.runs()] == ["run-wait"]
+    assert [r.run_id for r in stored(index).records()] == ["run-wait"]
 
 
 def test_an_unserialisable_offset_lands_nothing(index: ExperimentIndex) -> None:
@@ -420,7 +423,7 @@ def test_an_unserialisable_offset_lands_nothing(index: ExperimentIndex) -> None:
         index.write(ups(all_histories()), {("tracker", "history", 0): "ten"})  # type: ignore[dict-item]
     with pytest.raises(ValueError, match="consumer offset"):
         index.write(ups(all_histories()), {("tracker", "history", -1): 10})
-    assert index.runs() == [] and index.offsets("tracker") == {}
+    assert stored(index).records() == [] and index.offsets("tracker") == {}
 
 
 def test_a_database_error_in_a_later_run_rolls_back_the_earlier_ones(index: ExperimentIndex,
@@ -438,7 +441,7 @@ def test_a_database_error_in_a_later_run_rolls_back_the_earlier_ones(index: Expe
     with pytest.raises(sqlite3.IntegrityError):
         index.write(ups(all_histories()), {("tracker", "history", 0): 1})
     assert calls[:1] == ["run-fail"]
-    assert index.runs() == [] and index.offsets("tracker") == {}
+    assert stored(index).records() == [] and index.offsets("tracker") == {}
 
 
 # ------------------------------------------------------------------------------------------ schema
@@ -494,7 +497,7 @@ def test_reopening_keeps_the_data(tmp_path: Path) -> None:
     with ExperimentIndex(path) as ix:
         ix.write(ups(all_histories()))
     with ExperimentIndex(path) as ix:
-        assert ix.history("run-fail") == finished_two_attempts()
+        assert stored(ix).history("run-fail") == finished_two_attempts()
         assert ix.write(ups(all_histories())) == 0
 
 
@@ -529,7 +532,7 @@ def test_an_older_schema_is_migrated(tmp_path: Path, monkeypatch: pytest.MonkeyP
     conn.close()
     assert "reducer_runs" not in dump(path)
     with ExperimentIndex(path) as ix:
-        assert ix.history("run-wait") == pending_in_admission()
+        assert stored(ix).history("run-wait") == pending_in_admission()
         assert ix.runs_without_state() == ["run-wait"]
     tables = dump(path)
     assert tables["reducer_runs"] == [] and tables["reducer_held"] == []
@@ -545,7 +548,7 @@ def test_a_later_migration_runs_after_the_current_one(tmp_path: Path, monkeypatc
     monkeypatch.setattr(index_schema, "MIGRATIONS", {**index_schema.MIGRATIONS, SCHEMA_VERSION + 1: later})
     monkeypatch.setattr(index_schema, "SCHEMA_VERSION", SCHEMA_VERSION + 1)
     with ExperimentIndex(path) as ix:
-        assert ix.history("run-wait") == pending_in_admission()
+        assert stored(ix).history("run-wait") == pending_in_admission()
     tables = dump(path)
     assert tables["extra"] == [] and dict(tables["meta"])["schema_version"] == str(SCHEMA_VERSION + 1)
 
@@ -569,13 +572,15 @@ def test_readers_keep_their_snapshot_and_do_not_block_the_writer(tmp_path: Path)
         assert stellar.execute("SELECT COUNT(*) FROM transitions").fetchone() == (1,)  # still its snapshot
         stellar.execute("COMMIT")
         assert stellar.execute("SELECT COUNT(*) FROM runs").fetchone() == (3,)
-        assert len(reader.runs()) == 3
+        assert len(stored(reader).records()) == 3
 
 
 def test_closed_index_says_so(tmp_path: Path) -> None:
     ix = ExperimentIndex(tmp_path / "index.sqlite")
     with pytest.raises(RuntimeError, match="not open"):
-        ix.runs()
+        ix.write([])
+    with pytest.raises(RuntimeError, match="not open"):
+        IndexReader(ix.path).records()
 
 
 # ------------------------------------------------------------------------------------------ metric history (schema 5)
@@ -590,7 +595,7 @@ def test_metric_points_are_replaced_with_the_runs_other_rows(index: ExperimentIn
                     ("run-resume", "loss", 1200, 0.42, "2026-08-20T10:30:30Z")]
     coarser = [h.metric_points[0], replace(h.metric_points[2], step=1024, value=0.5)]
     assert index.write(ups([replace(h, metric_points=coarser)])) == 2 + 1 + 1  # 2 gone, 1 new, updated_seq
-    got = index.history(h.run.run_id)
+    got = stored(index).history(h.run.run_id)
     assert got is not None and got.metric_points == coarser
     index.write(ups([replace(h, metric_points=[])]))
     assert sqlite3.connect(index.path).execute("SELECT COUNT(*) FROM metric_points").fetchone() == (0,)
@@ -600,13 +605,13 @@ def test_meta_says_which_cluster_and_workspace_the_index_belongs_to(tmp_path: Pa
     path = tmp_path / "index.sqlite"
     with ExperimentIndex(path, identity={"cluster": "aks-east-1", "workspace": ""}):
         pass
-    with ExperimentIndex(path, readonly=True) as ix:
+    with IndexReader(path) as ix:
         assert ix.meta("cluster") == "aks-east-1" and ix.meta("workspace") is None
         assert ix.meta("tracker_version") and ix.meta("created_at")
         created = ix.meta("created_at")
     with ExperimentIndex(path, identity={"cluster": "aks-west-2", "workspace": "ws-a"}):
         pass
-    with ExperimentIndex(path, readonly=True) as ix:  # the last writer's configuration; created_at stays
+    with IndexReader(path) as ix:  # the last writer's configuration; created_at stays
         assert (ix.meta("cluster"), ix.meta("workspace"), ix.meta("created_at")) == ("aks-west-2", "ws-a", created)
 
 
@@ -626,12 +631,12 @@ def test_a_schema_4_index_is_read_as_it_is_and_migrated(tmp_path: Path, monkeypa
     # its pods have no uids yet: 'v5:<attempt>:<pod>' until the run is written again
     as_it_was = replace(before_ledger(h), metric_points=[],
                         pods=[replace(p, uid=f"v5:{p.attempt}:{p.pod}") for p in h.pods])
-    with ExperimentIndex(path, readonly=True) as reader:  # a reader reads it as it is
-        assert reader.history("run-resume") == as_it_was
+    with IndexReader(path) as reader:  # a reader reads it as it is
+        assert stored(reader).history("run-resume") == as_it_was
     with ExperimentIndex(path) as ix:  # a writer migrates it: the run has no points until written again
-        assert ix.history("run-resume") == as_it_was
+        assert stored(ix).history("run-resume") == as_it_was
         ix.write(ups([h]))
-        assert ix.history("run-resume") == h
+        assert stored(ix).history("run-resume") == h
     meta = dict(dump(path)["meta"])
     assert meta["schema_version"] == str(SCHEMA_VERSION) and "created_at" in meta
 
@@ -642,7 +647,7 @@ def test_a_schema_4_index_is_read_as_it_is_and_migrated(tmp_path: Path, monkeypa
 def test_resumed_by_lists_the_runs_that_resume_a_run(tmp_path: Path) -> None:
     """IndexReader.resumed_by: the lineage in reverse, one step (resume_links by resume_of), the first created
     first, runs without a creation time last."""
-    from tracker.shell.index_query import IndexReader
+
 
     path = tmp_path / "index.sqlite"
     with ExperimentIndex(path):
@@ -676,15 +681,15 @@ def test_a_schema_7_index_is_read_as_it_is_and_migrated(tmp_path: Path, monkeypa
     conn.commit()
     conn.close()
     assert "checkpoints" not in dump(path) and "ledger_spans" not in dump(path)
-    with ExperimentIndex(path, readonly=True) as reader:
+    with IndexReader(path) as reader:
         for h in all_histories():
-            assert reader.history(h.run.run_id) == before_ledger(h)
+            assert stored(reader).history(h.run.run_id) == before_ledger(h)
     with ExperimentIndex(path) as ix:
         for h in all_histories():
-            assert ix.history(h.run.run_id) == before_ledger(h)
+            assert stored(ix).history(h.run.run_id) == before_ledger(h)
         assert ix.write(ups(all_histories())) > 0
         for h in all_histories():
-            assert ix.history(h.run.run_id) == h
+            assert stored(ix).history(h.run.run_id) == h
         assert ix.write(ups(all_histories())) == 0
     assert dict(dump(path)["meta"])["schema_version"] == str(SCHEMA_VERSION) == "8"
 
@@ -716,7 +721,7 @@ def test_checkpoints_and_ledger_spans_are_replaced_with_the_history(index: Exper
     # checkpoints: 1 updated, 1 deleted (failed save), 1 deleted and 1 inserted (the save's key changed); spans: 1
     # updated, 1 inserted; the runs row's updated_seq
     assert index.write(ups([later])) == 1 + 1 + 2 + 1 + 1 + 1
-    assert index.history(h.run.run_id) == later
+    assert stored(index).history(h.run.run_id) == later
     assert index.write(ups([later])) == 0
     assert conn.execute("SELECT COUNT(*) FROM checkpoints WHERE started_at IS NULL").fetchone() == (0,)
     index.write(ups([replace(later, checkpoints=[], ledger=[])]))
@@ -763,7 +768,7 @@ def test_the_reducers_history_with_checkpoint_events_round_trips(tmp_path: Path)
     assert all(a.ledger_gpu_hours_by for a in h.attempts)
     with ExperimentIndex(tmp_path / "index.sqlite") as ix:
         ix.write(ups([h]))
-        assert ix.history(rid) == h
+        assert stored(ix).history(rid) == h
         assert ix.write(ups([h])) == 0
 
 
@@ -786,4 +791,4 @@ def test_a_run_known_only_from_its_intake_events_has_an_empty_ledger(tmp_path: P
     assert [(c.kind, c.step) for c in h.checkpoints] == [("save", 200)] and h.run.checkpoints_saved == 1
     with ExperimentIndex(tmp_path / "index.sqlite") as ix:
         ix.write(ups([h]))
-        assert ix.history("early") == h
+        assert stored(ix).history("early") == h

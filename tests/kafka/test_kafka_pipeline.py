@@ -49,8 +49,8 @@ from tests.infra import build
 from tests.infra import kafka as infra_kafka
 from tests.infra.fixtures import unavailable
 from tests.infra.proc import Process, free_port, spawn
+from tests.support.histories import stored
 from tracker import errors
-from tracker.cli import replay
 from tracker.core import wire
 from tracker.core.model import FINAL_STATUSES, HistoryUpdate, RunHistory, Status, adapter, load_json, pod_order
 from tracker.core.reducer import Reducer
@@ -62,6 +62,7 @@ from tracker.runtime.commands import add_service_commands
 from tracker.runtime.ops import Health, Metrics
 from tracker.runtime.pipeline import run_pipeline
 from tracker.runtime.reduce import ReduceService
+from tracker.runtime.replay import replay
 from tracker.runtime.sinks import SinkRunner, index_sink_runner
 from tracker.settings import Settings, SettingsError, TopicSettings, load_settings, redacted
 from tracker.shell import kafka
@@ -375,7 +376,7 @@ def check_alerts(alerts: Sequence[ConsumerRecord], transitions: Sequence[Consume
 
 def index_histories(index: Path) -> dict[str, RunHistory]:
     with ExperimentIndex(index) as idx:
-        return {r.run_id: h for r in idx.runs() if (h := idx.history(r.run_id)) is not None}
+        return {r.run_id: h for r in stored(idx).records() if (h := stored(idx).history(r.run_id)) is not None}
 
 
 def dead_reasons(records: Sequence[ConsumerRecord]) -> Counter[str]:
@@ -439,7 +440,7 @@ def test_service_commands_parse() -> None:
 def test_every_service_command_option_has_help() -> None:
     import argparse
 
-    from tracker.cli import build_parser
+    from tracker.cli.parser import build_parser
 
     def walk(p: argparse.ArgumentParser, path: str) -> Iterator[tuple[str, argparse.Action]]:
         for action in p._actions:
@@ -483,8 +484,8 @@ async def test_embedded_serve_equals_replay(tmp_path: Path, monkeypatch: pytest.
     from tracker.runtime.ops import Shutdown
 
     await body(Metrics(), health, Shutdown(10))
-    await asyncio.to_thread(replay, captures, tmp_path / "replay.sqlite", console=Console(file=io.StringIO()),
-                            quiet=True)
+    await asyncio.to_thread(replay, captures=captures, index_path=tmp_path / "replay.sqlite",
+                            console=Console(file=io.StringIO()), quiet=True)
     assert index_rows(tmp_path / "serve.sqlite") == index_rows(tmp_path / "replay.sqlite")
     assert index_rows(tmp_path / "serve.sqlite")["runs"]
 
@@ -506,8 +507,8 @@ async def test_a_restarted_embedded_serve_continues_from_its_index(tmp_path: Pat
     for part in (pods, [f for f in files if f not in pods]):  # the pods first, the rest after a restart
         opts = service.ServeOptions(captures=tuple(part), index_path=index)
         await service.serve_body(settings, opts)(Metrics(), Health(), Shutdown(10))
-    await asyncio.to_thread(replay, captures, tmp_path / "replay.sqlite", console=Console(file=io.StringIO()),
-                            quiet=True)
+    await asyncio.to_thread(replay, captures=captures, index_path=tmp_path / "replay.sqlite",
+                            console=Console(file=io.StringIO()), quiet=True)
     assert index_rows(index) == index_rows(tmp_path / "replay.sqlite")
     assert index_rows(index)["runs"]
 
@@ -551,8 +552,8 @@ async def test_reduce_and_index_sink_processes_equal_replay(kafka_bootstrap: str
     assert reducer.terminate() == 0 and sink.terminate() == 0  # graceful shutdown on SIGTERM
     assert any(e["event"] == "reducer_stopped" for e in reducer.events())
 
-    await asyncio.to_thread(replay, captures, tmp_path / "replay.sqlite", console=Console(file=io.StringIO()),
-                            quiet=True)
+    await asyncio.to_thread(replay, captures=captures, index_path=tmp_path / "replay.sqlite",
+                            console=Console(file=io.StringIO()), quiet=True)
     rows = index_rows(index)
     assert rows["runs"], "no runs reached the index"
     assert rows == index_rows(tmp_path / "replay.sqlite")
@@ -707,8 +708,8 @@ async def test_serve_runs_intake_reducer_and_sink_in_one_process(kafka_bootstrap
                    str(index), "--create-topics", "--exit-when-done")
     assert serve.proc is not None
     assert await asyncio.to_thread(serve.proc.wait, 50) == 0, serve.tail()
-    await asyncio.to_thread(replay, captures, tmp_path / "replay.sqlite", console=Console(file=io.StringIO()),
-                            quiet=True)
+    await asyncio.to_thread(replay, captures=captures, index_path=tmp_path / "replay.sqlite",
+                            console=Console(file=io.StringIO()), quiet=True)
     assert index_rows(index) == index_rows(tmp_path / "replay.sqlite")
     assert index_rows(index)["runs"]
     events = [e["event"] for e in serve.events()]

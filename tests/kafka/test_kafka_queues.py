@@ -32,13 +32,14 @@ from tests.kafka.test_kafka_pipeline import (
     settle,
 )
 from tests.support.adx_standin import KustoStandIn
-from tracker.cli import main, replay
+from tracker.cli import main
 from tracker.core import wire
 from tracker.core.publish import POSITION, QUEUE
 from tracker.core.queues import QueuePosition, QueueState
 from tracker.core.wire import CONTENT_HASH_HEADER
 from tracker.runtime import service
 from tracker.runtime.ops import Health, Metrics
+from tracker.runtime.replay import replay
 from tracker.runtime.sinks import adx_sink_runner
 from tracker.settings import Settings, load_settings
 from tracker.shell import transitions as transitions_codec
@@ -147,7 +148,7 @@ async def test_queues_and_positions_go_through_reduce_and_the_index_sink(
     sink = launch(services, tmp_path, "sink", "sink", "index", "--index", str(index))
     await settle(settings, index, [sink])
     assert sink.terminate() == 0
-    await asyncio.to_thread(replay, [*captures, later], tmp_path / "replay.sqlite",
+    await asyncio.to_thread(replay, captures=[*captures, later], index_path=tmp_path / "replay.sqlite",
                             console=Console(file=io.StringIO()), quiet=True)
     rows = index_rows(index)
     assert rows["runs"] and len(rows["queues"]) == 2 and len(rows["queue_positions"]) == 1

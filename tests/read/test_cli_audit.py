@@ -17,9 +17,11 @@ from rich.console import Console
 from tests.core.test_gpu import EXPECTED, _s
 from tests.core.test_scenarios import fold_scenario
 from tests.read.test_cli_runs import NOW, run
-from tracker.audit import LOST_REASONS, NOT_OBSERVED, eviction_reasons
-from tracker.cli import DEMO_CAPTURES, main, replay
+from tracker.cli import main
+from tracker.cli.args import DEMO_CAPTURES
 from tracker.core import gpu
+from tracker.read.audit import LOST_REASONS, NOT_OBSERVED, eviction_reasons
+from tracker.runtime.replay import replay
 
 # GPU-seconds held and lost of every bundled run (tests/core/test_gpu.py's EXPECTED, checked there against the reducer)
 HELD = {run_id: exp[1] for runs in EXPECTED.values() for run_id, exp in runs.items()}
@@ -51,7 +53,7 @@ def ledger_ettr(runs: tuple[str, ...]) -> float:
 @pytest.fixture(scope="module")
 def index(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("idx") / "index.sqlite"
-    replay([DEMO_CAPTURES], path, console=Console(quiet=True), quiet=True)
+    replay(captures=[DEMO_CAPTURES], index_path=path, console=Console(quiet=True), quiet=True)
     return path
 
 

@@ -8,13 +8,15 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from tracker.cli import DEMO_CAPTURES, main, replay
+from tracker.cli import main
+from tracker.cli.args import DEMO_CAPTURES
+from tracker.runtime.replay import replay
 
 
 @pytest.fixture(scope="module")
 def index(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("idx") / "index.sqlite"
-    replay([DEMO_CAPTURES], path, console=Console(quiet=True), quiet=True)
+    replay(captures=[DEMO_CAPTURES], index_path=path, console=Console(quiet=True), quiet=True)
     return path
 
 
@@ -60,12 +62,9 @@ def test_replay_of_a_missing_capture_is_one_line(tmp_path: Path, capsys: pytest.
 
 def test_replay_says_how_many_dead_letters_rotation_dropped(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    import functools
-
-    from tracker.runtime import pipeline
-
-    monkeypatch.setattr(pipeline, "JsonlDeadLetters",
-                        functools.partial(pipeline.JsonlDeadLetters, max_bytes=20_000, files=2))
+    # the smallest bound the settings allow (replay takes it from them, as serve does)
+    monkeypatch.setenv("TRACKER_EMBEDDED__DEAD_LETTER_FILE_BYTES", str(64 * 1024))
+    monkeypatch.setenv("TRACKER_EMBEDDED__DEAD_LETTER_FILES", "2")
     bad = tmp_path / "bad.jsonl"
     bad.write_text("".join(f'{{"type": "ADDED", "object": {{"kind": "Pod", "n": {i}, "x": {"y" * 200}\n'
                            for i in range(500)))

@@ -16,12 +16,17 @@ import pytest
 import yaml
 from rich.console import Console
 
-from tests.support.histories import ups
-from tracker.cli import DEMO_CAPTURES, PHASES, STATUSES, build_parser, main, replay
+from tests.support.histories import stored, ups
+from tracker.cli import main
+from tracker.cli.args import DEMO_CAPTURES
+from tracker.cli.parser import build_parser
 from tracker.core.model import Phase, RunRecord, Status, field_names
-from tracker.render import runs_json
-from tracker.runs_view import NOW_FIELDS, kube_duration
-from tracker.shell import index_query
+from tracker.core.vocab import PHASES, STATUSES
+from tracker.read import store as index_store
+from tracker.read.render import runs_json
+from tracker.read.runs import NOW_FIELDS, kube_duration
+from tracker.read.store import IndexReader
+from tracker.runtime.replay import replay
 from tracker.shell.index import ExperimentIndex
 from tracker.shell.index_schema import SCHEMA_VERSION
 
@@ -33,7 +38,7 @@ UUID_RUN = "e55428ce-5266-4f6d-8b5d-2ae542ca77c4"  # Job team-a/eval-hotfix-0820
 @pytest.fixture(scope="module")
 def index(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("idx") / "index.sqlite"
-    replay([DEMO_CAPTURES], path, console=Console(quiet=True), quiet=True)
+    replay(captures=[DEMO_CAPTURES], index_path=path, console=Console(quiet=True), quiet=True)
     return path
 
 
@@ -224,8 +229,8 @@ def test_stuck_runs_in_every_phase_before_running(index: Path, capsys: pytest.Ca
 
 
 def test_json_yaml_and_name_outputs(index: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    with ExperimentIndex(index, readonly=True) as ix:
-        expected = runs_json(ix.runs())
+    with IndexReader(index) as ix:
+        expected = runs_json(stored(ix).records())
     assert rows(capsys, index) == expected
     def plain(data: list[dict[str, object]]) -> list[dict[str, object]]:
         return [{k: v for k, v in d.items() if k not in NOW_FIELDS} for d in data]
@@ -251,9 +256,9 @@ def test_show_by_prefix_and_by_namespace_name(index: Path, capsys: pytest.Captur
 
 def test_show_notes_when_a_name_had_several_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "index.sqlite"
-    replay([DEMO_CAPTURES], path, console=Console(quiet=True), quiet=True)
+    replay(captures=[DEMO_CAPTURES], index_path=path, console=Console(quiet=True), quiet=True)
     with ExperimentIndex(path) as ix:
-        history = ix.history("vit-l-9hx4d")
+        history = stored(ix).history("vit-l-9hx4d")
         assert history is not None and history.run.created_at is not None
         older = replace(history.run, run_id="vit-l-older", created_at=history.run.created_at.replace(hour=1))
         ix.write(ups([replace(history, run=older, transitions=[], attempts=[], metrics=[], resume_links=[],
@@ -386,10 +391,10 @@ t tracker audit -o c
 
 
 def test_the_readers_constants_match_the_models() -> None:
-    assert tuple(field_names(RunRecord)) == index_query.RUN_FIELDS
-    assert index_query.KNOWN_SCHEMA_VERSION == SCHEMA_VERSION, "index_query reads this schema via the slow path"
-    assert STATUSES == index_query.STATUSES == tuple(s.value for s in Status)
-    assert PHASES == index_query.PHASES == tuple(p.value for p in Phase)
+    assert tuple(field_names(RunRecord)) == index_store.RUN_FIELDS
+    assert index_store.KNOWN_SCHEMA_VERSION == SCHEMA_VERSION, "the store reads this schema via the slow path"
+    assert tuple(s.value for s in Status) == STATUSES
+    assert tuple(p.value for p in Phase) == PHASES
 
 
 # ------------------------------------------------------------------------------------------ fast start

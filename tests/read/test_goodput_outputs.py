@@ -23,14 +23,15 @@ from tests.read.test_render import failed_after_eviction
 from tests.support import goodput_runs as g
 from tests.support.histories import ups
 from tests.ui.test_ui import _script_or_style
-from tracker.audit import audit
-from tracker.audit import render as audit_render
 from tracker.cli import main
 from tracker.core.model import CheckpointRecord, GoodputCategory, RunHistory, to_json
-from tracker.render import runs_json, timeline
-from tracker.runs_view import GOODPUT_CATEGORIES, render
+from tracker.read.audit import audit
+from tracker.read.audit import render as audit_render
+from tracker.read.render import runs_json
+from tracker.read.runs import GOODPUT_CATEGORIES, render
+from tracker.read.store import Run
+from tracker.read.timeline import timeline
 from tracker.shell.index import ExperimentIndex
-from tracker.shell.index_query import Run
 from tracker.ui.pages import run_page
 
 HOTFIX = "e55428ce-5266-4f6d-8b5d-2ae542ca77c4"  # the preemptor: no progress events, 16 GPUs, nothing lost
@@ -97,7 +98,7 @@ def test_show_marks_the_checkpoints_and_draws_the_time_lost_at_80_columns(done: 
     [ckpt] = lines_of(out, "checkpoint ")
     [wasted] = lines_of(out, "wasted ")
     [recovery] = lines_of(out, "recovery ")
-    bars = slice(14, 14 + 33)  # the bars' columns at 80 (tracker.render's layout)
+    bars = slice(14, 14 + 33)  # the bars' columns at 80 (tracker.read.render's layout)
     assert ckpt[bars].strip("●▲ ") == "" and ckpt[bars].count("●") == 1 and ckpt[bars].count("▲") == 1
     assert "1 saved" in ckpt and "saved @1000 10:11:00Z" in ckpt
     # the save's completion is where the wasted progress begins; the wasted progress ends where the recovery begins

@@ -10,8 +10,9 @@ import pytest
 
 from sim.builders import at
 from tests.core.test_gpu import EXPECTED, _by, _s, _writes
-from tests.support.histories import ups
-from tracker.cli import DEMO_CAPTURES, main
+from tests.support.histories import stored, ups
+from tracker.cli import main
+from tracker.cli.args import DEMO_CAPTURES
 from tracker.core.reducer import Reducer
 from tracker.shell.index import ExperimentIndex
 
@@ -48,7 +49,7 @@ def test_runs_json_counts_a_live_runs_gpus_up_to_now(tmp_path: Path, capsys: pyt
     assert h is not None
     with ExperimentIndex(tmp_path / "index.sqlite") as ix:
         ix.write(ups([h]))
-        assert ix.history("rn50-ft-k7q2m") == h  # the GPU fields round-trip through the index
+        assert stored(ix).history("rn50-ft-k7q2m") == h  # the GPU fields round-trip through the index
     assert main(["runs", "--index", str(tmp_path / "index.sqlite"), "-o", "json", "--now",
                  "2026-08-20T09:32:07Z"]) == 0
     [run] = json.loads(capsys.readouterr().out)

@@ -14,9 +14,12 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from tests.support.histories import copy_into_older, index_of_schema, ups
-from tracker.cli import DEMO_CAPTURES, main, replay
-from tracker.shell import index as index_module
+from tests.support.histories import copy_into_older, index_of_schema, stored, ups
+from tracker.cli import main
+from tracker.cli.args import DEMO_CAPTURES
+from tracker.read import store as store_module
+from tracker.read.store import IndexReader
+from tracker.runtime.replay import replay
 from tracker.shell.index import ExperimentIndex
 from tracker.shell.index_schema import IndexOpenError, IndexSchemaError
 
@@ -26,7 +29,7 @@ RUN = "gpt-moe-6wz8r"  # a run of the bundled capture
 @pytest.fixture(scope="module")
 def demo_index(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("demo") / "index.sqlite"
-    replay([DEMO_CAPTURES], path, console=Console(quiet=True), quiet=True)
+    replay(captures=[DEMO_CAPTURES], index_path=path, console=Console(quiet=True), quiet=True)
     return path
 
 
@@ -84,17 +87,17 @@ def test_a_reader_creates_no_file_and_migrates_nothing(demo_index: Path, tmp_pat
 
 def test_a_reader_reads_while_a_writer_writes(demo_index: Path, tmp_path: Path) -> None:
     index = copy_of(demo_index, tmp_path / "idx")
-    with ExperimentIndex(index, readonly=True) as reader:  # opened while no writer has the file open
-        runs = reader.runs()
+    with IndexReader(index) as reader:  # opened while no writer has the file open
+        runs = stored(reader).records()
         with ExperimentIndex(index) as writer:
-            history = writer.history(RUN)
+            history = stored(writer).history(RUN)
             assert history is not None
             writer.write(ups([replace(history, run=replace(history.run, message="edited"))]))
             writer._db.execute("BEGIN IMMEDIATE")  # a write in progress does not block the reader
             writer._db.execute("UPDATE runs SET message = 'uncommitted' WHERE run_id = ?", (RUN,))
-            seen = reader.history(RUN)
+            seen = stored(reader).history(RUN)
             assert seen is not None and seen.run.message == "edited"  # the committed state, not the uncommitted
-            assert len(reader.runs()) == len(runs)
+            assert len(stored(reader).records()) == len(runs)
             writer._db.execute("ROLLBACK")
 
 
@@ -144,13 +147,13 @@ def test_a_writer_on_a_file_that_is_not_an_index_fails_in_one_line(tmp_path: Pat
 
 def test_reader_errors_are_index_errors(tmp_path: Path) -> None:
     with pytest.raises(IndexOpenError, match="no experiment index"):
-        ExperimentIndex(tmp_path / "none.sqlite", readonly=True).open()
+        IndexReader(tmp_path / "none.sqlite").open()
     (tmp_path / "e.sqlite").write_bytes(b"")
     with pytest.raises(IndexSchemaError, match="empty database"):
-        ExperimentIndex(tmp_path / "e.sqlite", readonly=True).open()
-    with ExperimentIndex(tmp_path / "w.sqlite") as ix, pytest.raises(RuntimeError, match="read-only"):
-        ExperimentIndex(ix.path, readonly=True).open().write([])
-    assert index_module.READ_RETRIES >= 1
+        IndexReader(tmp_path / "e.sqlite").open()
+    with ExperimentIndex(tmp_path / "w.sqlite") as ix, pytest.raises(sqlite3.OperationalError, match="readonly"):
+        IndexReader(ix.path).open().read(lambda conn: conn.execute("DELETE FROM runs"))  # a reader cannot write
+    assert store_module.READ_RETRIES >= 1
     assert not os.path.exists(tmp_path / "none.sqlite")
 
 

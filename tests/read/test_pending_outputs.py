@@ -15,18 +15,19 @@ import pytest
 
 from tests.service.test_metrics import values
 from tests.support import pending_capture as cap
+from tests.support.histories import stored
 from tracker.cli import main
 from tracker.core import stuck
 from tracker.core.model import PendingCategory
 from tracker.core.reducer import Reducer, ReducerLimits
 from tracker.core.waits import PENDING_CATEGORIES, admission_wait, pending_by_category
+from tracker.read.store import IndexReader
 from tracker.runtime.embedded_metrics import EmbeddedMetrics
 from tracker.runtime.ops import Metrics
 from tracker.runtime.pipeline import PipelineLimits, run_pipeline
 from tracker.settings import load_settings
 from tracker.shell.capture import Record, capture_files
 from tracker.shell.capture import interleave as round_robin
-from tracker.shell.index import ExperimentIndex
 from tracker.ui.pages import run_page
 
 NOW = cap.NOW
@@ -117,8 +118,8 @@ def test_show_draws_the_steps_and_the_pending_spans(index: Path, capsys: pytest.
     assert "↳ pending pod-creation 21m00s+, admission-check:prov 5m00s, queued 4m00s" in out
     assert "quota released before admission" in out  # the legend
     # the same history's steps and spans
-    with ExperimentIndex(index, readonly=True) as ix:
-        h = ix.history(cap.RETRY_RUN)
+    with IndexReader(index) as ix:
+        h = stored(ix).history(cap.RETRY_RUN)
     assert h is not None
     a = h.attempts[0]
     assert [(s.kind, s.state) for s in a.admission_steps if s.kind == "QuotaReleased"] == [
@@ -158,8 +159,8 @@ def test_audit_counts_every_pending_second_by_category(index: Path, capsys: pyte
 
 
 def test_the_run_page_draws_the_steps_and_the_categories(index: Path) -> None:
-    with ExperimentIndex(index, readonly=True) as ix:
-        check, retry = ix.history(cap.CHECK_RUN), ix.history(cap.RETRY_RUN)
+    with IndexReader(index) as ix:
+        check, retry = stored(ix).history(cap.CHECK_RUN), stored(ix).history(cap.RETRY_RUN)
     assert check is not None and retry is not None
     page = run_page(check, now=NOW_DT, note=None)
     assert "waiting 30m00s+ for admission" in page and "30m00s+" in page
@@ -210,8 +211,8 @@ def test_the_reducer_counts_pending_seconds_and_the_open_spans(tmp_path: Path) -
 
 
 def test_an_admission_alert_carries_the_live_wait_and_the_open_category(index: Path) -> None:
-    with ExperimentIndex(index, readonly=True) as ix:
-        check, retry = ix.history(cap.CHECK_RUN), ix.history(cap.RETRY_RUN)
+    with IndexReader(index) as ix:
+        check, retry = stored(ix).history(cap.CHECK_RUN), stored(ix).history(cap.RETRY_RUN)
     assert check is not None and retry is not None
     s = stuck.stuck_candidate(check)
     assert s is not None and s.phase.value == "Admission"
@@ -228,7 +229,7 @@ def test_an_admission_alert_carries_the_live_wait_and_the_open_category(index: P
 
 
 def test_the_runs_page_shows_the_live_wait(index: Path) -> None:
-    from tracker.shell.index_query import IndexReader, RunFilter
+    from tracker.read.filters import RunFilter
     from tracker.ui.pages import runs_page
 
     with IndexReader(index) as reader:

@@ -24,7 +24,8 @@ from tracker.core.model import (
     Transition,
     field_names,
 )
-from tracker.render import history_json, human_duration, runs_json, runs_table, timeline
+from tracker.read.render import history_json, human_duration, runs_json, runs_table
+from tracker.read.timeline import timeline
 
 T0 = datetime(2026, 8, 20, 10, 0, tzinfo=UTC)
 WIDTH = 120

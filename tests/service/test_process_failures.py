@@ -63,7 +63,7 @@ async def test_a_fatal_error_inside_nested_task_groups_is_the_one_stopped_line(
 @pytest.mark.parametrize("content", [b"my notes\n", b""])
 async def test_embedded_serve_on_a_file_that_is_not_an_index_is_the_one_stopped_line(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, content: bytes) -> None:
-    from tracker.cli import DEMO_CAPTURES
+    from tracker.cli.args import DEMO_CAPTURES
 
     for name in [n for n in os.environ if n.startswith("TRACKER_KAFKA__")]:
         monkeypatch.delenv(name)

@@ -15,11 +15,15 @@ from hypothesis import strategies as st
 from rich.console import Console
 
 from sim.lifecycles import generate_stream
+from tests.support.histories import stored
 from tests.support.laws import object_key
-from tracker.cli import DEMO_CAPTURES, main, replay
+from tracker.cli import main
+from tracker.cli.args import DEMO_CAPTURES
 from tracker.core.model import HistoryUpdate
 from tracker.core.reducer import Reducer
-from tracker.render import history_json
+from tracker.read.render import history_json
+from tracker.read.store import IndexReader
+from tracker.runtime.replay import replay
 from tracker.shell import jsonio
 from tracker.shell.capture import Record, capture_files, interleave
 from tracker.shell.index import ExperimentIndex
@@ -56,7 +60,7 @@ def write_piece(directory: Path, records: Sequence[Event]) -> list[Path]:
 
 
 def replay_quietly(paths: Sequence[Path], index: Path) -> int:
-    return replay(list(paths), index, console=Console(quiet=True), quiet=True).rows_changed
+    return replay(captures=list(paths), index_path=index, console=Console(quiet=True), quiet=True).rows_changed
 
 
 def arrival_order(records: Sequence[Event], rng: random.Random) -> list[Event]:
@@ -98,7 +102,7 @@ def test_a_capture_replayed_in_pieces_leaves_the_index_one_replay_leaves(
     red = Reducer()
     for rec in records:
         red.apply(rec)
-    with ExperimentIndex(pieced, readonly=True) as ix:
+    with IndexReader(pieced) as ix:
         stored = {run_id: ix.history(run_id) for run_id in red.runs}
     assert len(stored) >= n_runs
     assert {k: history_json(v) for k, v in stored.items() if v is not None} == \
@@ -196,7 +200,7 @@ def test_a_history_written_without_state_drops_the_state_kept_for_it(tmp_path: P
     replay_quietly([DEMO_CAPTURES], index)
     with ExperimentIndex(index) as ix:
         assert ix.runs_without_state() == []
-        one = ix.history("gpt-moe-6wz8r")
+        one = stored(ix).history("gpt-moe-6wz8r")
         assert one is not None
         ix.write([HistoryUpdate.of(one)])
         assert ix.runs_without_state() == ["gpt-moe-6wz8r"]

@@ -17,8 +17,9 @@ from typing import Any
 import pytest
 
 from sim.scenarios import SCENARIOS
+from tests.support.histories import stored
 from tracker.cli import main
-from tracker.shell.index import ExperimentIndex
+from tracker.read.store import IndexReader
 
 REPO = Path(__file__).resolve().parents[2]
 GOOD = ("quick-success", "backoff-limit")
@@ -95,8 +96,8 @@ def _capture(poisons: list[tuple[str, str]]) -> tuple[str, dict[int, str]]:
 
 
 def _histories(index: Path) -> dict[str, Any]:
-    with ExperimentIndex(index, readonly=True) as idx:
-        return {r.run_id: idx.history(r.run_id) for r in idx.runs()}
+    with IndexReader(index) as idx:
+        return {r.run_id: stored(idx).history(r.run_id) for r in stored(idx).records()}
 
 
 @pytest.fixture(scope="module")

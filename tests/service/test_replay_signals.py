@@ -15,7 +15,9 @@ from rich.console import Console
 
 from sim.lifecycles import generate_stream
 from tests.service.test_replay_incremental import contents
-from tracker.cli import DEMO_CAPTURES, main, replay
+from tracker.cli import main
+from tracker.cli.args import DEMO_CAPTURES
+from tracker.runtime.replay import replay
 from tracker.shell import jsonio
 
 RUNS = 400  # about 10,000 records: long enough to be signalled while replaying, on a busy machine too
@@ -31,7 +33,7 @@ def capture(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def whole(capture: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[tuple[object, ...]]]:
     path = tmp_path_factory.mktemp("whole") / "index.sqlite"
-    replay([capture], path, console=Console(quiet=True), quiet=True)
+    replay(captures=[capture], index_path=path, console=Console(quiet=True), quiet=True)
     return contents(path)
 
 
@@ -82,7 +84,8 @@ def test_replay_from_another_thread_runs_without_signal_handlers(tmp_path: Path)
     import threading
 
     reports = []
-    worker = threading.Thread(target=lambda: reports.append(replay([DEMO_CAPTURES], tmp_path / "i.sqlite",
+    worker = threading.Thread(target=lambda: reports.append(replay(captures=[DEMO_CAPTURES],
+                                                                     index_path=tmp_path / "i.sqlite",
                                                                      console=Console(quiet=True), quiet=True)))
     worker.start()
     worker.join(120)

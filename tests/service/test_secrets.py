@@ -23,7 +23,8 @@ import pytest
 
 from tests.kafka.test_kafka_pipeline import configure, create_topics, read_topic
 from tests.support.adx_standin import KustoStandIn
-from tracker.cli import DEMO_CAPTURES
+from tests.support.histories import stored
+from tracker.cli.args import DEMO_CAPTURES
 from tracker.core.model import HistoryUpdate
 from tracker.settings import AdxSettings
 from tracker.shell.adx import AdxSink
@@ -250,7 +251,7 @@ ops:
         sink = AdxSink(AdxSettings(cluster_uri=standin.url, auth="none", database="db", spool_dir=tmp_path / "spool",
                                    retry_attempts=1, retry_initial_s=0.01, batch_max_delay_s=0.01))
         with ExperimentIndex(index) as ix:
-            histories = [h for r in runs if (h := ix.history(r["run_id"])) is not None]
+            histories = [h for r in runs if (h := stored(ix).history(r["run_id"])) is not None]
         assert sink.write([HistoryUpdate.of(h) for h in histories]) > 0 and sink.flush(60)
         sink.close(30)
     finally:

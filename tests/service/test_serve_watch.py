@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.infra.kubectl import Kubectl
+from tests.support.histories import stored
 from tracker.shell.index import ExperimentIndex
 
 pytestmark = pytest.mark.kube
@@ -55,7 +56,7 @@ def test_serve_watch_keeps_the_index_up_to_date(kubeconfig: Path, kubectl: Kubec
             time.sleep(1)
             if index.exists():
                 with ExperimentIndex(index) as ix:
-                    record = next((r for r in ix.runs() if r.run_id == run_id), None)
+                    record = next((r for r in stored(ix).records() if r.run_id == run_id), None)
         if record is None:
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=60)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tracker.core.model import HistoryUpdate, RunHistory
+from tracker.read.store import IndexReader
 from tracker.shell import index_schema
 from tracker.shell.index import ExperimentIndex
 
@@ -38,3 +39,11 @@ def index_of_schema(path: Path, version: int, monkeypatch: pytest.MonkeyPatch) -
         m.setattr(index_schema, "SCHEMA_VERSION", version)
         with ExperimentIndex(path):
             pass
+
+
+def stored(index: ExperimentIndex | IndexReader) -> IndexReader:
+    """What an index holds, read as the read side reads it: a reader of the index a test wrote (``index`` itself
+    when it is one). The writer only writes; each call reads afresh, seeing every write made before it."""
+    if isinstance(index, IndexReader):
+        return index
+    return IndexReader(index.path).open()

@@ -16,7 +16,7 @@ from typing import Any
 
 from rich.console import Console
 
-from tracker.cli import replay
+from tracker.runtime.replay import replay
 
 NS = "team-c"
 NOW = "2026-08-20T10:30:00Z"
@@ -107,5 +107,5 @@ def build(directory: Path) -> Path:
     capture = directory / "pending-capture.jsonl"
     capture.write_text("".join(json.dumps(r) + "\n" for r in records()))
     path = directory / "pending.sqlite"
-    replay([capture], path, console=Console(quiet=True), quiet=True)
+    replay(captures=[capture], index_path=path, console=Console(quiet=True), quiet=True)
     return path

@@ -14,7 +14,8 @@ from typing import NamedTuple
 
 from rich.console import Console
 
-from tracker.cli import DEMO_CAPTURES, replay
+from tracker.cli.args import DEMO_CAPTURES
+from tracker.runtime.replay import replay
 from tracker.ui.server import App, UiServer, allowed_hosts, serve_until
 
 NOW = datetime(2026, 8, 20, 13, 0, tzinfo=UTC)  # the end of the bundled capture's day
@@ -31,10 +32,10 @@ EXTRA_HOST = "tracker.example.internal"
 def build_index(directory: Path) -> Path:
     """The bundled captures, then one intake event whose every text is HTML."""
     path = directory / "ui.sqlite"
-    replay([DEMO_CAPTURES], path, console=Console(quiet=True), quiet=True)
+    replay(captures=[DEMO_CAPTURES], index_path=path, console=Console(quiet=True), quiet=True)
     evil = directory / "evil.jsonl"
     evil.write_text(json.dumps(EVIL_EVENT) + "\n")
-    replay([evil], path, console=Console(quiet=True), quiet=True)
+    replay(captures=[evil], index_path=path, console=Console(quiet=True), quiet=True)
     return path
 
 

@@ -465,7 +465,7 @@ def test_it_serves_from_tracker_index_and_stops_gracefully_on_a_signal(index: Pa
 def test_the_command_has_help_an_example_and_shell_completion(capsys: pytest.CaptureFixture[str]) -> None:
     import argparse
 
-    from tracker.cli import build_parser
+    from tracker.cli.parser import build_parser
 
     parser = build_parser(service_commands=False)
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))

@@ -1,6 +1,6 @@
 """Stuck runs: live runs that have stayed in a phase before their application started for too long.
 
-The one definition the CLI (``tracker runs --stuck``, ``tracker.shell.index_query.STUCK_PHASES``), the reducer's
+The one definition the CLI (``tracker runs --stuck``, ``tracker.read.filters.STUCK_PHASES``), the reducer's
 metrics and alerts and the KQL function ``TaugridStuckRuns`` share: a run is *stuck-eligible* while its status is
 ``pending`` and its phase is Admission (waiting for quota or backoff), Scheduling (pods unschedulable or not
 created) or Runtime (pods bound, containers not started: image pulls, PodsReady waits). Its *age* is the time in

@@ -29,14 +29,14 @@ from tracker import errors
 from tracker.core.model import DeadLetter
 from tracker.runtime.embedded_metrics import EmbeddedMetrics
 from tracker.runtime.ops import Health, Metrics, OpsServer, Shutdown, configure_logging, log_deprecated_env
-from tracker.runtime.pipeline import JsonlDeadLetters, PipelineLimits, PipelineReport, run_pipeline
+from tracker.runtime.pipeline import PipelineReport
 from tracker.runtime.reduce import ReduceService
+from tracker.runtime.replay import Folded, capture_records, fold
 from tracker.runtime.sinks import SinkRunner, adx_sink_runner, index_sink_runner
-from tracker.settings import EmbeddedSettings, Settings, redacted
+from tracker.settings import Settings, redacted
 from tracker.shell import kafka, tasks
-from tracker.shell.capture import BadRecord, Record, capture_files, interleave
+from tracker.shell.capture import BadRecord, Record, capture_files
 from tracker.shell.changes import changes_producer
-from tracker.shell.slim import slim_event
 from tracker.shell.watch.keying import KeyedRecord, RunKeyer
 
 log = structlog.get_logger("tracker.service")
@@ -57,9 +57,7 @@ async def capture_source(paths: list[Path], max_held: int) -> Source:
 
     def keyed() -> Iterator[SourceItem]:
         keyer = RunKeyer(max_held)
-        for item in interleave(files):
-            if isinstance(item, Record):
-                item = Record(item.source, slim_event(item.value))
+        for item in capture_records(files):
             yield from keyer.key_record(item)
         yield from keyer.unkeyed()
 
@@ -316,24 +314,10 @@ class _Handoff:
                 self._waiters.remove(waiter)
 
 
-def dead_letter_file(es: EmbeddedSettings, index_path: Path, *, on_drop: Callable[[int], None] | None = None
-                     ) -> JsonlDeadLetters:
-    """The bounded dead-letter file of the embedded index at ``index_path``: ``<index>.dead-letters.jsonl``."""
-    return JsonlDeadLetters(index_path.with_name(index_path.stem + ".dead-letters.jsonl"),
-                            max_bytes=es.dead_letter_file_bytes, files=es.dead_letter_files, on_drop=on_drop)
-
-
-def pipeline_limits(es: EmbeddedSettings) -> PipelineLimits:
-    """The embedded pipeline's queue and flush bounds."""
-    return PipelineLimits(change_queue=es.change_queue, history_queue=es.history_queue, flush_every=es.flush_every)
-
-
 async def _serve_embedded(settings: Settings, opts: ServeOptions, intake: Source, metrics: Metrics, health: Health,
                           shutdown: Shutdown) -> PipelineReport:
-    """The embedded pipeline on its own thread (its sinks are synchronous), fed through a bounded queue."""
-    from tracker.shell import reducer_state
-    from tracker.shell.index import ExperimentIndex
-
+    """The embedded pipeline (``replay.fold``, the wiring ``tracker replay`` uses) on its own thread (its sinks are
+    synchronous), fed through a bounded queue."""
     index_path = opts.index_path or settings.sink.index_path
     if index_path is None:
         raise errors.ConfigError("serve without Kafka needs an experiment index (--index PATH)")
@@ -345,19 +329,13 @@ async def _serve_embedded(settings: Settings, opts: ServeOptions, intake: Source
         while (item := await changes.get()) is not None:
             yield item
 
-    dead = dead_letter_file(settings.embedded, index_path, on_drop=metrics.dead_letters_dropped.inc)
     gauges = EmbeddedMetrics(metrics, settings)
 
-    def pipeline() -> PipelineReport:
-        # continue from the reducer state the index keeps
-        identity = settings.index.identity(default_cluster=settings.adx.source_cluster)
-        with ExperimentIndex(index_path, identity=identity) as index:
-            reducer_state.refuse_runs_without_state(index)
-            reducer = reducer_state.restore(index, settings.reduce.reducer_limits(settings.embedded.max_retired))
-            gauges.restored(reducer)
-            return asyncio.run(run_pipeline(records(), reducer, sinks=[], dead_letters=dead,
-                                            limits=pipeline_limits(settings.embedded), store=index,
-                                            on_flush=gauges.flushed))
+    def pipeline() -> Folded:
+        # continue from the reducer state the index keeps; finished runs retire by ``reduce.retire_after_s``
+        return fold(records(), index_path=index_path, settings=settings,
+                    retire_after_s=settings.reduce.retire_after_s, on_restored=gauges.restored,
+                    on_flush=gauges.flushed, on_dead_letters_dropped=metrics.dead_letters_dropped.inc)
 
     # the pipeline's error, if any, leaves through the task group; once it has ended nothing more is put
     async with asyncio.TaskGroup() as tg:
@@ -378,7 +356,8 @@ async def _serve_embedded(settings: Settings, opts: ServeOptions, intake: Source
             feeding.cancel()
         finally:
             changes.close()  # the pipeline drains what is queued, flushes, closes (also when the source failed)
-    report = running.result()
+    folded = running.result()
+    report, dead = folded.report, folded.dead_letters
     log.info("embedded_pipeline_done", records=report.records, runs_written=report.runs_written,
              dead_letters=report.dead_letters, dead_letters_dropped=dead.dropped, dead_letter_file=str(dead.path))
     return report

@@ -18,7 +18,7 @@ import math
 import sqlite3
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from enum import Enum
 from pathlib import Path
 from types import TracebackType
@@ -32,33 +32,26 @@ from tracker.core.model import (
     LedgerSpan,
     MetricPoint,
     MetricSummary,
-    Phase,
     PodPlacement,
     ResumeLink,
-    RunHistory,
     RunRecord,
-    Status,
     Transition,
     field_names,
     iso,
-    load,
 )
 from tracker.core.queues import QueuePosition, QueueState
 from tracker.core.timefmt import ts
 from tracker.shell import index_queues
 from tracker.shell.index_schema import (
     IndexOpenError,
-    IndexSchemaError,
     check_database,
     migrate,
-    schema_version,
     stamp,
     transaction,
     why,
 )
 
 BUSY_TIMEOUT_MS = 10_000  # how long a writer waits for another writer's lock before failing
-READ_RETRIES = 3  # reads again by an immutable reader whose file got a writer meanwhile
 
 SqlValue = str | int | float | bytes | None
 _T = TypeVar("_T")
@@ -95,14 +88,6 @@ def _table(name: str, columns: tuple[str, ...], key: tuple[str, ...],
     )
 
 
-def _exact(column: str) -> str:
-    """A time column in fixed-width form ('...SS.ffffffZ'), which orders and compares exactly as text.
-
-    The stored form omits zero microseconds ('...SSZ'), so it orders exactly only to the whole second.
-    """
-    return f"(CASE WHEN length({column}) = 20 THEN substr({column}, 1, 19) || '.000000Z' ELSE {column} END)"
-
-
 def _names(columns: Sequence[str]) -> str:
     return ", ".join(f'"{c}"' for c in columns)
 
@@ -122,12 +107,6 @@ _OFFSETS = _table("consumer_offsets", ("consumer_group", "topic", "partition", "
                   ("consumer_group", "topic", "partition"))
 # A run's rows that its history replaces, beside its runs row (parents before children: deletes run in reverse).
 _CHILDREN = (_TRANSITIONS, _ATTEMPTS, _METRICS, _LINKS, _CHECKPOINTS, _SPANS)
-# the order of a run's checkpoints and ledger spans in its history (since schema 8): checkpoints by start time (else
-# end time; neither: first, as the epoch), kind, step and uri; spans in time order
-_CHECKPOINT_ORDER = ("(CASE WHEN coalesce(started_at, ended_at) IS NULL THEN '1970-01-01T00:00:00.000000Z' ELSE "
-                     + _exact("coalesce(started_at, ended_at)") + " END), kind, step, uri")
-_SPAN_ORDER = _exact("start") + ", " + _exact('"end"') + ", category"
-_NAN_COLUMNS = ("first_value", "latest_value", "min_value", "max_value")  # NaN is stored as NULL
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,26 +154,23 @@ class StateRows:
 class ExperimentIndex:
     """The experiment index at ``path``.
 
-    A writer (the default) creates the file, or migrates it, on open. A reader (``readonly=True``) never writes:
-    it creates no file, migrates nothing, refuses a file that is not an index of a version it can read, and
-    reads while a writer writes. Use as a context manager, or call ``open`` and ``close``. One connection; not
-    for sharing between threads.
+    The writer: it creates the file, or migrates it, on open. (The read side reads through
+    ``tracker.read.store.IndexReader``, which never writes.) Use as a context manager, or call ``open`` and
+    ``close``. One connection; not for sharing between threads.
     """
 
-    def __init__(self, path: Path | str, readonly: bool = False, *, identity: Mapping[str, str] | None = None) -> None:
+    def __init__(self, path: Path | str, *, identity: Mapping[str, str] | None = None) -> None:
         """``identity``: what a writer records in ``meta`` besides its version (``cluster``, ``workspace``)."""
         self.path = Path(path)
-        self.readonly = readonly
         self.identity = dict(identity or {})
         self._conn: sqlite3.Connection | None = None
-        self._immutable = False  # a reader that opened a file no writer had open (see _open_reader)
         self.refused_after_retirement = 0  # histories not written: their run was retired and then forgotten
 
     # ------------------------------------------------------------------------------------ lifecycle
     def open(self) -> ExperimentIndex:
         if self._conn is not None:
             return self
-        self._conn = self._open_reader() if self.readonly else self._open_writer()
+        self._conn = self._open_writer()
         return self
 
     def _open_writer(self) -> sqlite3.Connection:
@@ -223,53 +199,8 @@ class ExperimentIndex:
             raise
         return conn
 
-    def _open_reader(self) -> sqlite3.Connection:
-        """Open read-only, creating nothing beside the file.
-
-        While a writer has the index open its ``-wal`` and ``-shm`` files exist, and a read-only connection shares
-        them (``mode=ro``), reading a consistent snapshot while the writer writes. When no writer has it open there
-        is no ``-wal`` file, and ``mode=ro`` would create both files (and cannot, on a read-only volume), so the file
-        is opened as immutable; each read then checks that no ``-wal`` appeared meanwhile, and reads again shared
-        if one did (``_read``).
-        """
-        if not self.path.exists():
-            raise IndexOpenError(f"no experiment index at {self.path} (create one with: tracker replay CAPTURE... "
-                                 f"--index {self.path})")
-        if self.path.is_dir():
-            raise IndexOpenError(f"{self.path} is a directory, not an experiment index file")
-        self._immutable = not self._wal_exists()
-        uri = f"{self.path.resolve().as_uri()}?mode=ro" + ("&immutable=1" if self._immutable else "")
-        try:
-            conn = sqlite3.connect(uri, uri=True, isolation_level=None)
-        except sqlite3.Error as exc:
-            raise IndexOpenError(f"cannot open experiment index {self.path}: {why(exc)}") from exc
-        try:
-            conn.row_factory = sqlite3.Row
-            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-            check_database(conn, self.path)
-            if schema_version(conn, self.path) == 0:
-                raise IndexSchemaError(f"{self.path} is not an experiment index (an empty database)")
-        except sqlite3.Error as exc:
-            conn.close()
-            raise IndexOpenError(f"cannot read experiment index {self.path}: {why(exc)}") from exc
-        except BaseException:
-            conn.close()
-            raise
-        return conn
-
-    def _wal_exists(self) -> bool:
-        return Path(f"{self.path}-wal").exists()
-
-    def _read(self, query: Callable[[sqlite3.Connection], _T]) -> _T:
-        """Run a read; an immutable reader whose file got a writer meanwhile reads again, sharing the WAL."""
-        result = query(self._db)
-        for _ in range(READ_RETRIES):
-            if not (self._immutable and self._wal_exists()):
-                break
-            self.close()
-            self._conn = self._open_reader()
-            result = query(self._db)
-        return result
+    def _get(self, query: Callable[[sqlite3.Connection], _T]) -> _T:
+        return query(self._db)
 
     def close(self) -> None:
         if self._conn is not None:
@@ -306,8 +237,6 @@ class ExperimentIndex:
         the run's whole history with their part of it (counted in ``refused_after_retirement``). Its marker
         stays (renewed when the state retires the run again).
         """
-        if self.readonly:
-            raise RuntimeError(f"experiment index {self.path} was opened read-only")
         conn = self._db
         if state is not None and updates:
             refused = self._retired_before({u.run_id for u in updates})
@@ -334,8 +263,6 @@ class ExperimentIndex:
     def write_queues(self, queues: Sequence[QueueState], positions: Sequence[QueuePosition]) -> int:
         """Store the newest state of Kueue's queues and pending runs' positions (``tracker.shell.index_queues``),
         in a transaction of their own; the number of rows changed."""
-        if self.readonly:
-            raise RuntimeError(f"experiment index {self.path} was opened read-only")
         if not queues and not positions:
             return 0
         with transaction(self._db, "BEGIN IMMEDIATE"):
@@ -413,7 +340,7 @@ class ExperimentIndex:
             cur = conn.execute('SELECT topic, "partition", next_offset FROM consumer_offsets '
                                "WHERE consumer_group = ? ORDER BY topic, \"partition\"", (group,))
             return {(r["topic"], r["partition"]): r["next_offset"] for r in cur}
-        return self._read(query)
+        return self._get(query)
 
     def reducer_state(self, max_retired: int | None = None) -> ReducerState:
         """The stored reducer state: (run id, encoded state) of every live run kept and of the latest
@@ -445,91 +372,13 @@ class ExperimentIndex:
             "ORDER BY run_id")]
 
     def meta(self, key: str) -> str | None:
-        row = self._read(lambda conn: conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone())
+        row = self._get(lambda conn: conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone())
         return None if row is None else str(row[0])
 
     def set_meta(self, key: str, value: str) -> None:
         with transaction(self._db, "BEGIN IMMEDIATE"):
             self._db.execute("INSERT INTO meta (key, value) VALUES (?, ?) "
                              "ON CONFLICT (key) DO UPDATE SET value = excluded.value", (key, value))
-
-    def runs(self, status: Status | str | None = None, phase: Phase | str | None = None,
-             *, stalled_admission_s: float | None = None, now: datetime | None = None,
-             workspace: str | None = None, project: str | None = None,
-             limit: int | None = None) -> list[RunRecord]:
-        """Runs matching every given filter, newest first: by created_at (exactly, to the microsecond), runs
-        without one last, ties by run_id.
-
-        ``stalled_admission_s`` keeps only runs that are pending in Admission and were queued more than that
-        many seconds before ``now`` (the current UTC time when ``now`` is None; a naive ``now`` is UTC).
-        ``limit`` (>= 1) caps the number of runs returned; None returns all.
-        """
-        where: list[str] = []
-        params: list[SqlValue] = []
-        for column, value in (("status", None if status is None else Status(status).value),
-                              ("phase", None if phase is None else Phase(phase).value),
-                              ("workspace", workspace), ("project", project)):
-            if value is not None:
-                where.append(f"{column} = ?")
-                params.append(value)
-        if stalled_admission_s is not None:
-            if not math.isfinite(stalled_admission_s) or stalled_admission_s < 0:
-                raise ValueError(f"stalled_admission_s must be finite and >= 0, got {stalled_admission_s!r}")
-            try:
-                cutoff = (_aware(now or datetime.now(UTC)) - timedelta(seconds=stalled_admission_s)).astimezone(UTC)
-                text = cutoff.replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"  # '0001-...' too
-            except OverflowError:  # before year 1: no run was queued that long ago
-                text = ""
-            where.append(f"status = 'pending' AND phase = 'Admission' AND {_exact('queued_at')} < ?")
-            params.append(text)
-        sql = f"SELECT * FROM runs{' WHERE ' + ' AND '.join(where) if where else ''} " \
-              f"ORDER BY created_at IS NULL, {_exact('created_at')} DESC, run_id"
-        if limit is not None:
-            if limit < 1:
-                raise ValueError(f"limit must be >= 1, got {limit}")
-            sql += " LIMIT ?"
-            params.append(limit)
-        return self._read(lambda conn: [_record(r) for r in conn.execute(sql, params)])
-
-    def history(self, run_id: str) -> RunHistory | None:
-        """The run's complete history as written (None if the index does not hold the run)."""
-        return self._read(lambda conn: self._history(conn, run_id))
-
-    def _history(self, conn: sqlite3.Connection, run_id: str) -> RunHistory | None:
-        with transaction(conn, "BEGIN"):  # one snapshot, even while another process writes
-            row = conn.execute("SELECT * FROM runs WHERE run_id = ?", (run_id,)).fetchone()
-            if row is None:
-                return None
-            version = schema_version(conn, self.path)
-            transitions = [load(Transition, {c: r[c] for c in field_names(Transition)})
-                           for r in _of_run(conn, _TRANSITIONS, run_id, "ordinal")]
-            attempts = [_attempt(r) for r in _of_run(conn, _ATTEMPTS, run_id, "attempt")]
-            metrics = [_metric(r) for r in _of_run(conn, _METRICS, run_id, "metric")]
-            links = [load(ResumeLink, dict(r)) for r in _of_run(conn, _LINKS, run_id, "resume_of")]
-            points = [load(MetricPoint, dict(r)) for r in _of_run(conn, _POINTS, run_id, "metric, step")] \
-                if version >= 5 else []  # an older index, read as it is, has none
-            # by attempt, then creation time (none first, as the reducer orders them), name and uid
-            order = f"attempt, created_at IS NOT NULL, {_exact('created_at')}, pod" + (", uid" if version >= 6 else "")
-            pods = [_pod(r, row["namespace"]) for r in _of_run(conn, _PLACEMENTS, run_id, order)]
-            checkpoints: list[CheckpointRecord] = []
-            spans: list[LedgerSpan] = []
-            if version >= 8:  # an older index, read as it is, has none
-                checkpoints = [load(CheckpointRecord, _columns(r, field_names(CheckpointRecord)))
-                               for r in _of_run(conn, _CHECKPOINTS, run_id, _CHECKPOINT_ORDER)]
-                spans = [load(LedgerSpan, _columns(r, field_names(LedgerSpan)))
-                         for r in _of_run(conn, _SPANS, run_id, _SPAN_ORDER)]
-        return RunHistory(run=_record(row), transitions=transitions, attempts=attempts, metrics=metrics,
-                          resume_links=links, metric_points=points, pods=pods, checkpoints=checkpoints, ledger=spans)
-
-    def counts_by_status(self) -> dict[Status, int]:
-        """Number of runs per status (every status present, zeros included)."""
-        counts = dict.fromkeys(Status, 0)
-        rows = self._read(lambda conn: conn.execute("SELECT status, COUNT(*) AS n FROM runs GROUP BY status")
-                          .fetchall())
-        for r in rows:
-            counts[Status(r["status"])] = r["n"]
-        return counts
-
 
 # ------------------------------------------------------------------------------------------ encoding
 
@@ -653,58 +502,3 @@ def _offset_rows(offsets: Mapping[OffsetKey, int]) -> list[Row]:
 
 def _natural(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
-# ------------------------------------------------------------------------------------------ decoding
-
-
-def _of_run(conn: sqlite3.Connection, table: _Table, run_id: str, order: str) -> list[sqlite3.Row]:
-    return conn.execute(f"SELECT * FROM {table.name} WHERE run_id = ? ORDER BY {order}", (run_id,)).fetchall()
-
-
-def _columns(row: sqlite3.Row, fields: Sequence[str]) -> dict[str, Any]:
-    """The row's value of each field it has: a reader of an index of an older schema (which it may not migrate)
-    gets the model's defaults for the columns added since (e.g. the GPU columns of version 4)."""
-    have = set(row.keys())
-    return {c: row[c] for c in fields if c in have}
-
-
-def _record(row: sqlite3.Row) -> RunRecord:
-    data = _columns(row, field_names(RunRecord))
-    data["input_refs"] = json.loads(data["input_refs"])
-    for c in _RUN_JSON:
-        if c in data:
-            data[c] = json.loads(data[c])
-    return load(RunRecord, data)
-
-
-_RUN_JSON = ("lost_gpu_hours_by", "pending_s_by", "ledger_gpu_hours_by", "ledger_wall_s_by")
-_ATTEMPT_JSON = ("lost_gpu_hours_by", "admission_steps", "pending", "pending_s_by", "ledger_gpu_hours_by",
-                 "ledger_wall_s_by")
-
-
-def _attempt(row: sqlite3.Row) -> Attempt:
-    data = _columns(row, field_names(Attempt))
-    data["failures"] = json.loads(data["failures"])
-    if "pods" in row.keys():  # noqa: SIM118 (a Row's `in` looks at its values)  an index of schema 5 or older
-        data["pod_count"] = len(json.loads(row["pods"]))
-        data["failed_pods"] = len(data["failures"])
-    for c in _ATTEMPT_JSON:
-        if c in data:
-            data[c] = json.loads(data[c])
-    return load(Attempt, data)
-
-
-def _pod(row: sqlite3.Row, namespace: str | None) -> PodPlacement:
-    data = _columns(row, field_names(PodPlacement))
-    data.setdefault("uid", f"v5:{row['attempt']}:{row['pod']}")  # an index of schema 5 or older, read as it is
-    data.setdefault("namespace", namespace)
-    return load(PodPlacement, data)
-
-
-def _metric(row: sqlite3.Row) -> MetricSummary:
-    data = {c: row[c] for c in field_names(MetricSummary)}
-    for c in _NAN_COLUMNS:
-        if data[c] is None:
-            data[c] = math.nan
-    return load(MetricSummary, data)

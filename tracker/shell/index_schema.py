@@ -406,6 +406,8 @@ SCHEMA_SQL = f"""\
 class IndexSchemaError(errors.Fatal, RuntimeError):
     """The file is not an experiment index this tracker can use (e.g. its schema is newer than the code)."""
 
+    exit_code = 2  # the command line says why and exits 2
+
 
 class IndexOpenError(IndexSchemaError):
     """The index cannot be opened at all: missing, a directory, unreadable, or not an SQLite database."""

@@ -30,6 +30,8 @@ COMPRESSION_LEVEL = 1  # fast: about 3x smaller than the JSON, at a small share 
 class StateError(errors.Fatal, RuntimeError):
     """The index's stored reducer state cannot be used (e.g. written by an incompatible tracker)."""
 
+    exit_code = 2  # the command line says why and exits 2
+
 
 def _encode(value: object) -> bytes:
     return zlib.compress(jsonio.dumps(value), COMPRESSION_LEVEL)

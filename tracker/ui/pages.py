@@ -15,7 +15,9 @@ from urllib.parse import urlencode
 
 from tracker.core.gpu import held_hours
 from tracker.core.model import Attempt, CheckpointRecord, MetricSummary, RunHistory, RunRecord
-from tracker.render import (
+from tracker.core.vocab import PHASES, STATUSES
+from tracker.read.filters import SORT_KEYS, RunFilter
+from tracker.read.render import (
     NO_PROGRESS,
     attempt_ledgers,
     attempt_pending,
@@ -29,16 +31,13 @@ from tracker.render import (
     step_text,
     wait_text,
 )
-from tracker.runs_view import GOODPUT_CATEGORIES, PRODUCTIVE, age_seconds, display_status, kube_duration, runs_data
-from tracker.runs_view import share_text as share
-from tracker.runs_view import wait_text as row_wait_text
-from tracker.shell.index_query import PHASES, SORT_KEYS, STATUSES, IndexReader, Run, RunFilter
+from tracker.read.runs import GOODPUT_CATEGORIES, PRODUCTIVE, age_seconds, display_status, kube_duration, runs_data
+from tracker.read.runs import share_text as share
+from tracker.read.runs import wait_text as row_wait_text
+from tracker.read.store import IndexReader, Run
 from tracker.ui.markup import clock, esc, path_part
 from tracker.ui.timeline import timeline_svg
 
-#: The query string's filters, as ``tracker runs`` spells its options (``cluster-queue``; ``cluster_queue`` too).
-FILTERS = ("namespace", "selector", "queue", "cluster-queue", "status", "phase", "since", "until",
-           "stalled-admission", "stuck", "workspace", "project", "sort-by", "limit", "now")
 DEFAULT_LIMIT = 500  # runs on one page when the query string sets no limit
 REASON_CHARS = 200  # of a stuck run's reason and message in the table
 
@@ -176,7 +175,7 @@ def _created(text: str | None) -> str:
 
 def run_page(history: RunHistory, *, now: datetime, note: str | None, waiting: dict[str, Any] | None = None,
              resumed_by: Sequence[str] | None = None, now_param: str | None = None) -> str:
-    """``waiting``: what the run waits behind in Kueue's queues (``IndexReader.queue_context``), when known;
+    """``waiting``: what the run waits behind in Kueue's queues (``tracker.read.queues.queue_context``), when known;
     ``resumed_by``: the runs that resume it (``IndexReader.resumed_by``); ``now_param``: the page's own ``now=``,
     kept in its links to other runs."""
     run = history.run
@@ -189,7 +188,7 @@ def run_page(history: RunHistory, *, now: datetime, note: str | None, waiting: d
     if note:
         parts.append(f'<p class="note">{esc(note)}</p>')
     if waiting:
-        from tracker.queue_view import text as waiting_text
+        from tracker.read.queues import text as waiting_text
 
         parts.append(f'<p class="error">queue: {esc(waiting_text(waiting))}</p>')
     parts.append(_figures(run, now))

@@ -6,8 +6,10 @@
   made to resolve to this address (DNS rebinding) cannot read it.
 - Every response carries a Content-Security-Policy that allows no script, no frame and no other origin (styles
   from ``/static/ui.css`` only), ``nosniff``, no referrer and ``no-store``.
-- Each request opens the index read-only on its own (``IndexReader``, ``ExperimentIndex(readonly=True)``: ``mode=ro``)
-  and closes it; an index that went away or broke is a ``503`` page saying why.
+- Each request opens the index read-only once (``tracker.read.store.IndexReader``: ``mode=ro``) and closes it; an
+  index that went away or broke is a ``503`` page saying why.
+- The query string's filters are those of ``tracker runs``, read and checked by ``tracker.read.filters.run_filter``
+  (the command line's own words when a value cannot work, as a ``400`` page).
 
 Routes: ``/`` (the runs; the query string takes the filters of ``tracker runs``), ``/runs/<run>`` (a run id, a
 unique start of one, or ``NAMESPACE/NAME``), ``/static/ui.css``, ``/healthz`` (``ok``, whatever the Host: for
@@ -16,7 +18,6 @@ probes).
 
 from __future__ import annotations
 
-import argparse
 import socket
 import sqlite3
 import threading
@@ -31,7 +32,9 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import structlog
 
 from tracker import errors
-from tracker.cli_args import UsageError, parse_duration, parse_now
+from tracker.read.filters import FILTERS, FilterError, ago, parse_duration, parse_now, run_filter
+from tracker.read.queues import queue_context
+from tracker.read.store import IndexQueryError, IndexReader
 from tracker.ui import pages
 from tracker.ui.style import CSS
 
@@ -83,8 +86,9 @@ def allowed_hosts(bound: str, extra: Sequence[str]) -> frozenset[str]:
     return frozenset(names)
 
 
-class QueryError(errors.Fatal):
-    """A query string the filters refuse (a 400 page with the reason)."""
+class QueryError(errors.InvalidInput):
+    """A query string the view refuses (an unknown filter, a parameter a page does not take): a 400 page with the
+    reason. Not fatal: the request is refused, the server goes on."""
 
 
 class App:
@@ -98,7 +102,6 @@ class App:
         self.stuck_after_s = parse_duration(stuck_after)
         self.clock = clock
         self.now = now
-        self._parser = _runs_parser()
 
     def respond(self, method: str, target: str, host: str | None) -> Response:
         if method not in ALLOWED_METHODS:
@@ -117,9 +120,11 @@ class App:
         now = self.now
         try:
             if path in ("/", "/runs", "/runs/"):
-                args = self._runs_args(query)
-                now = parse_now(args.now) or self.now or self.clock()
-                return self._page("Runs", self._runs(args, query, now), now)
+                values = self._filter_values(query)
+                now_value = values.get("now")
+                now = parse_now(now_value[-1] if now_value else None) or self.now or self.clock()
+                return self._page("Runs", self._runs(values, {k.replace("_", "-"): v for k, v in query.items()}, now),
+                                  now)
             if path.startswith("/runs/"):
                 unknown = sorted(set(query) - {"now"})
                 if unknown:
@@ -127,7 +132,7 @@ class App:
                 now_param = query["now"][-1] if "now" in query else None
                 now = (parse_now(now_param) if now_param else None) or self.now or self.clock()
                 return self._run(unquote(path[len("/runs/"):]), now, now_param)
-        except (QueryError, UsageError) as exc:
+        except (QueryError, FilterError) as exc:
             return self._error(HTTPStatus.BAD_REQUEST, str(exc), now)
         except (OSError, sqlite3.Error, errors.Fatal) as exc:
             log.warning("ui_index_unavailable", index=str(self.index), error=str(exc))
@@ -136,44 +141,37 @@ class App:
 
     # ------------------------------------------------------------------------------------------ pages
 
-    def _runs_args(self, query: dict[str, list[str]]) -> argparse.Namespace:
-        argv: list[str] = []
-        for key, values in query.items():
+    def _filter_values(self, query: dict[str, list[str]]) -> dict[str, list[str]]:
+        """The query string's filters by name (``cluster_queue`` is ``cluster-queue``), blank values left out."""
+        values: dict[str, list[str]] = {}
+        for key, given in query.items():
             name = key.replace("_", "-")
-            if name not in pages.FILTERS:
-                raise QueryError(f"unknown filter {key!r} (one of: {', '.join(pages.FILTERS)})")
-            argv += [f"--{name}={v}" for v in values if v.strip()]
-        try:
-            return self._parser.parse_args(argv)
-        except _ArgumentError as exc:
-            raise QueryError(str(exc)) from None
+            if name not in FILTERS:
+                raise QueryError(f"unknown filter {key!r} (one of: {', '.join(FILTERS)})")
+            kept = [v for v in given if v.strip()]
+            if kept:
+                values.setdefault(name, []).extend(kept)
+        return values
 
-    def _runs(self, args: argparse.Namespace, query: dict[str, list[str]], now: datetime) -> str:
-        from tracker.cli_args import _ago
-        from tracker.readers import run_filter
-        from tracker.shell.index_query import IndexReader
-
-        run_query = run_filter(args, now)
-        values = {k.replace("_", "-"): v for k, v in query.items()}
+    def _runs(self, values: dict[str, list[str]], shown: dict[str, list[str]], now: datetime) -> str:
+        """``values``: the filters given; ``shown``: the query string as the page's form shows it back."""
+        run_query = run_filter(values, now=now)
+        stuck = values.get("stuck")
         with IndexReader(self.index) as reader:
-            return pages.runs_page(reader, run_query, values=values, now=now,
-                                   stuck_before=_ago(now, self.stuck_after_s), stuck_label=args.stuck or
-                                   self.stuck_after)
+            return pages.runs_page(reader, run_query, values=shown, now=now,
+                                   stuck_before=ago(now, self.stuck_after_s),
+                                   stuck_label=stuck[-1] if stuck else self.stuck_after)
 
     def _run(self, ref: str, now: datetime, now_param: str | None = None) -> Response:
-        from tracker.shell.index import ExperimentIndex
-        from tracker.shell.index_query import IndexQueryError, IndexReader
-
         with IndexReader(self.index) as reader:
             try:
                 run_id, note = reader.resolve(ref)
             except IndexQueryError as exc:
                 return self._error(HTTPStatus.NOT_FOUND, str(exc).replace(str(self.index), self.index.name), now)
-            waiting = reader.queue_context([run_id]).get(run_id)
+            waiting = queue_context(reader, [run_id]).get(run_id)
             resumed_by = reader.resumed_by(run_id)
-        with ExperimentIndex(self.index, readonly=True) as index:
-            history = index.history(run_id)
-        if history is None:  # deleted between the two reads
+            history = reader.history(run_id)
+        if history is None:  # deleted between the reads (the reader read again after a writer appeared)
             return self._error(HTTPStatus.NOT_FOUND, f"no run {ref!r} in {self.index.name}", now)
         return self._page(f"run {run_id}", pages.run_page(history, now=now, note=note, waiting=waiting,
                                                           resumed_by=resumed_by, now_param=now_param), now)
@@ -184,25 +182,6 @@ class App:
     def _error(self, status: HTTPStatus, message: str, now: datetime | None) -> Response:
         return self._page(status.phrase, pages.error_body(status.value, status.phrase, message),
                           now or self.now or self.clock(), status.value)
-
-
-class _ArgumentError(Exception):
-    pass
-
-
-def _runs_parser() -> argparse.ArgumentParser:
-    """The parser of ``tracker runs``, raising instead of exiting: the query string takes its filters as they are."""
-    from tracker.cli import build_parser
-
-    sub = next(a for a in build_parser(service_commands=False)._actions
-               if isinstance(a, argparse._SubParsersAction))
-    parser: argparse.ArgumentParser = sub.choices["runs"]
-
-    def error(message: str) -> Any:
-        raise _ArgumentError(message.replace("argument --", "").replace("--", ""))
-
-    parser.error = error  # type: ignore[method-assign]
-    return parser
 
 
 class _Handler(BaseHTTPRequestHandler):

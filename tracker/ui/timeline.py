@@ -1,5 +1,5 @@
 """A run's timeline as SVG: one bar per (attempt, phase) on a shared time axis, as ``tracker show`` draws it in the
-terminal (``tracker.render.timeline``), with the reasons on hover (an SVG ``<title>`` per row) and in the table
+terminal (``tracker.read.render.timeline``), with the reasons on hover (an SVG ``<title>`` per row) and in the table
 below it on the page; then its goodput ledger on the same axis: its checkpoints (a save a filled circle at its
 completion, a failed one hollow, a restore a triangle) and the time it lost (wasted progress, infrastructure
 recovery; the span still going on up to ``now``).
@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 
 from tracker.core.model import FINAL_STATUSES, Attempt, Phase, RunHistory, RunRecord, Transition
 from tracker.core.waits import PENDING_CATEGORIES
-from tracker.render import (
+from tracker.read.render import (
     CHECKPOINT_LEGEND,
     LEDGER_BAR,
     LEDGER_LABEL,

@@ -10,7 +10,7 @@ counted up to ``--now``): goodput is its productive GPU-hours over all its GPU-h
 over its wall time, over the runs with progress events only (the others' ledger is the GPU accounting, which has
 no wall time: ``runs_without_progress`` counts them).
 
-Pure presentation and arithmetic on the rows of ``tracker.shell.index_query`` (plain dicts), standard library only,
+Pure presentation and arithmetic on the rows of ``tracker.read.store`` (plain dicts), standard library only,
 like ``tracker runs``.
 """
 
@@ -24,8 +24,16 @@ from datetime import datetime
 from itertools import pairwise
 from typing import Any
 
+from tracker.core.vocab import (
+    EVICTION_NOT_OBSERVED,
+    FINAL_STATUSES,
+    LOST_REASONS,
+    RAYJOB_RETRY,
+    is_deactivation,
+)
 from tracker.core.waits import PENDING_CATEGORIES, pending_by_category
-from tracker.runs_view import (
+from tracker.read.filters import time_text
+from tracker.read.runs import (
     GOODPUT_CATEGORIES,
     PRODUCTIVE,
     Column,
@@ -34,7 +42,7 @@ from tracker.runs_view import (
     runs_data,
     share_text,
 )
-from tracker.shell.index_query import Run, parse_time, time_text
+from tracker.read.store import Run, parse_time
 
 # --by: the run field each grouping reads
 GROUP_BY = {"namespace": "namespace", "queue": "queue", "cluster-queue": "cluster_queue", "workspace": "workspace",
@@ -45,13 +53,9 @@ FIELDS = ("run_id", "namespace", "queue", "cluster_queue", "workspace", "project
           "retries", "evictions", "resume_of", "gpu_hours", "lost_gpu_hours", "lost_gpu_hours_by", "gpus_open",
           "open_since", "pending_s_by", "pending_category", "pending_since", "ledger_basis", "ledger_gpu_hours_by",
           "ledger_wall_s_by", "ledger_until", "ledger_open")
-# tracker.core.gpu.LOST_REASONS (not imported: this module starts without pydantic; a test checks they agree)
-LOST_REASONS = ("PodFailure", "PodEvicted", "Preempted", "PodsReadyTimeout", "Evicted", "RayJobRetry", "RunFailed")
-# attempt triggers that are not evictions (tracker.core.derive_attempts), and the prefixes of a deactivation
-_NOT_EVICTIONS = ("RayJobRetry", "EvictionNotObserved")
-_DEACTIVATIONS = ("InactiveWorkload", "Deactivated")
-NOT_OBSERVED = "EvictionNotObserved"  # evictions Kueue counted whose reason the tracker did not see
-_FINAL = ("succeeded", "failed", "stopped")
+NOT_OBSERVED = EVICTION_NOT_OBSERVED  # evictions Kueue counted whose reason the tracker did not see
+# attempt triggers that are not evictions (tracker.core.derive counts evictions by the same rule)
+NOT_EVICTIONS = (RAYJOB_RETRY, EVICTION_NOT_OBSERVED)
 
 
 def eviction_reasons(run: Mapping[str, Any], attempts: Sequence[tuple[str, str | None]]) -> dict[str, int]:
@@ -60,12 +64,12 @@ def eviction_reasons(run: Mapping[str, Any], attempts: Sequence[tuple[str, str |
     trigger), a final deactivation, and what Kueue counted beyond those (``EvictionNotObserved``)."""
     out: dict[str, int] = {}
     for (_, end_reason), (trigger, _) in pairwise(attempts):
-        if trigger not in _NOT_EVICTIONS:
+        if trigger not in NOT_EVICTIONS:
             why = end_reason or trigger
             out[why] = out.get(why, 0) + 1
     final = run.get("reason")
-    if attempts and run.get("status") in _FINAL and isinstance(final, str) and attempts[-1][1] == final \
-            and final.startswith(_DEACTIVATIONS):
+    if attempts and run.get("status") in FINAL_STATUSES and isinstance(final, str) and attempts[-1][1] == final \
+            and is_deactivation(final):
         out[final] = out.get(final, 0) + 1
     missing = int(run.get("evictions") or 0) - sum(out.values())
     if missing > 0:

@@ -1,70 +1,24 @@
-"""The `tracker` command line: replay, runs, audit, show, demo, completion (and the service commands).
+"""The ``tracker`` parser: every command's options, help and examples, and which module runs it.
 
-Start-up is kept short: this module imports only the standard library, and each command imports what it uses
-when it runs. The reader commands (``runs``, ``show``) import neither the Kubernetes, Kafka and Azure clients
-nor, for ``runs``, pydantic; the service commands' modules (which import those clients) are loaded only when
-one of them is the command given (``tracker --help`` lists them from ``SERVICE_COMMANDS``).
-
-This module holds ``main``, the parser and ``replay``; the reader commands are in ``tracker.readers``, and the
-option values (durations, times, the index path) and the usage errors in ``tracker.cli_args``.
+Standard library only at the top, like the whole of ``tracker.cli``: the reader commands import what they use when
+they run, and the service commands' modules (which import the Kafka, Kubernetes and Azure clients) are built only
+when one of them is the command given (``SERVICE_COMMANDS`` lists them for ``tracker --help``).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
-import signal
 import sys
-import threading
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO, cast
+from typing import Any
 
-from tracker.cli_args import (
-    DEFAULT_DEMO_INDEX,
-    DEFAULT_INDEX,
-    DEMO_CAPTURES,
-    INDEX_ENV,
-    SHOW_WIDTH_PIPED,
-    NotFound,
-    UsageError,
-    _choice,
-    _positive,
-    index_path,
-    parse_duration,
-    parse_now,
-    parse_time,
-    parse_when,
-    table_width,
-)
-from tracker.readers import (
-    DEMO_MARK,
-    _sort_keys,
-    cmd_audit,
-    cmd_compare,
-    cmd_completion,
-    cmd_demo,
-    cmd_runs,
-    cmd_show,
-    completion_script,
-)
-
-if TYPE_CHECKING:
-    import asyncio
-
-    from rich.console import Console
-
-    from tracker.runtime.pipeline import PipelineReport
-
-# the command line's names, importable from here as before the reader commands and the values moved out
-__all__ = [
-    "DEFAULT_DEMO_INDEX", "DEFAULT_INDEX", "DEMO_CAPTURES", "DEMO_MARK", "INDEX_ENV", "PHASES", "SERVICE_COMMANDS",
-    "SHOW_WIDTH_PIPED", "STATUSES", "STOP_SIGNALS", "NotFound", "UsageError", "build_parser", "cmd_audit",
-    "cmd_compare", "cmd_completion", "cmd_demo", "cmd_replay", "cmd_runs", "cmd_show", "completion_script",
-    "index_path", "main", "parse_duration", "parse_now", "parse_time", "parse_when", "replay", "table_width",
-]
-
+from tracker.cli.args import DEFAULT_DEMO_INDEX, DEFAULT_INDEX, INDEX_ENV, choice, positive
+from tracker.cli.reading import cmd_audit, cmd_compare, cmd_completion, cmd_demo, cmd_runs, cmd_show
+from tracker.cli.replay_cmd import cmd_replay
+from tracker.core.vocab import PHASES, STATUSES
+from tracker.read.filters import SORT_KEYS
 
 # The service commands and their one-line help, so that `tracker --help` lists them without importing them.
 SERVICE_COMMANDS: dict[str, str] = {
@@ -77,160 +31,7 @@ SERVICE_COMMANDS: dict[str, str] = {
     "doctor": "preflight checks: kubeconfig, RBAC, Kueue/KubeRay APIs, Kafka topics, ADX auth and schema",
 }
 
-
-# ------------------------------------------------------------------------------------------ commands
-
-
-def replay(captures: list[Path], index_path: Path, *, console: Console, quiet: bool = False,
-           retire_after_s: float | None = None) -> PipelineReport:
-    import asyncio
-
-    from rich.markup import escape
-
-    from tracker.runtime import pipeline
-    from tracker.shell.capture import capture_files, capture_size, interleave
-    from tracker.shell.index import ExperimentIndex
-
-    files = capture_files(captures)
-    if not files:
-        raise UsageError("no capture files given (expected .json or .jsonl files or directories of them)")
-    total_bytes = sum(capture_size(f) for f in files)
-    dead_path = index_path.with_name(index_path.stem + ".dead-letters.jsonl")
-    from tracker.core.reducer import ReducerLimits
-    from tracker.shell.reducer_state import refuse_runs_without_state, restore
-
-    # no retirement by default: a capture replayed a file (one watch stream) at a time has no event time that
-    # holds for the others, and would lose records of runs retired too early (docs/limits.md)
-    limits = ReducerLimits(accelerator_resources=_accelerator_resources()) if retire_after_s is None else \
-        ReducerLimits(retire_after_us=round(retire_after_s * 1_000_000), max_retired=100_000,
-                      accelerator_resources=_accelerator_resources())
-    with ExperimentIndex(index_path) as index:
-        refuse_runs_without_state(index)
-        reducer = restore(index, limits)
-        known = len(reducer.runs)
-        progress = None
-        on_progress = None
-        if console.is_terminal and not quiet:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-
-            progress = Progress(TextColumn("replaying"), BarColumn(), MofNCompleteColumn(),
-                                TextColumn("records"), console=console, transient=True)
-            task = progress.add_task("replay", total=None)
-
-            def on_progress(n: int) -> None:
-                progress.update(task, completed=n)
-
-            progress.start()
-        try:
-            dead = pipeline.JsonlDeadLetters(dead_path)
-            report = asyncio.run(_until_signalled(lambda stop: pipeline.run_pipeline(
-                interleave(files), reducer, sinks=[], dead_letters=dead, on_progress=on_progress, store=index,
-                stop=stop)))
-        finally:
-            if progress is not None:
-                progress.stop()
-    if report.stopped:
-        _fail(f"replay stopped by {_signal_name(report.stopped_by)} after {report.records} records (the last from "
-              f"{report.last_source or 'nowhere'}); everything folded is committed to {index_path}: run the same "
-              "replay again to finish (it continues from the index)")
-    if not quiet:
-        continued = f" (continuing {known} run(s) it held)" if known else ""
-        console.print(f"folded {report.records} records from {len(files)} file(s) ({total_bytes / 1e6:.1f} MB) "
-                      f"into [bold]{escape(str(index_path))}[/]{continued}: {report.runs_written} run histories "
-                      f"written, {report.rows_changed} rows changed")
-        if report.dead_letters:
-            rotated = f"; the {dead.dropped} oldest were dropped by rotation" if dead.dropped else ""
-            console.print(f"[yellow]{report.dead_letters} dead letter(s)[/] with reasons in "
-                          f"{escape(str(dead_path))}{rotated}")
-    return report
-
-
-def _accelerator_resources() -> tuple[str, ...]:
-    """The extended resources counted as GPUs: the setting ``reduce.accelerator_resources`` (its environment
-    variable or the settings file), as the reducer of ``tracker serve`` and ``tracker reduce`` reads it."""
-    from tracker.settings import SettingsError, load_settings
-
-    try:
-        return load_settings().reduce.accelerator_resources
-    except SettingsError as exc:
-        raise UsageError(str(exc)) from None
-
-
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-
-async def _until_signalled(body: Callable[[asyncio.Event], Awaitable[PipelineReport]]) -> PipelineReport:
-    """Run ``body(stop)`` with SIGINT, SIGTERM and SIGHUP setting ``stop`` (the pipeline then stops taking records,
-    folds and commits what it took); a second signal ends the process at once, by the signal's default action."""
-    import asyncio
-
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    received: list[int] = []
-
-    def on_signal(signum: int) -> None:
-        if received:
-            for sig in STOP_SIGNALS:
-                loop.remove_signal_handler(sig)
-            signal.raise_signal(signum)
-        received.append(signum)
-        stop.set()
-
-    # signal handlers belong to the main thread; replay called from another thread (a library user, a test) is
-    # stopped by its caller instead
-    handled = STOP_SIGNALS if threading.current_thread() is threading.main_thread() else ()
-    for sig in handled:
-        loop.add_signal_handler(sig, on_signal, sig)
-    try:
-        report = await body(stop)
-    finally:
-        for sig in handled:
-            loop.remove_signal_handler(sig)
-    if received:
-        report.stopped_by = received[0]
-    return report
-
-
-def _signal_name(signum: int) -> str:
-    return signal.Signals(signum).name if signum else "a stop request"
-
-
-def cmd_replay(args: argparse.Namespace, console: Console) -> int:
-    retire = None if args.retire_after is None else parse_duration(args.retire_after)
-    report = replay(args.captures, args.index, console=console, retire_after_s=retire)
-    return 128 + report.stopped_by if report.stopped and report.stopped_by else 0
-
-
-class _TrailingBlanksCut:
-    """A text stream that writes whole lines to ``out`` without their trailing blanks."""
-
-    def __init__(self, out: Any) -> None:
-        self.out = out
-        self._partial = ""
-
-    def write(self, text: str) -> int:
-        lines = (self._partial + text).split("\n")
-        self._partial = lines.pop()
-        if lines:
-            self.out.write("".join(line.rstrip() + "\n" for line in lines))
-        return len(text)
-
-    def flush(self) -> None:
-        if self._partial:
-            self.out.write(self._partial.rstrip())
-            self._partial = ""
-        self.out.flush()
-
-    def isatty(self) -> bool:
-        return False
-
-    def fileno(self) -> int:
-        return int(self.out.fileno())
-
-
-def _fail(message: str) -> None:
-    """One line on stderr, never read as markup."""
-    sys.stderr.write(f"error: {' '.join(message.split())}\n")
+AUDIT_GROUPS = ("namespace", "queue", "cluster-queue", "workspace", "project")  # tracker.read.audit.GROUP_BY
 
 
 class _Parser(argparse.ArgumentParser):
@@ -338,9 +139,9 @@ def build_parser(service_commands: bool = True) -> argparse.ArgumentParser:
     q.add_argument("--queue", action="append", metavar="LOCALQUEUE", help="only runs submitted to this LocalQueue")
     q.add_argument("--cluster-queue", action="append", metavar="CLUSTERQUEUE",
                    help="only runs admitted by (or last queued for) this ClusterQueue")
-    q.add_argument("--status", action="append", type=_choice(STATUSES, "status"), metavar="STATUS",
+    q.add_argument("--status", action="append", type=choice(STATUSES, "status"), metavar="STATUS",
                    help="only runs with this status: " + ", ".join(STATUSES) + " (any case)")
-    q.add_argument("--phase", action="append", type=_choice(PHASES, "phase"), metavar="PHASE",
+    q.add_argument("--phase", action="append", type=choice(PHASES, "phase"), metavar="PHASE",
                    help="only runs now in this phase: " + ", ".join(PHASES) + " (any case)")
     q.add_argument("--since", metavar="WHEN", help="only runs created at or after WHEN: a duration back from now "
                                                    "(2h, 1d) or an ISO-8601 time")
@@ -356,10 +157,10 @@ def build_parser(service_commands: bool = True) -> argparse.ArgumentParser:
                                                      "(same as -l taugrid.io/workspace=WS)")
     q.add_argument("--project", metavar="PROJECT", help="only runs of this TauGrid project "
                                                         "(same as -l taugrid.io/project=PROJECT)")
-    q.add_argument("--sort-by", choices=_sort_keys(), metavar="KEY",
-                   help="order by: " + ", ".join(_sort_keys()) + " (times: newest first; age, counts and wait: "
+    q.add_argument("--sort-by", choices=list(SORT_KEYS), metavar="KEY",
+                   help="order by: " + ", ".join(list(SORT_KEYS)) + " (times: newest first; age, counts and wait: "
                         "largest first; names: A to Z; default: created)")
-    q.add_argument("--limit", type=_positive, metavar="N", help="at most N runs")
+    q.add_argument("--limit", type=positive, metavar="N", help="at most N runs")
     q.add_argument("-o", "--output", choices=("table", "wide", "json", "yaml", "name"), default="table",
                    metavar="FORMAT",
                    help="table (default: fits the terminal), wide (every column), json or yaml (every field), "
@@ -383,7 +184,7 @@ def build_parser(service_commands: bool = True) -> argparse.ArgumentParser:
     au.add_argument("--until", metavar="WHEN", help="only runs created before WHEN (a duration or a time)")
     au.add_argument("--now", metavar="TIME", help="the reference time of --since, --until and of GPUs still held "
                                                   "(ISO-8601; default: the current time)")
-    au.add_argument("--by", type=_choice(AUDIT_GROUPS, "grouping"), metavar="GROUP",
+    au.add_argument("--by", type=choice(AUDIT_GROUPS, "grouping"), metavar="GROUP",
                     help="group by: " + ", ".join(AUDIT_GROUPS) + " (default: namespace)")
     au.add_argument("-o", "--output", choices=("table", "json", "csv"), default="table", metavar="FORMAT",
                     help="table (default: fits the terminal), json (with evictions and GPU-hours lost by reason, the "
@@ -433,9 +234,9 @@ def build_parser(service_commands: bool = True) -> argparse.ArgumentParser:
                        epilog="examples:\n  source <(tracker completion bash)     # in ~/.bashrc\n"
                               "  source <(tracker completion zsh)      # in ~/.zshrc")
     c.add_argument("shell", choices=("bash", "zsh"), help="the shell to complete in")
-    c.set_defaults(func=cmd_completion, needs_console=False)
+    c.set_defaults(func=cmd_completion, needs_console=False, build_parser=build_parser)
 
-    from tracker.ui.command import add_ui_command
+    from tracker.cli.ui import add_ui_command
 
     add_ui_command(sub)
 
@@ -455,59 +256,3 @@ def build_parser(service_commands: bool = True) -> argparse.ArgumentParser:
         for name, help_text in SERVICE_COMMANDS.items():
             sub.add_parser(name, help=help_text, add_help=False)
     return p
-
-
-STATUSES = ("pending", "running", "succeeded", "failed", "stopped")
-AUDIT_GROUPS = ("namespace", "queue", "cluster-queue", "workspace", "project")  # tracker.audit.GROUP_BY
-PHASES = ("Resolution", "Rendering", "Admission", "Scheduling", "Runtime", "Progress", "Completion")
-
-
-def _command(argv: Sequence[str]) -> str | None:
-    """The command word: the first argument that is not an option (the top level has no option with a value)."""
-    return next((a for a in argv if not a.startswith("-")), None)
-
-
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    args = build_parser(service_commands=_command(argv) in SERVICE_COMMANDS).parse_args(argv)
-    console: Any = None
-    if getattr(args, "needs_console", True):
-        from rich.console import Console
-
-        from tracker.runtime.gctune import tune_gc
-
-        tune_gc()
-        # a pipe or a CI log gets COLUMNS or a fixed, readable width instead of rich's 80-column fallback, and
-        # lines without the trailing blanks rich pads them with
-        console = Console() if sys.stdout.isatty() else Console(width=table_width() or 150,
-                                                                file=cast(TextIO, _TrailingBlanksCut(sys.stdout)))
-    try:
-        rc: int = args.func(args, console)
-    except NotFound as exc:
-        _fail(str(exc))
-        return 1
-    except BrokenPipeError:  # the reader went away (tracker runs | head): no message, and none at exit either
-        with contextlib.suppress(OSError, ValueError):
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 128 + signal.SIGPIPE
-    except Exception as exc:
-        if isinstance(exc, (UsageError, FileNotFoundError, *_loaded("tracker.shell.index_schema", "IndexSchemaError"),
-                            *_loaded("tracker.shell.reducer_state", "StateError"))):
-            _fail(str(exc))
-            return 2
-        if isinstance(exc, (OSError, *_loaded("sqlite3", "Error"))):
-            _fail(f"{exc.__class__.__name__}: {exc}")
-            return 1
-        raise
-    return rc
-
-
-def _loaded(module: str, name: str) -> tuple[type[BaseException], ...]:
-    """An exception class of a module, if the module was imported (if not, nothing raised it)."""
-    mod = sys.modules.get(module)
-    cls = getattr(mod, name, None) if mod is not None else None
-    return (cls,) if isinstance(cls, type) and issubclass(cls, BaseException) else ()
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -19,7 +19,7 @@ from rich.text import Text
 
 from tracker.core.model import FINAL_STATUSES, Phase, RunHistory
 from tracker.core.waits import GROWING
-from tracker.render import attempt_pending, attempt_wait, human_duration
+from tracker.read.render import attempt_pending, attempt_wait, human_duration
 
 
 def _utc(dt: datetime) -> datetime:

@@ -5,7 +5,7 @@ YAML/JSON file, flags. One section per concern: ``kafka`` (with ``topics``), ``r
 from ``embedded``.
 
 This module is the layer just above ``tracker.core``: shell, runtime and cli import it; it imports only core (and
-``tracker.settings_kafka``, the ``kafka`` section and its ``topics``, split off by size and re-exported here).
+``tracker.settings.kafka``, the ``kafka`` section and its ``topics``, split off by size and re-exported here).
 
 Precedence, highest first: command-line flags, environment variables, the settings file (``--config PATH`` or
 ``TRACKER_CONFIG_FILE``), the defaults below. Examples::
@@ -59,11 +59,11 @@ from tracker.core.model import Phase
 from tracker.core.redact import secret_env, secret_fields, secret_values, validation_problems
 from tracker.core.reducer import ReducerLimits
 
-# the Kafka section lives in tracker.settings_kafka (with the sections' base); re-exported
-from tracker.settings_kafka import MIB as MIB
-from tracker.settings_kafka import KafkaSettings as KafkaSettings
-from tracker.settings_kafka import Section as _Section
-from tracker.settings_kafka import TopicSettings as TopicSettings
+# the Kafka section lives in tracker.settings.kafka (with the sections' base); re-exported
+from tracker.settings.kafka import MIB as MIB
+from tracker.settings.kafka import KafkaSettings as KafkaSettings
+from tracker.settings.kafka import Section as _Section
+from tracker.settings.kafka import TopicSettings as TopicSettings
 
 CONFIG_FILE_ENV = "TRACKER_CONFIG_FILE"
 DEAD_LETTER_FILE_BYTES = 64 * MIB  # an embedded index's dead-letter file is rotated when it reaches this size

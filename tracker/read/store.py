@@ -1,30 +1,39 @@
-"""Reader queries of the experiment index for the command line: listing runs kubectl-style, finding a run by a
-prefix of its id or by the ``NAMESPACE/NAME`` of its Job or RayJob, reading a run's labels.
+"""The one reader of the experiment index: the read side's every query (listing runs kubectl-style, finding a run by
+a prefix of its id or by the ``NAMESPACE/NAME`` of its Job or RayJob, a run's labels, its whole history) goes through
+one read-only connection, so that a command or a web request opens the index once.
 
-Made for a fast start: this module imports neither pydantic nor the wire models (``tracker.shell.index`` does,
-and that costs more than the whole of ``tracker runs``). Rows come back as plain dicts with exactly the fields of
-``RunRecord`` (a test checks ``RUN_FIELDS`` against the model), times as the index's ISO-8601 UTC text.
+Made for a fast start: at import this module uses the standard library only (``tracker runs`` imports neither
+pydantic nor the wire models). Rows come back as plain dicts with exactly the fields of ``RunRecord`` (a test checks
+``RUN_FIELDS`` against the model), times as the index's ISO-8601 UTC text; ``history`` and ``records``, which build
+the model's rows, import ``tracker.core.model`` when called.
 
-It opens the index read-only the way ``ExperimentIndex(path, readonly=True)`` does (shared with a writer's WAL
-when one has the file open, else immutable, re-reading shared when a writer appeared meanwhile). Only the usual
-case is handled here: whenever the file is missing, not a database, not an index, or of a schema version this
-module does not know, the opening is left to ``ExperimentIndex``, which raises its one-line error (or, for a
-newer schema it can read, gives its connection).
+Read-only, and never creating a file beside the index (it may sit on a read-only volume): while a writer has the
+index open its ``-wal`` and ``-shm`` files exist, and a ``mode=ro`` connection shares them, reading a consistent
+snapshot while the writer writes. When no writer has it open there is no ``-wal`` file, and ``mode=ro`` would
+create both files (and cannot, on a read-only volume), so the file is opened as immutable; each read then checks
+that no ``-wal`` appeared meanwhile, and reads again, shared, if one did (``read``). The usual case (an index of a
+schema version this module knows) opens without importing the schema module; anything else (a missing file, not
+a database, not an index, a newer schema) is checked by ``tracker.shell.index_schema``, which raises its one-line
+error or accepts a newer schema this reader can read.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import sqlite3
 import zlib
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
-from typing import Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from tracker import errors
+from tracker.read.filters import LABEL_COLUMNS, SORT_KEYS, STUCK_PHASES, RunFilter, exact, time_text
+
+if TYPE_CHECKING:
+    from tracker.core.model import RunHistory, RunRecord
+    from tracker.core.vocab import Phase, Status
 
 KNOWN_SCHEMA_VERSION = 8  # the newest schema this module reads on its own (tracker.shell.index_schema.SCHEMA_VERSION)
 READ_RETRIES = 3
@@ -50,92 +59,11 @@ ADDED_COLUMN_DEFAULTS = {"gpus": "0", "gpu_hours": "0.0", "lost_gpu_hours": "0.0
                          "checkpoints_saved": "0"}
 # The runs table's JSON object columns (decoded into dicts).
 _JSON_OBJECTS = ("lost_gpu_hours_by", "pending_s_by", "ledger_gpu_hours_by", "ledger_wall_s_by")
-PHASES = ("Resolution", "Rendering", "Admission", "Scheduling", "Runtime", "Progress", "Completion")
-STATUSES = ("pending", "running", "succeeded", "failed", "stopped")
-LIVE_STATUSES = ("pending", "running")
-# Phases a run can be stuck in before its application starts (``--stuck``).
-STUCK_PHASES = ("Admission", "Scheduling", "Runtime")
-
-# Label keys answered from the runs table's columns (the root's labels as the reducer read them); short aliases too.
-LABEL_COLUMNS = {
-    "taugrid.io/run-id": "run_id", "taugrid.io/project": "project", "taugrid.io/workspace": "workspace",
-    "taugrid.io/target": "target", "kueue.x-k8s.io/queue-name": "queue",
-    "run-id": "run_id", "project": "project", "workspace": "workspace", "target": "target", "queue": "queue",
-}
-
-# ``--sort-by`` keys: a column, or the time the run entered its phase.
-SORT_KEYS = {
-    "created": "created_at", "queued": "queued_at", "admitted": "admitted_at", "started": "started_at",
-    "finished": "finished_at", "age": "phase_since", "name": "name", "namespace": "namespace", "run": "run_id",
-    "status": "status", "phase": "phase", "attempts": "attempts", "evictions": "evictions",
-    "retries": "retries", "wait": "admission_wait_s",
-}
-
 _T = TypeVar("_T")
 
 
 class IndexQueryError(errors.Fatal, ValueError):
-    """A query that cannot be answered as asked (an unknown or ambiguous run, a bad selector)."""
-
-
-# ------------------------------------------------------------------------------------------ selectors
-
-
-class Requirement(NamedTuple):
-    """One term of a label selector: ``op`` is one of =, !=, in, notin, exists, !exists."""
-
-    key: str
-    op: str
-    values: tuple[str, ...] = ()
-
-    def matches(self, labels: dict[str, str]) -> bool:
-        value = labels.get(self.key)
-        if self.op == "exists":
-            return value is not None
-        if self.op == "!exists":
-            return value is None
-        if self.op in ("=", "in"):
-            return value is not None and value in self.values
-        return value is None or value not in self.values  # != and notin, as kubectl: a missing label matches
-
-
-_KEY = r"[A-Za-z0-9][-A-Za-z0-9_./]*"
-_VALUE = r"[-A-Za-z0-9_.]*"
-_SET_TERM = re.compile(rf"^({_KEY})\s+(in|notin)\s+\(([^()]*)\)$")
-_EQ_TERM = re.compile(rf"^({_KEY})\s*(==|=|!=)\s*({_VALUE})$")
-_EXISTS_TERM = re.compile(rf"^(!?)\s*({_KEY})$")
-
-
-def parse_selector(text: str) -> tuple[Requirement, ...]:
-    """A kubectl label selector: ``k=v``, ``k==v``, ``k!=v``, ``k in (a,b)``, ``k notin (a,b)``, ``k``, ``!k``,
-    joined by commas (all must hold)."""
-    terms: list[str] = []
-    depth, start = 0, 0
-    for i, ch in enumerate(text):
-        if ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            terms.append(text[start:i])
-            start = i + 1
-    terms.append(text[start:])
-    out: list[Requirement] = []
-    for raw in terms:
-        term = raw.strip()
-        if m := _SET_TERM.match(term):
-            values = tuple(v.strip() for v in m.group(3).split(",") if v.strip())
-            if not values:
-                raise IndexQueryError(f"selector term {term!r} has no values")
-            out.append(Requirement(m.group(1), m.group(2), values))
-        elif m := _EQ_TERM.match(term):
-            out.append(Requirement(m.group(1), "!=" if m.group(2) == "!=" else "=", (m.group(3),)))
-        elif m := _EXISTS_TERM.match(term):
-            out.append(Requirement(m.group(2), "!exists" if m.group(1) else "exists"))
-        else:
-            raise IndexQueryError(f"not a label selector term: {term!r} (use e.g. taugrid.io/project=llm, "
-                                  "'team notin (a,b)', '!kueue.x-k8s.io/priority-class')")
-    return tuple(out)
+    """A query that cannot be answered as asked (an unknown or ambiguous run, an unknown field or sort key)."""
 
 
 # ------------------------------------------------------------------------------------------ rows
@@ -166,62 +94,35 @@ def parse_time(text: str | None) -> datetime | None:
     return datetime.fromisoformat(text)  # Python 3.11 reads the trailing Z
 
 
-def time_text(dt: datetime) -> str:
-    """A time in the index's fixed-width form, which orders exactly as text against ``_exact`` columns."""
-    dt = dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt.astimezone(UTC)
-    return dt.replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
-
-
-def _exact(column: str) -> str:
-    """A stored time ('...SSZ', or '...SS.ffffffZ' when sub-second) in fixed-width form."""
-    return f"(CASE WHEN length({column}) = 20 THEN substr({column}, 1, 19) || '.000000Z' ELSE {column} END)"
-
-
-class RunFilter(NamedTuple):
-    """What ``runs`` keeps: every given condition holds. Times are aware datetimes."""
-
-    namespaces: tuple[str, ...] = ()
-    selector: tuple[Requirement, ...] = ()
-    queues: tuple[str, ...] = ()
-    cluster_queues: tuple[str, ...] = ()
-    statuses: tuple[str, ...] = ()
-    phases: tuple[str, ...] = ()
-    since: datetime | None = None  # created at or after
-    until: datetime | None = None  # created before
-    stuck_before: datetime | None = None  # live, not started, in Admission/Scheduling/Runtime since before this
-    stalled_admission_before: datetime | None = None  # pending in Admission, queued before this
-    sort_by: str = "created"
-    limit: int | None = None
-    now: datetime | None = None  # the reference time of ``--sort-by wait``: a run still waiting has waited until now
-
-
 # When the run entered its current phase: the time of its last transition. SQLite gives a bare column of an
 # aggregate with one max() the value of the row with the maximum, which reads a run's transitions once, unsorted.
 _LAST_AT = "(SELECT at FROM (SELECT t.at AS at, MAX(t.ordinal) FROM transitions t WHERE t.run_id = runs.run_id))"
 
 
 class IndexReader:
-    """The experiment index at ``path``, read-only. A context manager."""
+    """The experiment index at ``path``, read-only: one connection, opened by ``with`` (or ``open``) and closed at
+    its end. Not for sharing between threads."""
 
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
         self._conn: sqlite3.Connection | None = None
-        self._immutable = False
-        self._keeper: Any = None  # the ExperimentIndex whose connection this reader uses, if any
+        self._immutable = False  # opened a file no writer had open (see the module's docstring)
+        self.version = 0  # the index's schema version, once open
+
+    def open(self) -> IndexReader:
+        if self._conn is None:
+            self._conn = self._open()
+        return self
 
     def __enter__(self) -> IndexReader:
-        self._conn = self._open()
-        return self
+        return self.open()
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.close()
 
     def close(self) -> None:
-        if self._keeper is not None:
-            self._keeper.close()
-            self._keeper = None
-        elif self._conn is not None:
+        if self._conn is not None:
             self._conn.close()
         self._conn = None
 
@@ -229,44 +130,69 @@ class IndexReader:
         return Path(f"{self.path}-wal").exists()
 
     def _open(self) -> sqlite3.Connection:
-        conn = self._open_fast()
-        if conn is not None:
-            return conn
-        from tracker.shell.index import ExperimentIndex  # raises the one-line error, or reads a newer schema
-
-        self._keeper = ExperimentIndex(self.path, readonly=True).open()
-        self._immutable = False
-        conn = self._keeper._db
-        assert isinstance(conn, sqlite3.Connection)
-        return conn
+        return self._open_fast() or self._open_checked()
 
     def _open_fast(self) -> sqlite3.Connection | None:
+        """The usual case, without the schema module: a file of a schema version this module knows; else None."""
         try:
             if not self.path.is_file():
                 return None
             self._immutable = not self._wal_exists()
-            uri = f"{self.path.resolve().as_uri()}?mode=ro" + ("&immutable=1" if self._immutable else "")
-            conn = sqlite3.connect(uri, uri=True, isolation_level=None)
+            conn = self._connect()
         except (OSError, sqlite3.Error):
             return None
         try:
             conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
             if row is not None and str(row[0]).isdigit() and 1 <= int(row[0]) <= KNOWN_SCHEMA_VERSION:
+                self.version = int(row[0])
                 return conn
         except sqlite3.Error:
             pass
         conn.close()
         return None
 
+    def _open_checked(self) -> sqlite3.Connection:
+        """Anything else: the schema module's checks, with its one-line errors (a newer schema it can read opens)."""
+        from tracker.shell.index_schema import IndexOpenError, IndexSchemaError, check_database, schema_version, why
+
+        if not self.path.exists():
+            raise IndexOpenError(f"no experiment index at {self.path} (create one with: tracker replay CAPTURE... "
+                                 f"--index {self.path})")
+        if self.path.is_dir():
+            raise IndexOpenError(f"{self.path} is a directory, not an experiment index file")
+        self._immutable = not self._wal_exists()
+        try:
+            conn = self._connect()
+        except sqlite3.Error as exc:
+            raise IndexOpenError(f"cannot open experiment index {self.path}: {why(exc)}") from exc
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            check_database(conn, self.path)
+            self.version = schema_version(conn, self.path)
+            if self.version == 0:
+                raise IndexSchemaError(f"{self.path} is not an experiment index (an empty database)")
+        except sqlite3.Error as exc:
+            conn.close()
+            raise IndexOpenError(f"cannot read experiment index {self.path}: {why(exc)}") from exc
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _connect(self) -> sqlite3.Connection:
+        uri = f"{self.path.resolve().as_uri()}?mode=ro" + ("&immutable=1" if self._immutable else "")
+        return sqlite3.connect(uri, uri=True, isolation_level=None)
+
     @property
     def _db(self) -> sqlite3.Connection:
         if self._conn is None:
-            raise RuntimeError(f"experiment index {self.path} is not open (use a with block)")
+            raise RuntimeError(f"experiment index {self.path} is not open (use open() or a with block)")
         return self._conn
 
-    def _read(self, query: Callable[[sqlite3.Connection], _T]) -> _T:
-        """Run a read in one snapshot; an immutable reader whose file got a writer meanwhile reads again, shared."""
+    def read(self, query: Callable[[sqlite3.Connection], _T]) -> _T:
+        """Run ``query`` in one snapshot; an immutable reader whose file got a writer meanwhile reads again, shared
+        (at most ``READ_RETRIES`` times)."""
         result = self._snapshot(query)
         for _ in range(READ_RETRIES):
             if not (self._immutable and self._wal_exists()):
@@ -308,17 +234,17 @@ class IndexReader:
         any_of("status", f.statuses)
         any_of("phase", f.phases)
         if f.since is not None:
-            where.append(f"created_at IS NOT NULL AND {_exact('created_at')} >= ?")
+            where.append(f"created_at IS NOT NULL AND {exact('created_at')} >= ?")
             params.append(time_text(f.since))
         if f.until is not None:
-            where.append(f"created_at IS NOT NULL AND {_exact('created_at')} < ?")
+            where.append(f"created_at IS NOT NULL AND {exact('created_at')} < ?")
             params.append(time_text(f.until))
         if f.stalled_admission_before is not None:
-            where.append(f"status = 'pending' AND phase = 'Admission' AND {_exact('queued_at')} < ?")
+            where.append(f"status = 'pending' AND phase = 'Admission' AND {exact('queued_at')} < ?")
             params.append(time_text(f.stalled_admission_before))
         if f.stuck_before is not None:
             where.append(f"status = 'pending' AND phase IN ({', '.join(repr(p) for p in STUCK_PHASES)}) "
-                         f"AND {_exact(_LAST_AT)} < ?")
+                         f"AND {exact(_LAST_AT)} < ?")
             params.append(time_text(f.stuck_before))
         # the label terms the columns answer go to SQL; the others need the stored workload labels
         column_terms = [r for r in f.selector if r.key in LABEL_COLUMNS]
@@ -374,12 +300,12 @@ class IndexReader:
                         kept.append(r)
                 runs = kept[: f.limit] if f.limit is not None else kept
             return runs
-        return self._read(query)
+        return self.read(query)
 
     def labels(self, runs: Iterable[Run]) -> None:
         """Fill in each run's labels (the stored workload labels and those the columns give)."""
         runs = list(runs)
-        stored = self._read(lambda conn: _stored_labels(conn, [r.run_id for r in runs]))
+        stored = self.read(lambda conn: _stored_labels(conn, [r.run_id for r in runs]))
         for r in runs:
             r.labels = run_labels(r.data, stored.get(r.run_id, {}))
 
@@ -394,70 +320,9 @@ class IndexReader:
                 if run_id in wanted:
                     out.setdefault(run_id, []).append((trigger, end_reason))
             return out
-        return self._read(query)
+        return self.read(query)
 
     # ------------------------------------------------------------------------------------ one run
-    def queue_context(self, run_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
-        """What each pending run of ``run_ids`` waits behind (tables ``queues`` and ``queue_positions``, schema 7):
-        {"cluster_queue": {...}, "local_queue": {...}, "position": {...}}, each present when known. A position is
-        kept only when it was polled after the run was last queued. Runs that are not pending, and an index from
-        before schema 7, give nothing."""
-        ids = list(dict.fromkeys(run_ids))
-
-        def query(conn: sqlite3.Connection) -> dict[str, dict[str, Any]]:
-            if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'queues'").fetchone() is None:
-                return {}
-            out: dict[str, dict[str, Any]] = {}
-            for i in range(0, len(ids), 500):
-                chunk = ids[i:i + 500]
-                marks = ", ".join("?" * len(chunk))
-                runs = conn.execute(
-                    f"SELECT run_id, namespace, queue, cluster_queue, queued_at FROM runs "
-                    f"WHERE status = 'pending' AND run_id IN ({marks})", chunk).fetchall()
-                positions = {r[0]: r for r in conn.execute(
-                    f"SELECT run_id, cluster_queue, local_queue, position_in_cluster_queue, position_in_local_queue, "
-                    f"polled_at, polled_us FROM queue_positions WHERE run_id IN ({marks})", chunk)}
-                for run_id, namespace, queue, cluster_queue, queued_at in runs:
-                    ctx: dict[str, Any] = {}
-                    pos = positions.get(run_id)
-                    lq = self._queue(conn, f"queue:{namespace}/{queue}") if namespace and queue else None
-                    if lq is not None:
-                        ctx["local_queue"] = lq
-                    if cluster_queue is None and pos is not None:
-                        cluster_queue = pos[1]
-                    if cluster_queue is None and lq is not None:  # not admitted yet: its LocalQueue's ClusterQueue
-                        cluster_queue = lq.get("cluster_queue")
-                    if cluster_queue:
-                        cq = self._queue(conn, f"queue:{cluster_queue}")
-                        if cq is not None:
-                            ctx["cluster_queue"] = cq
-                    queued = parse_time(queued_at)
-                    if pos is not None and pos[3] is not None and (
-                            queued is None or pos[6] >= int(queued.timestamp() * 1_000_000)):
-                        ctx["position"] = {"cluster_queue": pos[1], "local_queue": pos[2],
-                                           "position_in_cluster_queue": pos[3], "position_in_local_queue": pos[4],
-                                           "polled_at": pos[5]}
-                    if ctx:
-                        out[run_id] = ctx
-            return out
-
-        return self._read(query)
-
-    @staticmethod
-    def _queue(conn: sqlite3.Connection, key: str) -> dict[str, Any] | None:
-        row = conn.execute(
-            "SELECT kind, namespace, name, cluster_queue, cohort, stop_policy, stopped, active, active_reason, "
-            "active_message, pending, reserving, admitted, admission_checks, resources, deleted, updated_at "
-            "FROM queues WHERE key = ?", (key,)).fetchone()
-        if row is None:
-            return None
-        resources = json.loads(row[14])
-        return {"kind": row[0], "namespace": row[1], "name": row[2], "cluster_queue": row[3], "cohort": row[4],
-                "stop_policy": row[5], "stopped": bool(row[6]), "active": None if row[7] is None else bool(row[7]),
-                "active_reason": row[8], "active_message": row[9], "pending": row[10], "reserving": row[11],
-                "admitted": row[12], "admission_checks": json.loads(row[13]), "resources": resources,
-                "gpu": gpu_usage(resources), "deleted": bool(row[15]), "updated_at": row[16]}
-
     def resolve(self, ref: str) -> tuple[str, str | None]:
         """The run id ``ref`` names, and a note when the choice is worth saying: the exact id, else a unique prefix
         of one, else ``NAMESPACE/NAME`` of a Job or RayJob (its latest run). IndexQueryError if none or several."""
@@ -477,7 +342,7 @@ class IndexReader:
             if sep and namespace and name:
                 rows = conn.execute(
                     "SELECT run_id, created_at FROM runs WHERE namespace = ? AND name = ? "
-                    f"ORDER BY created_at IS NULL, {_exact('created_at')} DESC, run_id", (namespace, name)).fetchall()
+                    f"ORDER BY created_at IS NULL, {exact('created_at')} DESC, run_id", (namespace, name)).fetchall()
                 if rows:
                     note = None
                     if len(rows) > 1:
@@ -486,7 +351,7 @@ class IndexReader:
                     return str(rows[0][0]), note
             raise IndexQueryError(f"no run {ref!r} in {self.path} (a run id, a unique start of one, or "
                                   "NAMESPACE/NAME of a Job or RayJob; list runs with: tracker runs)")
-        return self._read(query)
+        return self.read(query)
 
     def resumed_by(self, run_id: str) -> list[str]:
         """The runs that resume ``run_id`` (their ``resume_of`` is it: the lineage in reverse, one step), the first
@@ -495,8 +360,8 @@ class IndexReader:
         def query(conn: sqlite3.Connection) -> list[str]:
             return [r[0] for r in conn.execute(
                 "SELECT l.run_id FROM resume_links l LEFT JOIN runs r ON r.run_id = l.run_id WHERE l.resume_of = ? "
-                f"ORDER BY r.created_at IS NULL, {_exact('r.created_at')}, l.run_id", (run_id,))]
-        return self._read(query)
+                f"ORDER BY r.created_at IS NULL, {exact('r.created_at')}, l.run_id", (run_id,))]
+        return self.read(query)
 
     def short_ids(self, run_ids: Iterable[str], *, minimum: int = 8, full_up_to: int = 18) -> dict[str, str]:
         """For each run id, the shortest start of it (at least ``minimum`` characters) that no other run id in the
@@ -507,8 +372,74 @@ class IndexReader:
 
         def query(conn: sqlite3.Connection) -> list[str]:
             return [r[0] for r in conn.execute("SELECT run_id FROM runs ORDER BY run_id")]
-        every = self._read(query)
+        every = self.read(query)
         return short_ids(every, wanted, minimum=minimum, full_up_to=full_up_to)
+
+    # ------------------------------------------------------------------------------------ whole rows
+    def history(self, run_id: str) -> RunHistory | None:
+        """The run's complete history as written (None if the index does not hold the run), in one snapshot."""
+        from tracker.read.history import load_history
+
+        return self.read(lambda conn: load_history(conn, run_id, self.version))
+
+    def records(self, status: Status | str | None = None, phase: Phase | str | None = None,
+                *, stalled_admission_s: float | None = None, now: datetime | None = None,
+                workspace: str | None = None, project: str | None = None,
+                limit: int | None = None) -> list[RunRecord]:
+        """Runs (the model's rows) matching every given filter, newest first: by created_at (exactly, to the
+        microsecond), runs without one last, ties by run_id.
+
+        ``stalled_admission_s`` keeps only runs that are pending in Admission and were queued more than that
+        many seconds before ``now`` (the current UTC time when ``now`` is None; a naive ``now`` is UTC).
+        ``limit`` (>= 1) caps the number of runs returned; None returns all.
+        """
+        import math
+        from datetime import timedelta
+
+        from tracker.core.vocab import Phase, Status
+
+        where: list[str] = []
+        params: list[Any] = []
+        for column, value in (("status", None if status is None else Status(status).value),
+                              ("phase", None if phase is None else Phase(phase).value),
+                              ("workspace", workspace), ("project", project)):
+            if value is not None:
+                where.append(f"{column} = ?")
+                params.append(value)
+        if stalled_admission_s is not None:
+            if not math.isfinite(stalled_admission_s) or stalled_admission_s < 0:
+                raise ValueError(f"stalled_admission_s must be finite and >= 0, got {stalled_admission_s!r}")
+            try:
+                text = time_text((now or datetime.now(UTC)) - timedelta(seconds=stalled_admission_s))
+            except OverflowError:  # before year 1: no run was queued that long ago
+                text = ""
+            where.append(f"status = 'pending' AND phase = 'Admission' AND {exact('queued_at')} < ?")
+            params.append(text)
+        sql = f"SELECT * FROM runs{' WHERE ' + ' AND '.join(where) if where else ''} " \
+              f"ORDER BY created_at IS NULL, {exact('created_at')} DESC, run_id"
+        if limit is not None:
+            if limit < 1:
+                raise ValueError(f"limit must be >= 1, got {limit}")
+            sql += " LIMIT ?"
+            params.append(limit)
+        from tracker.read.history import load_record, rows
+
+        return self.read(lambda conn: [load_record(r) for r in rows(conn, sql, params)])
+
+    def counts_by_status(self) -> dict[Status, int]:
+        """Number of runs per status (every status present, zeros included)."""
+        from tracker.core.vocab import Status
+
+        counts = dict.fromkeys(Status, 0)
+        for status, n in self.read(lambda conn: conn.execute("SELECT status, COUNT(*) FROM runs GROUP BY status")
+                                   .fetchall()):
+            counts[Status(status)] = n
+        return counts
+
+    def meta(self, key: str) -> str | None:
+        """A value of the index's ``meta`` table (None when it has none)."""
+        row = self.read(lambda conn: conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone())
+        return None if row is None else str(row[0])
 
 
 def short_ids(every: Sequence[str], wanted: Iterable[str], *, minimum: int = 8, full_up_to: int = 18) -> dict[str, str]:
@@ -578,52 +509,9 @@ def _order(sort_by: str, now: datetime | None = None) -> str:
                 "length(queued_at) - 1))) * 86400.0 ELSE admission_wait_s END)")
         return f"{live} IS NULL, {live} DESC, run_id"
     if column == "phase_since":  # age in the current phase: the longest first
-        return f"{column} IS NULL, {_exact(column)}, run_id"
+        return f"{column} IS NULL, {exact(column)}, run_id"
     if column.endswith("_at"):
-        return f"{column} IS NULL, {_exact(column)} DESC, run_id"  # newest first, runs without the time last
+        return f"{column} IS NULL, {exact(column)} DESC, run_id"  # newest first, runs without the time last
     if column in ("attempts", "evictions", "retries", "admission_wait_s"):
         return f"{column} IS NULL, {column} DESC, run_id"  # most first
     return f"{column} IS NULL, {column}, run_id"
-
-
-# ------------------------------------------------------------------------------------------ queues
-
-# tracker.core.gpu.ACCELERATOR_RESOURCES, not imported (it imports pydantic): the resources shown as GPUs
-ACCELERATORS = ("nvidia.com/gpu", "amd.com/gpu", "gpu.intel.com/i915", "gpu.intel.com/xe", "habana.ai/gaudi")
-_QUANTITY = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$")
-_SUFFIX = {"": 1.0, "n": 1e-9, "u": 1e-6, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
-           "Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50, "Ei": 2.0**60}
-
-
-def _number(text: Any) -> float | None:
-    if not isinstance(text, str):
-        return None
-    m = _QUANTITY.match(text.strip())
-    return None if m is None else float(m.group(1)) * _SUFFIX[m.group(2) or ""]
-
-
-def _accelerator(resource: str) -> bool:
-    return resource in ACCELERATORS or resource.startswith("nvidia.com/mig-")
-
-
-def gpu_usage(resources: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The first accelerator resource of a queue, summed over its flavors: {resource, used (reserved), nominal}."""
-    sums: dict[str, list[float | None]] = {}
-    for r in resources:
-        name = r.get("resource")
-        if not isinstance(name, str) or not _accelerator(name):
-            continue
-        # quota reserved (flavorsReservation) includes what admitted workloads use (flavorsUsage), and also what
-        # workloads hold while their admission checks run: what a pending workload waits behind
-        used = _number(r.get("reserved")) if r.get("reserved") is not None else _number(r.get("used"))
-        nominal = _number(r.get("nominal"))
-        acc = sums.setdefault(name, [None, None])
-        if used is not None:
-            acc[0] = (acc[0] or 0.0) + used
-        if nominal is not None:
-            acc[1] = (acc[1] or 0.0) + nominal
-    if not sums:
-        return None
-    name = min(sums, key=lambda n: (n not in ACCELERATORS, n))
-    used, nominal = sums[name]
-    return {"resource": name, "used": used, "nominal": nominal}

@@ -1,7 +1,7 @@
 """`tracker runs` output in kubectl's manner: a plain table (fitted to a width, or unpadded when piped), the wide
 table, one run id per line, JSON and YAML.
 
-Pure presentation on the rows of ``tracker.shell.index_query`` (plain dicts), standard library only, so listing
+Pure presentation on the rows of ``tracker.read.store`` (plain dicts), standard library only, so listing
 runs starts fast. Durations follow kubectl's ``AGE`` format (``95s``, ``5m30s``, ``45m``, ``3h5m``, ``30h``,
 ``6d2h``, ``90d``).
 """
@@ -14,8 +14,10 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
 
+from tracker.core.vocab import GOODPUT_CATEGORIES as GOODPUT_CATEGORIES  # re-exported
+from tracker.core.vocab import GoodputCategory
 from tracker.core.waits import GROWING, Wait, admission_wait, open_seconds
-from tracker.shell.index_query import Run, parse_time
+from tracker.read.store import Run, parse_time
 
 OUTPUTS = ("table", "wide", "json", "yaml", "name")
 # The run fields each output reads (json and yaml: all of them).
@@ -30,11 +32,7 @@ FIELDS: dict[str, tuple[str, ...]] = {
 }
 GAP = "  "
 ELLIPSIS = "…"
-# tracker.core.model.GoodputCategory's values, in its order (not imported: the model needs pydantic; a test checks
-# they agree)
-GOODPUT_CATEGORIES = ("productive", "scheduling", "startup", "checkpoint-save", "checkpoint-restore",
-                      "wasted-progress", "infrastructure-recovery", "unclassified")
-PRODUCTIVE = "productive"
+PRODUCTIVE = GoodputCategory.PRODUCTIVE.value
 
 
 def kube_duration(seconds: float | None) -> str:
@@ -287,7 +285,7 @@ def render_table(runs: Sequence[Run], cols: Sequence[Column], *, width: int | No
 
 
 def runs_data(runs: Sequence[Run], now: datetime | None = None) -> list[dict[str, Any]]:
-    """Every RunRecord field per run, as ``tracker.render.runs_json`` gives them; with ``now``, ``gpu_hours``
+    """Every RunRecord field per run, as ``tracker.read.render.runs_json`` gives them; with ``now``, ``gpu_hours``
     counts the GPUs still held up to ``now`` (schemas/gpu-accounting.md)."""
     if now is None:
         return [r.data for r in runs]
@@ -340,7 +338,7 @@ def render(runs: Sequence[Run], output: str, *, now: datetime, width: int | None
         return "".join(f"{r.run_id}\n" for r in runs)
     cols = columns(output, now, short=short, one_namespace=one_namespace, why=why)
     if output == "wide":
-        from tracker.queue_view import short as queue_short
+        from tracker.read.queues import short as queue_short
 
         known = waiting or {}
         cols.insert(len(cols) - 2, Column("WAITING-BEHIND", lambda r: queue_short(known.get(r.run_id))))

@@ -1,6 +1,7 @@
-"""The reader commands of `tracker`: ``runs``, ``audit``, ``show``, ``compare``, ``demo`` and ``completion``.
+"""The reader commands of `tracker`: ``runs``, ``audit``, ``show``, ``compare``, ``demo`` and ``completion``: each
+reads through ``tracker.read`` (one ``IndexReader`` per command) and prints.
 
-Imported by ``tracker.cli`` at start, so at the top this module imports only the standard library; each command
+Imported by ``tracker.cli.parser`` at start, so at the top this module imports only the standard library; each command
 imports what it uses when it runs (``runs`` imports neither pydantic nor rich: tests/read/test_cli_runs.py).
 """
 
@@ -13,16 +14,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tracker.cli_args import (
+from tracker.cli.args import (
     DEMO_CAPTURES,
     INDEX_ENV,
     SHOW_WIDTH_PIPED,
     NotFound,
     UsageError,
-    _ago,
-    _split,
     index_path,
-    parse_duration,
     parse_now,
     parse_when,
     table_width,
@@ -31,41 +29,27 @@ from tracker.cli_args import (
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from tracker.shell.index_query import RunFilter
+    from tracker.read.filters import RunFilter
 
 
 def run_filter(args: argparse.Namespace, now: datetime) -> RunFilter:
-    """The ``RunFilter`` of ``tracker runs``' filter options (also what the web view's query string gives)."""
-    from tracker.shell.index_query import IndexQueryError, Requirement, RunFilter, parse_selector
+    """The ``RunFilter`` of ``tracker runs``' filter options (``tracker.read.filters.run_filter``, which the web view
+    gives its query string)."""
+    from tracker.read.filters import FILTERS, FilterError
+    from tracker.read.filters import run_filter as filter_of
 
-    selector: tuple[Requirement, ...] = ()
+    values: dict[str, Any] = {name: getattr(args, name.replace("-", "_")) for name in FILTERS if name != "now"}
+    values["all-namespaces"] = args.all_namespaces
     try:
-        for text in args.selector or ():
-            selector += parse_selector(text)
-    except IndexQueryError as exc:
+        return filter_of(values, now=now)
+    except FilterError as exc:
         raise UsageError(str(exc)) from None
-    for key, value in (("taugrid.io/workspace", args.workspace), ("taugrid.io/project", args.project)):
-        if value is not None:
-            selector += (Requirement(key, "=", (value,)),)
-    namespaces = () if args.all_namespaces else _split(args.namespace)
-    stalled = stuck = None
-    if args.stalled_admission is not None:
-        stalled = _ago(now, parse_duration(args.stalled_admission))
-    if args.stuck is not None:
-        stuck = _ago(now, parse_duration(args.stuck))
-    return RunFilter(
-        namespaces=namespaces, selector=selector, queues=_split(args.queue), cluster_queues=_split(args.cluster_queue),
-        statuses=_split(args.status), phases=_split(args.phase),
-        since=None if args.since is None else parse_when(args.since, now, flag="--since"),
-        until=None if args.until is None else parse_when(args.until, now, flag="--until"),
-        stalled_admission_before=stalled, stuck_before=stuck,
-        sort_by="age" if args.stuck is not None and args.sort_by is None else (args.sort_by or "created"),
-        limit=args.limit, now=now)
 
 
 def cmd_runs(args: argparse.Namespace, console: object) -> int:
-    from tracker.runs_view import FIELDS, render
-    from tracker.shell.index_query import RUN_FIELDS, IndexReader
+    from tracker.read.queues import queue_context
+    from tracker.read.runs import FIELDS, render
+    from tracker.read.store import RUN_FIELDS, IndexReader
 
     now = parse_now(args.now) or datetime.now(UTC)
     query = run_filter(args, now)
@@ -77,8 +61,8 @@ def cmd_runs(args: argparse.Namespace, console: object) -> int:
         runs = reader.runs(query, fields, phase_since=args.output in ("table", "wide"))
         short = reader.short_ids(r.run_id for r in runs) if args.output == "table" else {}
         if args.output in ("wide", "json", "yaml"):  # what pending runs wait behind (Kueue's queues)
-            for run_id, ctx in reader.queue_context(r.run_id for r in runs if r.data.get("status") == "pending"
-                                                    ).items():
+            for run_id, ctx in queue_context(reader, (r.run_id for r in runs if r.data.get("status") == "pending")
+                                             ).items():
                 waiting.setdefault(run_id, ctx)
     if not runs and args.output in ("table", "wide"):
         sys.stderr.write("No runs found.\n")
@@ -92,8 +76,9 @@ def cmd_runs(args: argparse.Namespace, console: object) -> int:
 
 
 def cmd_audit(args: argparse.Namespace, console: object) -> int:
-    from tracker.audit import FIELDS, GROUP_BY, audit, render
-    from tracker.shell.index_query import IndexReader, RunFilter
+    from tracker.read.audit import FIELDS, GROUP_BY, audit, render
+    from tracker.read.filters import RunFilter
+    from tracker.read.store import IndexReader
 
     now = parse_now(args.now) or datetime.now(UTC)
     since = None if args.since is None else parse_when(args.since, now, flag="--since")
@@ -116,7 +101,8 @@ def cmd_audit(args: argparse.Namespace, console: object) -> int:
 
 
 def cmd_show(args: argparse.Namespace, console: object) -> int:
-    from tracker.shell.index_query import IndexQueryError, IndexReader
+    from tracker.read.queues import queue_context
+    from tracker.read.store import IndexQueryError, IndexReader
 
     path = index_path(args)
     with IndexReader(path) as reader:
@@ -124,13 +110,10 @@ def cmd_show(args: argparse.Namespace, console: object) -> int:
             run_id, note = reader.resolve(args.run)
         except IndexQueryError as exc:
             raise NotFound(str(exc)) from None
-        waiting = reader.queue_context([run_id]).get(run_id)
+        waiting = queue_context(reader, [run_id]).get(run_id)
         resumed_by = reader.resumed_by(run_id)  # the lineage in reverse: the history knows only its own
-    from tracker.shell.index import ExperimentIndex
-
-    with ExperimentIndex(path, readonly=True) as index:
-        history = index.history(run_id)
-    if history is None:  # deleted between the two reads
+        history = reader.history(run_id)
+    if history is None:  # deleted between the reads (the reader read again after a writer appeared)
         raise NotFound(f"no run {args.run!r} in {path}")
     if note:
         _note(note)
@@ -147,12 +130,12 @@ def cmd_show(args: argparse.Namespace, console: object) -> int:
 
             sys.stdout.write(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
         return 0
-    from tracker.render import timeline
+    from tracker.read.timeline import timeline
 
     now = parse_now(args.now) or datetime.now(UTC)
     _print_rich(lambda width: timeline(history, width=width, now=now, resumed_by=resumed_by))
     if waiting:
-        from tracker.queue_view import text
+        from tracker.read.queues import text
 
         said = text(waiting)
         if said:
@@ -161,11 +144,14 @@ def cmd_show(args: argparse.Namespace, console: object) -> int:
 
 
 def cmd_compare(args: argparse.Namespace, console: object) -> int:
-    from tracker.shell.index_query import IndexQueryError, IndexReader
+    from tracker.read.store import IndexQueryError, IndexReader
 
     if len(args.runs) < 2:
         raise UsageError("compare needs two runs or more (tracker compare RUN RUN...)")
     path = index_path(args)
+    from tracker.read.compare import compare_data, compare_table
+
+    histories = []
     with IndexReader(path) as reader:
         resolved = []
         for ref in args.runs:
@@ -173,13 +159,8 @@ def cmd_compare(args: argparse.Namespace, console: object) -> int:
                 resolved.append(reader.resolve(ref))
             except IndexQueryError as exc:
                 raise NotFound(str(exc)) from None
-    from tracker.compare import compare_data, compare_table
-    from tracker.shell.index import ExperimentIndex
-
-    histories = []
-    with ExperimentIndex(path, readonly=True) as index:
         for ref, (run_id, note) in zip(args.runs, resolved, strict=True):
-            history = index.history(run_id)
+            history = reader.history(run_id)
             if history is None:
                 raise NotFound(f"no run {ref!r} in {path}")
             if note:
@@ -220,9 +201,11 @@ def _note(message: str) -> None:
 
 
 def cmd_demo(args: argparse.Namespace, console: Console) -> int:
-    from tracker.cli import replay
-    from tracker.core.model import Phase
-    from tracker.render import runs_table, timeline
+    from tracker.core.vocab import Phase
+    from tracker.read.render import runs_table
+    from tracker.read.store import IndexReader
+    from tracker.read.timeline import timeline
+    from tracker.runtime.replay import replay
     from tracker.shell.index import ExperimentIndex
 
     index_path: Path = args.index
@@ -232,9 +215,9 @@ def cmd_demo(args: argparse.Namespace, console: Console) -> int:
     console.rule("[bold]TauGrid tracker demo")
     console.print(f"Replaying the bundled captures of one cluster ({DEMO_CAPTURES}),\n"
                   "through the same bounded pipeline the service uses, into a fresh experiment index.\n")
-    replay([DEMO_CAPTURES], index_path, console=console)
-    with ExperimentIndex(index_path) as index:
-        records = index.runs()
+    replay(captures=[DEMO_CAPTURES], index_path=index_path, console=console)
+    with IndexReader(index_path) as reader:
+        records = reader.records()
         console.print(runs_table(records))
         # the most telling runs: a preemption, a RayJob retry, a deactivation, a run waiting for quota again
         # after a reactivation (else whatever there is)
@@ -245,7 +228,7 @@ def cmd_demo(args: argparse.Namespace, console: Console) -> int:
                        and r.attempts > 1), None)]
         shown = [r for r in picks if r is not None] or records[:1]
         for rec in shown:
-            history = index.history(rec.run_id)
+            history = reader.history(rec.run_id)
             if history is not None:
                 console.rule(f"run {rec.run_id}")
                 console.print(timeline(history, width=console.width, now=None))
@@ -270,15 +253,15 @@ DEMO_MARK = "created_by_demo"  # meta key: the demo made this index, so a later 
 
 def _remove_demo_index(path: Path, force: bool) -> None:
     """Delete the index a previous demo made (never one it did not make, unless ``force``)."""
-    from tracker.shell.index import ExperimentIndex
+    from tracker.read.store import IndexReader
     from tracker.shell.index_schema import IndexSchemaError
 
     if not path.exists():
         return
     if not force:
         try:
-            with ExperimentIndex(path, readonly=True) as index:
-                made_by_demo = index.meta(DEMO_MARK) == "true"
+            with IndexReader(path) as reader:
+                made_by_demo = reader.meta(DEMO_MARK) == "true"
         except IndexSchemaError:
             made_by_demo = False
         if not made_by_demo:
@@ -293,25 +276,24 @@ def _remove_demo_index(path: Path, force: bool) -> None:
 
 
 def cmd_completion(args: argparse.Namespace, console: object) -> int:
-    sys.stdout.write(completion_script(args.shell))
+    sys.stdout.write(completion_script(args.shell, args.build_parser(service_commands=False)))
     return 0
 
 
-def completion_script(shell: str) -> str:
-    """A bash function completing commands, options, option values and run ids (``tracker runs -o name``);
-    zsh runs it through bashcompinit."""
-    from tracker.cli import build_parser
+def completion_script(shell: str, parser: argparse.ArgumentParser) -> str:
+    """A bash function completing the commands, options and option values of ``parser`` (the ``tracker`` parser),
+    and run ids (``tracker runs -o name``); zsh runs it through bashcompinit."""
+    from tracker.core.vocab import PHASES, STATUSES
+    from tracker.read.filters import SORT_KEYS
 
-    parser = build_parser(service_commands=False)
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     cases = []
     for name, p in sub.choices.items():
         opts = sorted({s for a in p._actions for s in a.option_strings})
         cases.append(f"        {name}) opts=\"{' '.join(opts)}\" ;;")
     values = {"-o|--output": "table wide json yaml name csv", "--by": "namespace queue cluster-queue workspace project",
-              "--status": "pending running succeeded failed stopped",
-              "--phase": "Resolution Rendering Admission Scheduling Runtime Progress Completion",
-              "--sort-by": " ".join(_sort_keys()), "completion": "bash zsh"}
+              "--status": " ".join(STATUSES), "--phase": " ".join(PHASES),
+              "--sort-by": " ".join(SORT_KEYS), "completion": "bash zsh"}
     value_cases = "\n".join(f"        {k}) COMPREPLY=($(compgen -W \"{v}\" -- \"$cur\")); return ;;"
                             for k, v in values.items())
     script = f"""# tracker completion for {shell}: add to your shell's startup file
@@ -351,10 +333,3 @@ complete -o default -F _tracker tracker
     if shell == "zsh":
         return "#compdef tracker\nautoload -U +X bashcompinit && bashcompinit\n" + script
     return script
-
-
-def _sort_keys() -> list[str]:
-    from tracker.shell.index_query import SORT_KEYS
-
-    return list(SORT_KEYS)
-

@@ -1,8 +1,8 @@
 """The ``tracker ui`` command: its options, the start-up checks (one line and exit 2 when the index cannot be read or
 the address cannot be bound), and a graceful stop on SIGTERM or SIGINT (a second signal ends the process at once).
 
-Imported by ``tracker.cli`` at start: standard library and ``tracker.cli_args`` only at the top; the server and the
-pages are imported when the command runs.
+Imported by ``tracker.cli.parser`` at start: standard library and ``tracker.cli.args`` only at the top; the server
+and the pages are imported when the command runs.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from tracker.cli_args import DEFAULT_INDEX, INDEX_ENV, UsageError, index_path, parse_duration, parse_now
+from tracker.cli.args import DEFAULT_INDEX, INDEX_ENV, UsageError, index_path, parse_duration, parse_now
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8321
@@ -71,8 +71,9 @@ def cmd_ui(args: argparse.Namespace, console: object) -> int:
     import structlog
 
     from tracker import errors
+    from tracker.read.filters import RunFilter
+    from tracker.read.store import IndexReader
     from tracker.runtime.ops import configure_logging
-    from tracker.shell.index_query import IndexReader, RunFilter
     from tracker.ui.server import App, UiServer, allowed_hosts, serve_until
 
     path = index_path(args)

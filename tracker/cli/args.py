@@ -1,0 +1,112 @@
+"""The values of the `tracker` command line: where the readers find the index, durations and times as the
+options take them, the argparse types of the options, and the two errors a command reports without a traceback.
+
+Standard library only (and ``tracker.read.filters``, which is too): every command imports this module at start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import TypeVar
+
+from tracker import errors
+from tracker.read import filters
+
+_V = TypeVar("_V")
+
+DEMO_CAPTURES = Path(__file__).parents[1] / "captures" / "demo"
+DEFAULT_DEMO_INDEX = Path("out") / "demo-index.sqlite"
+INDEX_ENV = "TRACKER_INDEX"
+# Where readers look when neither --index nor TRACKER_INDEX is given: the index the deployed tracker writes
+# (deploy/k8s/base/settings.yaml), so `kubectl exec deploy/tracker-sink-index -- tracker runs` needs no flag.
+DEFAULT_INDEX = Path("/var/lib/tracker/index.sqlite")
+SHOW_WIDTH_PIPED = 120  # layout width of `show` when the output is not a terminal and COLUMNS is not set
+
+
+
+class UsageError(errors.Fatal):
+    """A command line that cannot work (exit 2)."""
+
+    exit_code = 2
+
+
+class NotFound(errors.Fatal):
+    """What was asked for is not there (exit 1)."""
+
+
+def parse_duration(text: str) -> float:
+    """'90' (seconds), '90s', '30m', '1h30m', '2d' -> seconds (``tracker.read.filters.parse_duration``)."""
+    try:
+        return filters.parse_duration(text)
+    except filters.FilterError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def parse_time(text: str, flag: str = "--now") -> datetime:
+    """An ISO-8601 time (a date alone is midnight; no offset is UTC)."""
+    try:
+        return filters.parse_time(text, flag)
+    except filters.FilterError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def parse_now(text: str | None) -> datetime | None:
+    return None if text is None else parse_time(text)
+
+
+def parse_when(text: str, now: datetime, *, flag: str) -> datetime:
+    """A duration back from ``now`` ('2h': two hours ago) or a time."""
+    try:
+        return filters.parse_when(text, now, flag=flag)
+    except filters.FilterError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def index_path(args: argparse.Namespace) -> Path:
+    """--index, else $TRACKER_INDEX, else the deployed tracker's index."""
+    given: Path | None = getattr(args, "index", None)
+    if given is not None:
+        return given
+    env = os.environ.get(INDEX_ENV)
+    return Path(env) if env else DEFAULT_INDEX
+
+
+def choice(allowed: Sequence[str], what: str) -> Callable[[str], str]:
+    """An argparse type: one or more of ``allowed`` (comma-separated), matched case-insensitively."""
+    return argument_type(filters.choice(allowed, what))
+
+
+def positive(text: str) -> int:
+    """An argparse type: a whole number >= 1."""
+    return argument_type(filters.positive)(text)
+
+
+def argument_type(convert: Callable[[str], _V]) -> Callable[[str], _V]:
+    """``convert`` as an argparse type: its ValueError's message is what argparse reports."""
+    def checked(text: str) -> _V:
+        try:
+            return convert(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    checked.__name__ = getattr(convert, "__name__", "value")
+    return checked
+
+
+def fail(message: str) -> None:
+    """One line on stderr, never read as markup."""
+    sys.stderr.write(f"error: {' '.join(message.split())}\n")
+
+
+def table_width() -> int | None:
+    """The width a table must fit: the terminal's; COLUMNS when set; else none (piped output is not cut)."""
+    if sys.stdout.isatty():
+        import shutil
+
+        return shutil.get_terminal_size().columns
+    columns = os.environ.get("COLUMNS", "")
+    return int(columns) if columns.isdigit() and int(columns) > 0 else None
