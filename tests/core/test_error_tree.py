@@ -39,7 +39,8 @@ def drawn_tree() -> dict[str, str | None]:
 
 def every_error_class() -> set[type[errors.TrackerError]]:
     for info in pkgutil.walk_packages(tracker.__path__, "tracker."):
-        importlib.import_module(info.name)
+        if not info.name.endswith(".__main__"):  # a program, not a module: importing it runs it
+            importlib.import_module(info.name)
     found: set[type[errors.TrackerError]] = set()
     todo: list[type[errors.TrackerError]] = [errors.TrackerError]
     while todo:
