@@ -37,7 +37,7 @@ def schema_documents() -> dict[str, dict[str, Any]]:
     # intake/v1.schema.json is frozen as published: v2 reads every v1 event (tests/core/test_goodput_intake.py)
     return {
         "intake/v2.schema.json": intake,
-        "history/v4.schema.json": adapter(RunHistory).json_schema() | {"$id": HISTORY_SCHEMA},
+        "history/v5.schema.json": adapter(RunHistory).json_schema() | {"$id": HISTORY_SCHEMA},
         "pod/v1.schema.json": adapter(PodPlacement).json_schema() | {"$id": POD_SCHEMA},
         "metric-points/v1.schema.json": adapter(MetricPointsRecord).json_schema() | {"$id": METRIC_POINTS_SCHEMA},
         "dead-letter/v1.schema.json": DeadLetter.model_json_schema() | {"$id": "taugrid.io/dead-letter/v1"},

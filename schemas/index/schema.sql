@@ -1,4 +1,4 @@
--- TauGrid experiment index, schema version 8.
+-- TauGrid experiment index, schema version 9.
 -- The contract Stellar reads: every table and column is documented in README.md next to this file.
 -- Times are ISO-8601 UTC text, 'YYYY-MM-DDTHH:MM:SSZ' ('YYYY-MM-DDTHH:MM:SS.ffffffZ' when sub-second).
 -- JSON columns hold compact JSON text (query them with json_each / json_extract).
@@ -349,3 +349,8 @@ CREATE TABLE ledger_spans (
     "end"    TEXT NOT NULL,
     PRIMARY KEY (run_id, category, start)
 ) WITHOUT ROWID;
+
+-- Evictions by reason (schema 9, history/v5): the reducer's count of each run's Kueue evictions by reason (sums to
+-- evictions). NULL in rows written before version 9 (the index keeps no history to derive it from): readers derive
+-- it from the run's attempts rows until the run is written again.
+ALTER TABLE runs ADD COLUMN evictions_by TEXT; -- JSON object: reason -> evictions; NULL: written before version 9

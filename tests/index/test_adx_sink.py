@@ -119,6 +119,7 @@ def evicted_run(*, finished: bool) -> RunHistory:
         workspace="research", target="a100-pool", queue="team-a-gpu", cluster_queue=cq,
         status=Status.SUCCEEDED if finished else Status.RUNNING, reason="Succeeded" if finished else "Started",
         phase=Phase.COMPLETION if finished else Phase.PROGRESS, attempts=2, retries=1, evictions=1,
+        evictions_by={"Preempted": 1},
         created_at=at(0.5), queued_at=at(20), admitted_at=at(30), started_at=at(4),
         finished_at=at(90) if finished else None, admission_wait_s=600.0, git_commit="abc123",
         config_digest="sha256:cfg", config_ref="configs/llama.yaml", input_refs=["ds://alpaca"],
@@ -319,6 +320,7 @@ def test_write_streams_each_table_with_its_mapping(standin: KustoStandIn, make_s
         ("progress", "productive", "2026-08-20T10:25:00Z", 1, "az://runs/llama-base/ck-9")
     assert ft["LedgerGpuHoursBy"] == {"startup": 0.5, "wasted-progress": 0.25, "productive": 8.0}
     assert (ft["Ettr"], ft["Goodput"]) == (3000 / 3450, 8.0 / 8.75)
+    assert (ft["Evictions"], ft["EvictionsBy"], state["run-pending"]["EvictionsBy"]) == (1, {"Preempted": 1}, {})
     assert ft["LedgerSpans"] == [
         {"Category": "wasted-progress", "Start": "2026-08-20T09:15:30Z", "End": "2026-08-20T09:20:00Z"},
         {"Category": "infrastructure-recovery", "Start": "2026-08-20T09:20:00Z", "End": "2026-08-20T09:32:00Z"},

@@ -80,7 +80,8 @@ def finished_two_attempts() -> RunHistory:
     rid = "run-fail"
     return RunHistory(
         run=record(rid, status=Status.FAILED, reason="BackoffLimitExceeded", message="Job has reached the limit",
-                   phase=Phase.COMPLETION, attempts=2, retries=1, evictions=1, queued_at=at(20),
+                   phase=Phase.COMPLETION, attempts=2, retries=1, evictions=1, evictions_by={"Preempted": 1},
+                   queued_at=at(20),
                    admitted_at=at(65.2), started_at=at(1.5), finished_at=at(90), admission_wait_s=2712.0,
                    git_commit="3f2a9c1", config_digest="sha256:abc", config_ref="configs/llm.yaml",
                    input_refs=["s3://data/train", "s3://data/eval"], output_uri="s3://out/run-fail",
@@ -193,11 +194,16 @@ def resumed_with_metrics() -> RunHistory:
 
 def before_ledger(h: RunHistory) -> RunHistory:
     """A history as an index of schema 7 or older holds it: the ledger fields at their defaults, no checkpoints and no
-    ledger spans."""
+    ledger spans (and no evictions_by, as before schema 9)."""
     defaults = {f: getattr(RunRecord(**{**{n: getattr(h.run, n) for n in field_names(RunRecord)
                                            if n not in _LEDGER_RUN}}), f) for f in _LEDGER_RUN}
-    return replace(h, run=replace(h.run, **defaults), checkpoints=[], ledger=[],
+    return replace(before_evictions_by(h), run=replace(h.run, **defaults, evictions_by={}), checkpoints=[], ledger=[],
                    attempts=[replace(a, ledger_gpu_hours_by={}, ledger_wall_s_by={}) for a in h.attempts])
+
+
+def before_evictions_by(h: RunHistory) -> RunHistory:
+    """A history as an index of schema 8 or older holds it: no evictions by reason (the history's default)."""
+    return replace(h, run=replace(h.run, evictions_by={}))
 
 
 _LEDGER_RUN = ("ledger_basis", "ledger_gpu_hours_by", "ledger_wall_s_by", "ledger_until", "ledger_open", "ettr",
@@ -468,11 +474,11 @@ def test_tables_carry_every_model_field(index: ExperimentIndex) -> None:
         return [r[1] for r in conn.execute(f"PRAGMA table_info({table})")]
 
     # version 4 appended the GPU columns after updated_seq (ALTER TABLE ADD COLUMN), version 7 the pending ones,
-    # version 8 the ledger's
+    # version 8 the ledger's, version 9 evictions_by
     gpu = ["gpus", "gpu_hours", "lost_gpu_hours", "lost_gpu_hours_by", "gpus_open", "open_since",
            "pending_s_by", "pending_category", "pending_since", "quota_reserved_at",
            "ledger_basis", "ledger_gpu_hours_by", "ledger_wall_s_by", "ledger_until", "ledger_open", "ettr", "goodput",
-           "resumed_from", "checkpoints_saved"]
+           "resumed_from", "checkpoints_saved", "evictions_by"]
     assert columns("runs") == [*(f for f in field_names(RunRecord) if f not in gpu), "updated_seq", *gpu]
     assert columns("transitions") == [*field_names(Transition), "ordinal"]
     assert columns("attempts") == list(field_names(Attempt))
@@ -691,7 +697,55 @@ def test_a_schema_7_index_is_read_as_it_is_and_migrated(tmp_path: Path, monkeypa
         for h in all_histories():
             assert stored(ix).history(h.run.run_id) == h
         assert ix.write(ups(all_histories())) == 0
-    assert dict(dump(path)["meta"])["schema_version"] == str(SCHEMA_VERSION) == "8"
+    assert dict(dump(path)["meta"])["schema_version"] == str(SCHEMA_VERSION) == "9"
+
+
+def test_a_schema_8_index_is_read_as_it_is_and_migrated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Schema 9 adds runs.evictions_by: a reader reads an index of schema 8 as it is (the runs rows' evictions_by
+    None: unknown, the history's default {}), a writer migrates it (the column NULL in the rows written before, the
+    index holding nothing to derive it from) and the run's next history fills it."""
+    path = tmp_path / "index.sqlite"
+    index_of_schema(path, 8, monkeypatch)
+    with ExperimentIndex(tmp_path / "current.sqlite") as cur:
+        cur.write(ups(all_histories()))
+    conn = sqlite3.connect(path)
+    conn.execute("ATTACH DATABASE ? AS cur", (str(tmp_path / "current.sqlite"),))
+    copy_into_older(conn)
+    for table in ("metric_points", "checkpoints", "ledger_spans"):  # as in schema 8
+        conn.execute(f"INSERT INTO main.{table} SELECT * FROM cur.{table}")
+    conn.commit()
+    conn.close()
+    assert "evictions_by" not in [r[1] for r in sqlite3.connect(path).execute("PRAGMA table_info(runs)")]
+    with IndexReader(path) as reader:
+        assert {r.run_id: r.data["evictions_by"] for r in reader.runs()} == dict.fromkeys(
+            (h.run.run_id for h in all_histories()), None)
+        for h in all_histories():
+            assert stored(reader).history(h.run.run_id) == before_evictions_by(h)
+    with ExperimentIndex(path) as ix:
+        assert sqlite3.connect(path).execute("SELECT COUNT(*) FROM runs WHERE evictions_by IS NULL").fetchone() == (3,)
+        assert {r.run_id: r.data["evictions_by"] for r in stored(ix).runs()} == dict.fromkeys(
+            (h.run.run_id for h in all_histories()), None)
+        assert ix.write(ups(all_histories())) > 0
+        assert {r.run_id: r.data["evictions_by"] for r in stored(ix).runs()} == {
+            h.run.run_id: h.run.evictions_by for h in all_histories()}
+        for h in all_histories():
+            assert stored(ix).history(h.run.run_id) == h
+        assert ix.write(ups(all_histories())) == 0
+    assert dict(dump(path)["meta"])["schema_version"] == str(SCHEMA_VERSION) == "9"
+
+
+def test_evictions_by_round_trips(index: ExperimentIndex) -> None:
+    """runs.evictions_by: the run's evictions by reason as JSON text, read back as the model's dict."""
+    h = finished_two_attempts()
+    index.write(ups([h]))
+    conn = sqlite3.connect(index.path)
+    assert conn.execute("SELECT evictions, evictions_by FROM runs").fetchall() == [(1, '{"Preempted":1}')]
+    assert stored(index).history(h.run.run_id) == h
+    assert [r.data["evictions_by"] for r in stored(index).runs()] == [{"Preempted": 1}]
+    later = replace(h, run=replace(h.run, evictions=3, evictions_by={"EvictionNotObserved": 1, "Preempted": 2}))
+    index.write(ups([later]))
+    assert conn.execute("SELECT evictions_by FROM runs").fetchall() == [('{"EvictionNotObserved":1,"Preempted":2}',)]
+    assert stored(index).history(h.run.run_id) == later
 
 
 def test_checkpoints_and_ledger_spans_are_replaced_with_the_history(index: ExperimentIndex) -> None:

@@ -270,7 +270,7 @@ def test_show_notes_when_a_name_had_several_runs(tmp_path: Path, capsys: pytest.
 
 
 def test_show_output_is_the_published_history_schema(index: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    schema = json.loads((REPO / "schemas" / "history" / "v4.schema.json").read_text())
+    schema = json.loads((REPO / "schemas" / "history" / "v5.schema.json").read_text())
     for fmt in ("json", "yaml"):
         text = run(capsys, "show", "gpt-moe-6wz8r", "--index", str(index), "-o", fmt)
         data = json.loads(text) if fmt == "json" else yaml.safe_load(text)

@@ -88,7 +88,7 @@ examples:
   tracker show e55428ce                          # a unique start of a run id
   tracker show team-a/qwen-rm-5vt2j              # the latest run of the Job or RayJob team-a/qwen-rm-5vt2j
   tracker show qwen-rm-5vt2j --now 2026-08-20T13:00:00Z
-  tracker show qwen-rm-5vt2j -o json             # the published history schema (schemas/history/v4)
+  tracker show qwen-rm-5vt2j -o json             # the published history schema (schemas/history/v5)
 """
 
 
@@ -204,7 +204,7 @@ def build_parser(service_commands: bool = True) -> argparse.ArgumentParser:
     s.add_argument("--now", metavar="TIME", help="end of a live run's time axis (ISO-8601; default: the current "
                                                  "time)")
     s.add_argument("-o", "--output", choices=("timeline", "json", "yaml"), default="timeline", metavar="FORMAT",
-                   help="timeline (default), or json or yaml in the shape of schemas/history/v4.schema.json")
+                   help="timeline (default), or json or yaml in the shape of schemas/history/v5.schema.json")
     s.add_argument("--json", dest="output", action="store_const", const="json", help="same as -o json")
     s.set_defaults(func=cmd_show, needs_console=False)
 

@@ -90,7 +90,8 @@ def cmd_audit(args: argparse.Namespace, console: object) -> int:
         raise UsageError(f"--by takes one grouping, got {by!r} (one of: {', '.join(GROUP_BY)})")
     with IndexReader(index_path(args)) as reader:
         runs = reader.runs(RunFilter(since=since, until=until), FIELDS, phase_since=False)
-        attempts = reader.attempt_ends(r.run_id for r in runs)
+        # the attempts of rows written before schema 9 only (no evictions_by: the audit derives it from them)
+        attempts = reader.attempt_ends(r.run_id for r in runs if r.data.get("evictions_by") is None)
     groups, total = audit(runs, attempts, by=by, now=now)
     if not runs and args.output == "table":
         sys.stderr.write("No runs found.\n")
@@ -122,7 +123,7 @@ def cmd_show(args: argparse.Namespace, console: object) -> int:
 
         from tracker.core.model import to_json
 
-        data = to_json(history)  # the published history schema (schemas/history/v4.schema.json)
+        data = to_json(history)  # the published history schema (schemas/history/v5.schema.json)
         if args.output == "json":
             sys.stdout.write(json.dumps(data, indent=2) + "\n")
         else:

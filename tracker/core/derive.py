@@ -50,6 +50,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import replace
+from itertools import pairwise
 from typing import Any
 
 from tracker.core import gpu
@@ -293,16 +294,30 @@ def _attempt(run_id: str, i: int, a: _Att, started_at: int | None, progress_at: 
         quota_reserved_at=utc(pend.reserved), admission_steps=pend.steps, pending=pend.spans, pending_s_by=pend.by)
 
 
+def _evictions_by(atts: list[_Att], final: _Final | None, counted: int) -> dict[str, int]:
+    """A run's Kueue evictions by reason: each attempt ended by an eviction that the next attempt re-queued (its
+    reason: how the attempt ended, else the next one's trigger), a final deactivation, and what Kueue counted
+    (``counted``: its Workloads' status.evictions) beyond those, as ``EvictionNotObserved``."""
+    out: dict[str, int] = {}
+    for prev, nxt in pairwise(atts):
+        if nxt.trigger not in (RAYJOB_RETRY, EVICTION_NOT_OBSERVED):
+            why = prev.end_reason or nxt.trigger
+            out[why] = out.get(why, 0) + 1
+    if final is not None and atts and atts[-1].end_reason == final.reason and is_deactivation(final.reason):
+        out[final.reason] = out.get(final.reason, 0) + 1
+    missing = counted - sum(out.values())
+    if missing > 0:
+        out[EVICTION_NOT_OBSERVED] = out.get(EVICTION_NOT_OBSERVED, 0) + missing
+    return dict(sorted(out.items()))
+
+
 def _record(run: _Run, intake: _Intake, final: _Final | None, attempts_out: list[Attempt], status: Status,
             reason: str | None, message: str, phase: Phase, pending: Reason | None, retries: int) -> RunRecord:
     r, atts = run.r, run.atts
     cur = attempts_out[-1] if attempts_out else None
     queued_cur = next((x for x in reversed(attempts_out) if x.queued_at is not None), None)
-    # Kueue evictions: attempts ended by an eviction (the next attempt re-queued), plus a final deactivation
-    evictions = sum(1 for nxt in atts[1:] if nxt.trigger not in (RAYJOB_RETRY, EVICTION_NOT_OBSERVED))
-    if final is not None and atts and atts[-1].end_reason == final.reason and is_deactivation(final.reason):
-        evictions += 1
-    evictions = max(evictions, sum(r.wl_evictions.values()))
+    evictions_by = _evictions_by(atts, final, sum(r.wl_evictions.values()))
+    evictions = sum(evictions_by.values())
     # provenance: the root's labels and annotations (what tau rendered), else what the intake events said
     prov = intake.prov
     ann = r.annotations
@@ -321,7 +336,7 @@ def _record(run: _Run, intake: _Intake, final: _Final | None, attempts_out: list
         target=r.labels.get(LABEL_TARGET) or prov.get("target"),
         queue=r.wl_queue or prov.get("queue"), cluster_queue=next((a.cq for a in reversed(atts) if a.cq), None),
         status=status, reason=reason, message=message, phase=phase, attempts=len(atts), retries=retries,
-        evictions=evictions, created_at=utc(r.created),
+        evictions=evictions, evictions_by=evictions_by, created_at=utc(r.created),
         queued_at=queued_cur.queued_at if queued_cur else None,
         admitted_at=queued_cur.admitted_at if queued_cur else None,
         started_at=next((a.started_at for a in attempts_out if a.started_at is not None), None),

@@ -93,6 +93,9 @@ def iso(ts_us: int | None) -> str | None:
 _FORBID = ConfigDict(extra="forbid")
 _LOST_BY = ("lost_gpu_hours by reason (PodFailure, PodEvicted, Preempted, PodsReadyTimeout, Evicted, RayJobRetry, "
             "RunFailed).")
+_EVICTIONS_BY = ("evictions by reason, summing to evictions: each attempt ended by a Kueue eviction that the next "
+                 "attempt re-queued (how it ended, else the next attempt's trigger), a final deactivation, and what "
+                 "Kueue counted beyond those (EvictionNotObserved). Empty in histories written before v5.")
 _LEDGER_GPU = ("GPU-hours held, by goodput category (schemas/goodput.md); with the open pods counted up to "
                "ledger_until. Sums to gpu_hours + gpus_open x (ledger_until - open_since).")
 _LEDGER_WALL = "Seconds of wall time by goodput category (schemas/goodput.md), from queued to the end or ledger_until."
@@ -344,6 +347,7 @@ class RunRecord:
     attempts: int
     retries: int
     evictions: int
+    evictions_by: Annotated[dict[str, int], Field(description=_EVICTIONS_BY)] = dc_field(default_factory=dict)
     created_at: datetime | None
     queued_at: datetime | None
     admitted_at: datetime | None
@@ -534,7 +538,7 @@ class MetricPointsRecord:
     metric_points: list[MetricPoint]
 
 
-HISTORY_SCHEMA = "taugrid.io/run-history/v4"
+HISTORY_SCHEMA = "taugrid.io/run-history/v5"
 POD_SCHEMA = "taugrid.io/pod-placement/v1"
 METRIC_POINTS_SCHEMA = "taugrid.io/metric-points/v1"
 

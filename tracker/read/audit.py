@@ -50,23 +50,26 @@ GROUP_BY = {"namespace": "namespace", "queue": "queue", "cluster-queue": "cluste
 OUTPUTS = ("table", "json", "csv")
 # the run fields the audit reads
 FIELDS = ("run_id", "namespace", "queue", "cluster_queue", "workspace", "project", "status", "reason", "attempts",
-          "retries", "evictions", "resume_of", "gpu_hours", "lost_gpu_hours", "lost_gpu_hours_by", "gpus_open",
-          "open_since", "pending_s_by", "pending_category", "pending_since", "ledger_basis", "ledger_gpu_hours_by",
-          "ledger_wall_s_by", "ledger_until", "ledger_open")
+          "retries", "evictions", "evictions_by", "resume_of", "gpu_hours", "lost_gpu_hours", "lost_gpu_hours_by",
+          "gpus_open", "open_since", "pending_s_by", "pending_category", "pending_since", "ledger_basis",
+          "ledger_gpu_hours_by", "ledger_wall_s_by", "ledger_until", "ledger_open")
 NOT_OBSERVED = EVICTION_NOT_OBSERVED  # evictions Kueue counted whose reason the tracker did not see
-# attempt triggers that are not evictions (tracker.core.derive counts evictions by the same rule)
+# attempt triggers that are not evictions (a RayJob retry, a re-admission after a relist; tracker.core.derive's rule,
+# which TaugridGpuAudit in schemas/kusto/050-functions.kql follows too)
 NOT_EVICTIONS = (RAYJOB_RETRY, EVICTION_NOT_OBSERVED)
 
 
 def eviction_reasons(run: Mapping[str, Any], attempts: Sequence[tuple[str, str | None]]) -> dict[str, int]:
-    """A run's evictions by reason, summing to its ``evictions`` as the reducer counts them: each attempt ended by
-    a Kueue eviction that the next attempt re-queued (its reason: how the attempt ended, else the next one's
-    trigger), a final deactivation, and what Kueue counted beyond those (``EvictionNotObserved``)."""
+    """A run's evictions by reason, summing to its ``evictions``: the ``evictions_by`` the reducer stored
+    (``tracker.core.derive``). A row of an index written before schema 9 has none (None): for it only, they are
+    derived from its ``attempts`` rows, (trigger, end_reason) in order, by the reducer's rule."""
+    stored = run.get("evictions_by")
+    if stored is not None:
+        return dict(stored)
     out: dict[str, int] = {}
     for (_, end_reason), (trigger, _) in pairwise(attempts):
         if trigger not in NOT_EVICTIONS:
-            why = end_reason or trigger
-            out[why] = out.get(why, 0) + 1
+            out[end_reason or trigger] = out.get(end_reason or trigger, 0) + 1
     final = run.get("reason")
     if attempts and run.get("status") in FINAL_STATUSES and isinstance(final, str) and attempts[-1][1] == final \
             and is_deactivation(final):
@@ -142,7 +145,8 @@ def _lost_order(by: Iterable[str]) -> list[str]:
 
 def audit(runs: Sequence[Run], attempts: Mapping[str, Sequence[tuple[str, str | None]]], *, by: str,
           now: datetime) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """The groups, worst first (most GPU-hours lost, then most held, then by name), and the total over them."""
+    """The groups, worst first (most GPU-hours lost, then most held, then by name), and the total over them.
+    ``attempts``: the attempts of the runs without ``evictions_by`` (``eviction_reasons``), by run id."""
     field = GROUP_BY[by]
     groups: dict[str | None, _Group] = {}
     total = _Group(None)

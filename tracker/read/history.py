@@ -31,7 +31,7 @@ from tracker.core.model import (
 from tracker.read.filters import exact
 
 # The runs table's JSON object columns (decoded into dicts).
-_JSON_OBJECTS = ("lost_gpu_hours_by", "pending_s_by", "ledger_gpu_hours_by", "ledger_wall_s_by")
+_JSON_OBJECTS = ("evictions_by", "lost_gpu_hours_by", "pending_s_by", "ledger_gpu_hours_by", "ledger_wall_s_by")
 
 
 def rows(conn: sqlite3.Connection, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
@@ -112,6 +112,8 @@ def load_history(conn: sqlite3.Connection, run_id: str, version: int) -> RunHist
 def load_record(row: sqlite3.Row) -> RunRecord:
     data = _columns(row, field_names(RunRecord))
     data["input_refs"] = json.loads(data["input_refs"])
+    if "evictions_by" in data and data["evictions_by"] is None:  # a row written before schema 9: the default
+        del data["evictions_by"]
     for c in _JSON_OBJECTS:
         if c in data:
             data[c] = json.loads(data[c])

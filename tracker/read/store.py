@@ -35,14 +35,15 @@ if TYPE_CHECKING:
     from tracker.core.model import RunHistory, RunRecord
     from tracker.core.vocab import Phase, Status
 
-KNOWN_SCHEMA_VERSION = 8  # the newest schema this module reads on its own (tracker.shell.index_schema.SCHEMA_VERSION)
+KNOWN_SCHEMA_VERSION = 9  # the newest schema this module reads on its own (tracker.shell.index_schema.SCHEMA_VERSION)
 READ_RETRIES = 3
 BUSY_TIMEOUT_MS = 10_000
 
 # The runs table's columns that make a RunRecord, in the model's order.
 RUN_FIELDS = (
     "run_id", "kind", "namespace", "name", "uid", "project", "workspace", "target", "queue", "cluster_queue",
-    "status", "reason", "message", "phase", "attempts", "retries", "evictions", "created_at", "queued_at",
+    "status", "reason", "message", "phase", "attempts", "retries", "evictions", "evictions_by", "created_at",
+    "queued_at",
     "admitted_at", "started_at", "finished_at", "admission_wait_s", "pending_reason", "pending_message",
     "git_commit", "config_digest", "config_ref", "input_refs", "output_uri", "resume_of", "last_checkpoint",
     "gpus", "gpu_hours", "lost_gpu_hours", "lost_gpu_hours_by", "gpus_open", "open_since",
@@ -56,9 +57,9 @@ ADDED_COLUMN_DEFAULTS = {"gpus": "0", "gpu_hours": "0.0", "lost_gpu_hours": "0.0
                          "pending_since": "NULL", "quota_reserved_at": "NULL", "ledger_basis": "'accounting'",
                          "ledger_gpu_hours_by": "'{}'", "ledger_wall_s_by": "'{}'", "ledger_until": "NULL",
                          "ledger_open": "NULL", "ettr": "NULL", "goodput": "NULL", "resumed_from": "NULL",
-                         "checkpoints_saved": "0"}
-# The runs table's JSON object columns (decoded into dicts).
-_JSON_OBJECTS = ("lost_gpu_hours_by", "pending_s_by", "ledger_gpu_hours_by", "ledger_wall_s_by")
+                         "checkpoints_saved": "0", "evictions_by": "NULL"}
+# The runs table's JSON object columns (decoded into dicts; evictions_by is None in rows written before schema 9).
+_JSON_OBJECTS = ("evictions_by", "lost_gpu_hours_by", "pending_s_by", "ledger_gpu_hours_by", "ledger_wall_s_by")
 _T = TypeVar("_T")
 
 
@@ -290,7 +291,8 @@ class IndexReader:
                 at = names.index(col) if col in names else None
                 if at is not None:
                     for run, row in zip(runs, rows, strict=True):
-                        run.data[col] = {} if row[at] == "{}" else json.loads(row[at])
+                        cell = row[at]
+                        run.data[col] = {} if cell == "{}" else None if cell is None else json.loads(cell)
             if label_terms:
                 labels = _stored_labels(conn, [r.run_id for r in runs])
                 kept = []
@@ -310,7 +312,8 @@ class IndexReader:
             r.labels = run_labels(r.data, stored.get(r.run_id, {}))
 
     def attempt_ends(self, run_ids: Iterable[str]) -> dict[str, list[tuple[str, str | None]]]:
-        """Each run's attempts in order, as (trigger, end_reason): what ``tracker audit`` counts evictions from."""
+        """Each run's attempts in order, as (trigger, end_reason): what ``tracker audit`` counts the evictions of a
+        row written before schema 9 from (its ``evictions_by`` is None)."""
         wanted = set(run_ids)
 
         def query(conn: sqlite3.Connection) -> dict[str, list[tuple[str, str | None]]]:

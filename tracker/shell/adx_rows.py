@@ -44,6 +44,7 @@ STATE_COLUMNS: dict[str, str] = {
     "project": "Project", "workspace": "Workspace", "target": "Target", "queue": "Queue",
     "cluster_queue": "ClusterQueue", "status": "Status", "reason": "Reason", "message": "Message",
     "phase": "Phase", "attempts": "Attempts", "retries": "Retries", "evictions": "Evictions",
+    "evictions_by": "EvictionsBy",
     "created_at": "CreatedAt", "queued_at": "QueuedAt", "admitted_at": "AdmittedAt", "started_at": "StartedAt",
     "finished_at": "FinishedAt", "admission_wait_s": "AdmissionWaitSec", "pending_reason": "PendingReason",
     "pending_message": "PendingMessage", "git_commit": "GitCommit", "config_digest": "ConfigDigest",

@@ -390,9 +390,17 @@ CREATE TABLE ledger_spans (
 ) WITHOUT ROWID;
 """
 
+_V9 = """\
+
+-- Evictions by reason (schema 9, history/v5): the reducer's count of each run's Kueue evictions by reason (sums to
+-- evictions). NULL in rows written before version 9 (the index keeps no history to derive it from): readers derive
+-- it from the run's attempts rows until the run is written again.
+ALTER TABLE runs ADD COLUMN evictions_by TEXT; -- JSON object: reason -> evictions; NULL: written before version 9
+"""
+
 # Migration n turns a schema of version n - 1 into version n. A new version appends a migration here (and so
 # changes schemas/index/schema.sql, generated from SCHEMA_SQL) and updates the README.
-MIGRATIONS: Mapping[int, str] = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6, 7: _V7 + _V7_QUEUES, 8: _V8}
+MIGRATIONS: Mapping[int, str] = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6, 7: _V7 + _V7_QUEUES, 8: _V8, 9: _V9}
 SCHEMA_VERSION = max(MIGRATIONS)
 SCHEMA_SQL = f"""\
 -- TauGrid experiment index, schema version {SCHEMA_VERSION}.

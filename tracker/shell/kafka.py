@@ -433,7 +433,7 @@ def topic_specs(ts: TopicSettings) -> list[TopicSpec]:
                   "Watch events and TauGrid intake events; key: run id; header source."),
         TopicSpec("transitions", ts.transitions, ts.partitions, rf,
                   {**compacted, "min.compaction.lag.ms": str(ts.transitions_min_compaction_lag_ms)},
-                  "A run's parts, each a record of its own when it changes: its RunHistory (history/v4, key: run "
+                  "A run's parts, each a record of its own when it changes: its RunHistory (history/v5, key: run "
                   "id, header content-hash), its metric points (key: <run id>/points) and each of its pods (key: "
                   "<run id>/pod/<uid>, a tombstone when it is no longer the run's); header kind."),
         TopicSpec("run_state", ts.run_state, ts.partitions, rf, compacted,
