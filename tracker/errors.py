@@ -26,6 +26,7 @@ checks the picture against the classes, both ways::
     │   ├── shell.reducer_state.StateError     (RuntimeError) the index's reducer state is unusable
     │   ├── shell.index_schema.IndexSchemaError (RuntimeError) not an experiment index this tracker can use
     │   │   └── shell.index_schema.IndexOpenError  cannot be opened at all
+    │   ├── shell.index_lock.WriterBusy        (RuntimeError) another writer holds the index (exit 75)
     │   ├── shell.kafka.TopicLayoutError       (RuntimeError) topics missing or laid out otherwise
     │   ├── shell.kafka.KafkaSecurityError     (KafkaError) credentials or TLS refused
     │   ├── shell.kusto_apply.ApplyError       (RuntimeError) the ADX cluster refused a schema command

@@ -569,7 +569,7 @@ def test_an_incomplete_migration_is_refused(tmp_path: Path, monkeypatch: pytest.
 
 def test_readers_keep_their_snapshot_and_do_not_block_the_writer(tmp_path: Path) -> None:
     path = tmp_path / "index.sqlite"
-    with ExperimentIndex(path) as writer, ExperimentIndex(path) as reader:
+    with ExperimentIndex(path) as writer, IndexReader(path) as reader:
         writer.write(ups([pending_in_admission()]))
         stellar = sqlite3.connect(path, isolation_level=None)
         stellar.execute("BEGIN")

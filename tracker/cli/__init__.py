@@ -9,8 +9,9 @@ side), and each command imports what it uses when it runs. ``runs`` imports neit
   ``ui``: the ``ui`` command; ``replay_cmd``: ``replay``.
 
 Exit codes, by the error tree (``tracker.errors``): a ``Fatal`` error exits with its class's ``exit_code`` (2 for a
-command line, an index or a reducer state that cannot work; 1 otherwise), a missing file with 2, any other
-``OSError`` or ``sqlite3.Error`` with 1; a closed pipe ends quietly; anything else is a bug and keeps its traceback.
+command line, an index or a reducer state that cannot work; 75 for an index another writer holds and did not let go
+of within ``index.writer_wait_s``; 1 otherwise), a missing file with 2, any other ``OSError`` or ``sqlite3.Error``
+with 1; a closed pipe ends quietly; anything else is a bug and keeps its traceback.
 """
 
 from __future__ import annotations

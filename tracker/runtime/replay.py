@@ -11,7 +11,9 @@ They used to be wired apart, and ``replay`` took its reducer bounds and its dead
 - the pipeline's queues and flush interval are ``embedded.change_queue``, ``history_queue`` and ``flush_every``;
 - the dead-letter file ``<index>.dead-letters.jsonl`` rotates at ``embedded.dead_letter_file_bytes`` and keeps
   ``embedded.dead_letter_files`` files;
-- the index records ``index.cluster`` and ``index.workspace`` (``serve`` did, ``replay`` did not).
+- the index records ``index.cluster`` and ``index.workspace`` (``serve`` did, ``replay`` did not);
+- one writer per index: the fold holds the writer role (``shell.index_lock``) from restoring the reducer to its
+  last write; a second writer waits up to ``index.writer_wait_s``, then stops (``WriterBusy``, exit 75).
 
 Only retirement differs by caller: ``serve`` retires finished runs after ``reduce.retire_after_s`` of event time,
 while a replay retires nothing unless ``--retire-after`` asks it to (a capture is read a file, that is one watch
@@ -110,7 +112,8 @@ def fold(records: Iterable[Record | BadRecord] | AsyncIterable[Record | BadRecor
     is folded and committed, and the report says so (``_until_signalled``)."""
     dead = dead_letter_file(settings.embedded, index_path, on_drop=on_dead_letters_dropped)
     identity = settings.index.identity(default_cluster=settings.adx.source_cluster)
-    with ExperimentIndex(index_path, identity=identity) as index:
+    # the writer role is held from the restore to the last write: a second writer waits for it (or stops)
+    with ExperimentIndex(index_path, identity=identity, writer_wait_s=settings.index.writer_wait_s) as index:
         reducer_state.refuse_runs_without_state(index)
         reducer = reducer_state.restore(index, reducer_limits(settings, retire_after_s=retire_after_s))
         continued = len(reducer.runs)

@@ -341,10 +341,16 @@ def index_sink_runner(settings: Settings, *, metrics: Metrics, health: Health,
     if path is None:
         raise errors.ConfigError("no experiment index path (--index, or TRACKER_SINK__INDEX_PATH)")
     identity = settings.index.identity(default_cluster=settings.adx.source_cluster)
-    return SinkRunner("index", open_sink=lambda: ExperimentIndex(path, identity=identity),
+    # one writer per index; a second sink on the same file stands by (waits without a bound) until the first exits
+    return SinkRunner("index", open_sink=lambda: ExperimentIndex(path, identity=identity, writer_wait_s=None,
+                                                                 on_wait=_standing_by),
                       group=settings.sink.index_group,
                       settings=settings, metrics=metrics, health=health,
                       group_instance_id=settings.sink.group_instance_id)
+
+
+def _standing_by(line: str) -> None:
+    log.warning("sink_index_waits_for_writer", detail=line)
 
 
 ADX_SINK_GROUP = "tracker-sink-adx"

@@ -185,13 +185,18 @@ class SinkSettings(_Section):
 
 class IndexSettings(_Section):
     """What an experiment index says about itself in its ``meta`` table (schemas/index/README.md), so that Stellar
-    knows which cluster and workspace an index belongs to."""
+    knows which cluster and workspace an index belongs to, and how long a writer waits for another."""
 
     cluster: str = Field(default="", description="The Kubernetes cluster the index's runs are from (meta key "
                                                  "cluster); default: adx.source_cluster, the name the ADX rows "
                                                  "carry in Cluster.")
     workspace: str = Field(default="", description="The workspace the index serves (meta key workspace), when it "
                                                    "serves one; each run's own is in runs.workspace.")
+    writer_wait_s: float = Field(
+        default=30.0, ge=0, le=86_400,
+        description="One writer per index (<index>.writer.lock): how long a second writer (replay, demo, serve "
+                    "without Kafka) waits for the one writing, saying so on stderr, before it stops with exit 75; "
+                    "0 refuses at once. tracker sink index waits without a bound (a second sink stands by).")
 
     def identity(self, *, default_cluster: str = "") -> dict[str, str]:
         """The meta values a writer records (empty ones are not written); ``Settings.index_identity`` gives the

@@ -42,6 +42,7 @@ from tracker.core.model import (
 from tracker.core.queues import QueuePosition, QueueState
 from tracker.core.timefmt import ts
 from tracker.shell import index_queues
+from tracker.shell.index_lock import WriterLock
 from tracker.shell.index_schema import (
     IndexOpenError,
     check_database,
@@ -157,27 +158,43 @@ class ExperimentIndex:
     The writer: it creates the file, or migrates it, on open. (The read side reads through
     ``tracker.read.store.IndexReader``, which never writes.) Use as a context manager, or call ``open`` and
     ``close``. One connection; not for sharing between threads.
+
+    One writer per index: ``open`` takes the writer role (``tracker.shell.index_lock``: ``<index>.writer.lock``)
+    and ``close`` gives it back, so a writer's whole life (restore, fold, write) is its own. Another writer holding
+    it, ``open`` waits up to ``writer_wait_s`` (None: without a bound; 0: not at all), saying so once through
+    ``on_wait`` (default: one line on stderr), then raises ``WriterBusy``.
     """
 
-    def __init__(self, path: Path | str, *, identity: Mapping[str, str] | None = None) -> None:
+    def __init__(self, path: Path | str, *, identity: Mapping[str, str] | None = None,
+                 writer_wait_s: float | None = 30.0, on_wait: Callable[[str], None] | None = None) -> None:
         """``identity``: what a writer records in ``meta`` besides its version (``cluster``, ``workspace``)."""
         self.path = Path(path)
         self.identity = dict(identity or {})
         self._conn: sqlite3.Connection | None = None
+        self._lock = WriterLock(self.path, wait_s=writer_wait_s, on_wait=on_wait)
         self.refused_after_retirement = 0  # histories not written: their run was retired and then forgotten
 
     # ------------------------------------------------------------------------------------ lifecycle
     def open(self) -> ExperimentIndex:
         if self._conn is not None:
             return self
-        self._conn = self._open_writer()
-        return self
-
-    def _open_writer(self) -> sqlite3.Connection:
         if self.path.is_dir():
             raise IndexOpenError(f"{self.path} is a directory, not an experiment index file")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._lock.acquire()
+        except OSError as exc:
+            raise IndexOpenError(f"cannot open experiment index {self.path} for writing: cannot take its writer "
+                                 f"lock {self._lock.path}: {why(exc)}") from exc
+        try:
+            self._conn = self._open_writer()
+        except BaseException:
+            self._lock.release()
+            raise
+        return self
+
+    def _open_writer(self) -> sqlite3.Connection:
+        try:
             conn = sqlite3.connect(self.path, isolation_level=None)  # autocommit: transactions are explicit
         except (OSError, sqlite3.Error) as exc:
             raise IndexOpenError(f"cannot open experiment index {self.path} for writing: {why(exc)}") from exc
@@ -204,8 +221,11 @@ class ExperimentIndex:
 
     def close(self) -> None:
         if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+            try:
+                self._conn.close()
+            finally:
+                self._conn = None
+                self._lock.release()
 
     def __enter__(self) -> ExperimentIndex:
         return self.open()
