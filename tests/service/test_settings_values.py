@@ -158,3 +158,38 @@ def test_kusto_apply_warns_about_an_old_name_on_stderr_only() -> None:
     assert (event["event"], event["level"], event["variable"], event["use_instead"]) == (
         "settings_deprecated_env", "warning", "TRACKER_ADX_DATABASE", "TRACKER_ADX__DATABASE")
     assert "OldName" not in line
+
+
+def _alias_bomb(levels: int = 9, refs: int = 9) -> str:
+    """The "billion laughs": each anchor a list of ``refs`` aliases of the one before (``refs ** levels`` leaves)."""
+    lines = ["reduce:", '  a0: &a0 ["lol"]']
+    lines += [f"  a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * refs)}]" for i in range(1, levels + 1)]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("text", [_alias_bomb(), "sink: &s {index_path: /tmp/x.sqlite}\nindex: *s\n"])
+def test_a_settings_file_with_aliases_is_refused_in_one_line_at_once(tmp_path: Path, text: str) -> None:
+    """Settings files have no need of YAML anchors and aliases; a nest of them ("billion laughs") would take the
+    loader minutes and gigabytes: refused before any is expanded, naming the file."""
+    import os
+    import subprocess
+    import sys
+
+    path = tmp_path / "settings.yaml"
+    path.write_text(text)
+    with pytest.raises(SettingsError, match=r"^settings file .*settings\.yaml uses YAML anchors or aliases"):
+        load_settings(path)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRACKER_")}
+    env.update(TRACKER_CONFIG_FILE=str(path), COLUMNS="40")
+    proc = subprocess.run([sys.executable, "-m", "tracker.cli", "reduce", "--bootstrap-servers", "localhost:9092"],
+                          env=env, cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert proc.returncode == 2 and proc.stdout == ""
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and str(path) in lines[0] and "anchors or aliases" in lines[0], proc.stderr
+
+
+def test_an_anchor_like_text_in_a_quoted_value_is_not_an_alias(tmp_path: Path) -> None:
+    path = tmp_path / "settings.yaml"
+    path.write_text('sink:\n  index_path: "/tmp/&a *b.sqlite"\n')
+    assert str(load_settings(path).sink.index_path) == "/tmp/&a *b.sqlite"

@@ -43,11 +43,19 @@ FILTERS = ("namespace", "selector", "queue", "cluster-queue", "status", "phase",
 LIST_FILTERS = ("namespace", "selector", "queue", "cluster-queue", "status", "phase")
 
 _DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+#: The largest ``--limit`` (and ``limit=``): SQLite's largest integer. The web view caps it lower (``MAX_LIMIT``).
+MAX_LIMIT = 2**63 - 1
+#: The instants a time may name, in UTC: those a ``datetime`` holds (as ``tracker.core.timefmt`` accepts).
+TIME_RANGE = "between 0001-01-01T00:00:00Z and 9999-12-31T23:59:59Z in UTC"
 
 
 class FilterError(errors.InvalidInput):
     """A filter value that cannot work (the message says which and why): a usage error on the command line, a 400
     page in the web view."""
+
+
+class TimeRangeError(FilterError):
+    """An ISO-8601 time outside the years 1 to 9999 in UTC."""
 
 
 # ------------------------------------------------------------------------------------------ values
@@ -61,17 +69,31 @@ def parse_duration(text: str) -> float:
     m = _DURATION.match(text)
     if not text or m is None or not any(m.groups()):
         raise FilterError(f"not a duration: {text!r} (use e.g. 90s, 30m, 1h30m, 2d)")
-    d, h, mi, s = (int(g) if g else 0 for g in m.groups())
+    try:
+        d, h, mi, s = (int(g) if g else 0 for g in m.groups())
+    except ValueError:  # more digits than Python converts (4300): longer than any span of time a datetime holds
+        raise FilterError(f"not a duration: {shown(text)} (too many digits)") from None
     return float(((d * 24 + h) * 60 + mi) * 60 + s)
 
 
+def shown(text: str, limit: int = 64) -> str:
+    """``text`` quoted as a message shows a value given, cut to ``limit`` characters (a value may be huge)."""
+    return repr(text) if len(text) <= limit else repr(text[:limit]) + f"... ({len(text)} characters)"
+
+
 def parse_time(text: str, flag: str = "--now") -> datetime:
-    """An ISO-8601 time (a date alone is midnight; no offset is UTC)."""
+    """An ISO-8601 time (a date alone is midnight; no offset is UTC), an instant a UTC ``datetime`` can hold (so
+    that it converts to UTC and, in the index's form, compares with the stored times)."""
     try:
         dt = datetime.fromisoformat(text.strip())
     except ValueError as exc:
-        raise FilterError(f"{flag} must be an ISO-8601 time, got {text!r}") from exc
-    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
+        raise FilterError(f"{flag} must be an ISO-8601 time, got {shown(text)}") from exc
+    dt = dt if dt.tzinfo else dt.replace(tzinfo=UTC)
+    try:
+        dt.astimezone(UTC)
+    except OverflowError:
+        raise TimeRangeError(f"{flag} must be a time {TIME_RANGE}, got {shown(text)}") from None
+    return dt
 
 
 def parse_now(text: str | None) -> datetime | None:
@@ -83,13 +105,15 @@ def parse_when(text: str, now: datetime, *, flag: str) -> datetime:
     stripped = text.strip()
     if stripped and (_DURATION.match(stripped) or re.fullmatch(r"\d+(\.\d+)?", stripped)):
         try:
-            return now - timedelta(seconds=parse_duration(text))
-        except OverflowError:
-            return datetime.min.replace(tzinfo=UTC)
+            return ago(now, parse_duration(text))
+        except FilterError as exc:
+            raise FilterError(f"{flag}: {exc}") from None
     try:
         return parse_time(text, flag)
+    except TimeRangeError:
+        raise
     except FilterError:
-        raise FilterError(f"{flag} takes a duration (e.g. 2h, 1d) or an ISO-8601 time, got {text!r}") from None
+        raise FilterError(f"{flag} takes a duration (e.g. 2h, 1d) or an ISO-8601 time, got {shown(text)}") from None
 
 
 def ago(now: datetime, seconds: float) -> datetime:
@@ -126,13 +150,14 @@ def choice(allowed: Sequence[str], what: str) -> Callable[[str], str]:
 
 
 def positive(text: str) -> int:
-    """A whole number >= 1; ValueError saying so (an argparse type)."""
+    """A whole number from 1 to ``MAX_LIMIT`` (SQLite's largest integer); ValueError saying so (an argparse
+    type)."""
     try:
         value = int(text)
     except ValueError:
         value = 0
-    if value < 1:
-        raise ValueError(f"must be a whole number >= 1, got {text!r}")
+    if not 1 <= value <= MAX_LIMIT:
+        raise ValueError(f"must be a whole number >= 1 and at most {MAX_LIMIT}, got {shown(text)}")
     return value
 
 
@@ -277,8 +302,8 @@ def run_filter(values: FilterValues, *, now: datetime) -> RunFilter:
     namespaces = () if values.get("all-namespaces") else split(_many(values, "namespace"))
     stalled_text, stuck_text = _one(values, "stalled-admission"), _one(values, "stuck")
     since_text, until_text = _one(values, "since"), _one(values, "until")
-    stalled = None if stalled_text is None else ago(now, parse_duration(stalled_text))
-    stuck = None if stuck_text is None else ago(now, parse_duration(stuck_text))
+    stalled = None if stalled_text is None else ago(now, _duration(stalled_text, "stalled-admission"))
+    stuck = None if stuck_text is None else ago(now, _duration(stuck_text, "stuck"))
     return RunFilter(
         namespaces=namespaces, selector=selector, queues=split(_many(values, "queue")),
         cluster_queues=split(_many(values, "cluster-queue")), statuses=statuses, phases=phases,
@@ -287,6 +312,13 @@ def run_filter(values: FilterValues, *, now: datetime) -> RunFilter:
         stalled_admission_before=stalled, stuck_before=stuck,
         sort_by="age" if stuck_text is not None and sort_by is None else (sort_by or "created"),
         limit=limit, now=now)
+
+
+def _duration(text: str, name: str) -> float:
+    try:
+        return parse_duration(text)
+    except FilterError as exc:
+        raise FilterError(f"{name}: {exc}") from None
 
 
 def _checked(values: FilterValues, name: str, convert: Callable[[str], str]) -> tuple[str, ...]:

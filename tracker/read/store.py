@@ -19,6 +19,7 @@ error or accepts a newer schema this reader can read.
 
 from __future__ import annotations
 
+import itertools
 import json
 import sqlite3
 import zlib
@@ -29,7 +30,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from tracker import errors
-from tracker.read.filters import LABEL_COLUMNS, SORT_KEYS, STUCK_PHASES, RunFilter, exact, time_text
+from tracker.read.filters import LABEL_COLUMNS, SORT_KEYS, STUCK_PHASES, RunFilter, exact, shown, time_text
 
 if TYPE_CHECKING:
     from tracker.core.model import RunHistory, RunRecord
@@ -332,15 +333,16 @@ class IndexReader:
         def query(conn: sqlite3.Connection) -> tuple[str, str | None]:
             if conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (ref,)).fetchone():
                 return ref, None
-            escaped = ref.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-            ids = [r[0] for r in conn.execute("SELECT run_id FROM runs WHERE run_id LIKE ? ESCAPE '\\' "
-                                              "AND substr(run_id, 1, length(?)) = ? ORDER BY run_id LIMIT 6",
-                                              (escaped + "%", ref, ref))]
+            # the ids starting with ``ref`` come first among those after it (text compares as its bytes): a range of
+            # the primary key, whatever the length of ``ref`` (LIKE refuses patterns of over 50,000 bytes)
+            ids = [r[0] for r in conn.execute("SELECT run_id FROM runs WHERE run_id > ? ORDER BY run_id LIMIT 6",
+                                              (ref,))]
+            ids = list(itertools.takewhile(lambda run_id: run_id.startswith(ref), ids))
             if len(ids) == 1:
                 return ids[0], None
             if len(ids) > 1:
-                shown = ", ".join(ids[:5]) + (", ..." if len(ids) > 5 else "")
-                raise IndexQueryError(f"{ref!r} is the start of several run ids ({shown}): give more of it")
+                listed = ", ".join(ids[:5]) + (", ..." if len(ids) > 5 else "")
+                raise IndexQueryError(f"{ref!r} is the start of several run ids ({listed}): give more of it")
             namespace, sep, name = ref.partition("/")
             if sep and namespace and name:
                 rows = conn.execute(
@@ -352,7 +354,7 @@ class IndexReader:
                         note = (f"{ref} has {len(rows)} runs; showing the latest, {rows[0][0]} (the others: "
                                 + ", ".join(r[0] for r in rows[1:6]) + (", ..." if len(rows) > 6 else "") + ")")
                     return str(rows[0][0]), note
-            raise IndexQueryError(f"no run {ref!r} in {self.path} (a run id, a unique start of one, or "
+            raise IndexQueryError(f"no run {shown(ref)} in {self.path} (a run id, a unique start of one, or "
                                   "NAMESPACE/NAME of a Job or RayJob; list runs with: tracker runs)")
         return self.read(query)
 

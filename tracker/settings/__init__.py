@@ -457,7 +457,10 @@ def _read_file(path: Path) -> Mapping[str, Any]:
         raise SettingsError(f"settings file {path} is not UTF-8 text (byte {exc.start})") from None
     kind = "JSON" if path.suffix == ".json" else "YAML"
     try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        data = json.loads(text) if path.suffix == ".json" else yaml.load(text, Loader=_NoAliasLoader)
+    except _AliasFound as exc:
+        raise SettingsError(f"settings file {path} uses YAML anchors or aliases ({exc}): a settings file needs "
+                            "none, write each value out") from None
     except json.JSONDecodeError as exc:
         raise SettingsError(f"settings file {path} is not valid JSON: {exc.msg} at line {exc.lineno}, "
                             f"column {exc.colno}") from None
@@ -468,6 +471,22 @@ def _read_file(path: Path) -> Mapping[str, Any]:
     if not isinstance(data, dict):
         raise SettingsError(f"settings file {path} must hold a mapping of sections, got {type(data).__name__}")
     return data
+
+
+class _AliasFound(Exception):
+    """A YAML anchor or alias, found before any alias is expanded."""
+
+
+class _NoAliasLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` refusing anchors and aliases (``_AliasFound``): a nest of aliases ("billion laughs") takes
+    the composer minutes and gigabytes; a settings file has no need of them."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        event: Any = self.peek_event()  # type: ignore[no-untyped-call]
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+            mark = event.start_mark
+            raise _AliasFound(f"line {mark.line + 1}, column {mark.column + 1}")
+        return super().compose_node(parent, index)
 
 
 def yaml_problem(exc: BaseException) -> str:

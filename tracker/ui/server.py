@@ -9,7 +9,9 @@
 - Each request opens the index read-only once (``tracker.read.store.IndexReader``: ``mode=ro``) and closes it; an
   index that went away or broke is a ``503`` page saying why.
 - The query string's filters are those of ``tracker runs``, read and checked by ``tracker.read.filters.run_filter``
-  (the command line's own words when a value cannot work, as a ``400`` page).
+  (the command line's own words when a value cannot work, as a ``400`` page). A query string is at most
+  ``MAX_QUERY_CHARS`` characters (else ``414``), each value and a run reference at most ``MAX_PARAM_CHARS``, and
+  ``limit`` at most ``MAX_LIMIT`` (else ``400``).
 
 Routes: ``/`` (the runs; the query string takes the filters of ``tracker runs``), ``/runs/<run>`` (a run id, a
 unique start of one, or ``NAMESPACE/NAME``), ``/static/ui.css``, ``/healthz`` (``ok``, whatever the Host: for
@@ -56,6 +58,9 @@ LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 WILDCARDS = frozenset({"", "0.0.0.0", "::"})
 HTML = "text/html; charset=utf-8"
 REQUEST_TIMEOUT_S = 30.0  # a client that sends nothing for this long is dropped
+MAX_QUERY_CHARS = 8_192  # a longer query string is a 414
+MAX_PARAM_CHARS = 1_024  # a longer query parameter value (or run reference in /runs/RUN) is a 400
+MAX_LIMIT = 10_000  # the most runs one page lists (limit=); more is a 400
 
 
 class Response(NamedTuple):
@@ -91,6 +96,17 @@ class QueryError(errors.InvalidInput):
     reason. Not fatal: the request is refused, the server goes on."""
 
 
+def _check_lengths(query: dict[str, list[str]], ref: str) -> None:
+    """QueryError for a value (or a run reference) over ``MAX_PARAM_CHARS`` characters."""
+    if len(ref) > MAX_PARAM_CHARS:
+        raise QueryError(f"a run reference is at most {MAX_PARAM_CHARS} characters, got {len(ref)}")
+    for key, given in query.items():
+        longest = max((len(v) for v in given), default=0)
+        if longest > MAX_PARAM_CHARS or len(key) > MAX_PARAM_CHARS:
+            raise QueryError(f"{key[:64]!r}: a value is at most {MAX_PARAM_CHARS} characters, got "
+                             f"{max(longest, len(key))}")
+
+
 class App:
     """What the server answers, apart from HTTP: ``respond(method, target, host)``."""
 
@@ -118,7 +134,11 @@ class App:
         if path == "/static/ui.css":
             return Response(HTTPStatus.OK, CSS.encode(), "text/css; charset=utf-8")
         now = self.now
+        if len(parts.query) > MAX_QUERY_CHARS:
+            return self._error(HTTPStatus.REQUEST_URI_TOO_LONG, f"the query string has {len(parts.query)} "
+                               f"characters, at most {MAX_QUERY_CHARS} characters are read", now)
         try:
+            _check_lengths(query, unquote(path[len("/runs/"):]) if path.startswith("/runs/") else "")
             if path in ("/", "/runs", "/runs/"):
                 values = self._filter_values(query)
                 now_value = values.get("now")
@@ -156,6 +176,8 @@ class App:
     def _runs(self, values: dict[str, list[str]], shown: dict[str, list[str]], now: datetime) -> str:
         """``values``: the filters given; ``shown``: the query string as the page's form shows it back."""
         run_query = run_filter(values, now=now)
+        if run_query.limit is not None and run_query.limit > MAX_LIMIT:
+            raise QueryError(f"limit: at most {MAX_LIMIT} runs on a page, got {run_query.limit}")
         stuck = values.get("stuck")
         with IndexReader(self.index) as reader:
             return pages.runs_page(reader, run_query, values=shown, now=now,
