@@ -62,7 +62,7 @@ def ids(capsys: pytest.CaptureFixture[str], index: Path, *args: str) -> list[str
 
 
 def rows(capsys: pytest.CaptureFixture[str], index: Path, *args: str) -> list[dict[str, object]]:
-    """The RunRecord fields of ``runs -o json`` (without what it reads at --now: runs_view.NOW_FIELDS)."""
+    """The RunRecord fields of ``runs -o json`` (without what it reads at --now: read.runs.NOW_FIELDS)."""
     data: list[dict[str, object]] = json.loads(run(capsys, "runs", "--index", str(index), "-o", "json", *args))
     return [{k: v for k, v in d.items() if k not in NOW_FIELDS} for d in data]
 
