@@ -40,6 +40,7 @@ checks the picture against the classes, both ways::
     │   ├── shell.transitions.BadTransition    a transitions record that is not what its kind and key say
     │   ├── shell.index.RefusedUpdate          an update the index cannot store as it is
     │   ├── read.filters.FilterError           a filter value that cannot work (the CLI: a usage error; the web: 400)
+    │   │   └── read.filters.TimeRangeError    a time outside the years 1 to 9999 in UTC
     │   └── ui.server.QueryError               a query string the web view refuses: a 400 page, the server goes on
     └── shell.kube.ApiError                    an API server's answer: the stream and the elector retry it by
                                                status; it stops ``tracker watch`` only when it reaches the top

@@ -49,7 +49,6 @@ from tests.infra import build
 from tests.infra import kafka as infra_kafka
 from tests.infra.fixtures import unavailable
 from tests.infra.proc import Process, free_port, spawn
-from tests.support.histories import stored
 from tracker import errors
 from tracker.core import wire
 from tracker.core.model import FINAL_STATUSES, HistoryUpdate, RunHistory, Status, adapter, load_json, pod_order
@@ -57,6 +56,7 @@ from tracker.core.reducer import Reducer
 from tracker.core.stuck import Stuck, StuckRunAlert, stuck_candidate
 from tracker.core.timefmt import ts
 from tracker.core.wire import CONTENT_HASH_HEADER
+from tracker.read.store import IndexReader
 from tracker.runtime import service
 from tracker.runtime.commands import add_service_commands
 from tracker.runtime.ops import Health, Metrics
@@ -265,9 +265,12 @@ async def end_offsets(settings: Settings, tps: list[TopicPartition]) -> dict[Top
 def stored_offsets(index: Path, group: str) -> dict[tuple[str, int], int]:
     if not index.exists():
         return {}
+    # read-only, as a reader: the sink process holds the index's writer lock while it runs
     try:
-        with ExperimentIndex(index) as idx:
-            return idx.offsets(group)
+        with contextlib.closing(sqlite3.connect(f"file:{index}?mode=ro", uri=True, timeout=5)) as db:
+            cur = db.execute('SELECT topic, "partition", next_offset FROM consumer_offsets WHERE consumer_group = ?',
+                             (group,))
+            return {(topic, partition): offset for topic, partition, offset in cur}
     except sqlite3.Error:
         return {}
 
@@ -375,8 +378,8 @@ def check_alerts(alerts: Sequence[ConsumerRecord], transitions: Sequence[Consume
 
 
 def index_histories(index: Path) -> dict[str, RunHistory]:
-    with ExperimentIndex(index) as idx:
-        return {r.run_id: h for r in stored(idx).records() if (h := stored(idx).history(r.run_id)) is not None}
+    with IndexReader(index) as idx:
+        return {r.run_id: h for r in idx.records() if (h := idx.history(r.run_id)) is not None}
 
 
 def dead_reasons(records: Sequence[ConsumerRecord]) -> Counter[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -15,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from tests.infra.kubectl import Kubectl
-from tests.support.histories import stored
-from tracker.shell.index import ExperimentIndex
+from tracker.read.store import IndexReader
+from tracker.shell.index_schema import IndexSchemaError
 
 pytestmark = pytest.mark.kube
 
@@ -54,9 +55,12 @@ def test_serve_watch_keeps_the_index_up_to_date(kubeconfig: Path, kubectl: Kubec
         record = None
         while time.monotonic() < deadline and record is None:
             time.sleep(1)
-            if index.exists():
-                with ExperimentIndex(index) as ix:
-                    record = next((r for r in stored(ix).records() if r.run_id == run_id), None)
+            if index.exists():  # read as a reader: serve holds the index's writer lock while it runs
+                try:
+                    with IndexReader(index) as ix:
+                        record = next((r for r in ix.records() if r.run_id == run_id), None)
+                except (sqlite3.Error, IndexSchemaError):  # created, its schema not written yet
+                    continue
         if record is None:
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=60)
