@@ -99,6 +99,18 @@ def clock_text(dt: datetime | None, fmt: str = "%Y-%m-%d %H:%M:%SZ") -> str:
     return "-" if dt is None else utc(dt).strftime(fmt)
 
 
+def time_span(history: RunHistory, now: datetime | None) -> tuple[datetime, datetime, float, bool]:
+    """What a run's timeline spans (the text one and the web view's): its first to its last transition, or to
+    ``now`` for a live run; the seconds between (never 0) and whether the run is live. Needs a transition."""
+    trs = history.transitions
+    live = history.run.status not in FINAL_STATUSES
+    start = utc(min(t.at for t in trs))
+    end = utc(max(t.at for t in trs))
+    if live and now is not None and utc(now) > end:
+        end = utc(now)
+    return start, end, max((end - start).total_seconds(), 1e-6), live
+
+
 def number_text(value: float) -> str:
     return f"{value:.4g}"
 

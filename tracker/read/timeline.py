@@ -67,6 +67,7 @@ from tracker.read.render import (
     run_ledger,
     run_wait,
     step_text,
+    time_span,
     utc,
     wait_text,
 )
@@ -148,12 +149,7 @@ def _header_wait(run: RunRecord, now: datetime | None) -> Text:
 def _bars(history: RunHistory, width: int, now: datetime | None) -> list[Text]:
     run = history.run
     trs = history.transitions
-    live = run.status not in FINAL_STATUSES
-    start = utc(min(t.at for t in trs))
-    end = utc(max(t.at for t in trs))
-    if live and now is not None and utc(now) > end:
-        end = utc(now)
-    span = max((end - start).total_seconds(), 1e-6)
+    start, end, span, live = time_span(history, now)
     free = width - (2 + LABEL_WIDTH + 1 + 1 + DURATION_WIDTH + 2)  # what bars and reasons share
     bar_w = max(BAR_MIN_WIDTH, min(BAR_MAX_WIDTH, free - max(REASON_MIN_WIDTH, int(free * REASON_SHARE))))
     lead = " " * (2 + LABEL_WIDTH + 1)

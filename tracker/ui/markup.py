@@ -5,8 +5,12 @@ or ``path_part`` (a URL path segment). Run ids, names, reasons and messages come
 from __future__ import annotations
 
 import html
-from datetime import UTC, datetime
 from urllib.parse import quote
+
+from tracker.read.render import clock_text
+from tracker.read.render import utc as utc  # re-exported, as is clock_text as clock: the pages' names
+
+clock = clock_text
 
 
 def esc(value: object) -> str:
@@ -19,11 +23,3 @@ def path_part(value: str) -> str:
     return quote(value, safe="")
 
 
-def utc(dt: datetime) -> datetime:
-    """A naive datetime is UTC (the core's convention)."""
-    return dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt.astimezone(UTC)
-
-
-def clock(dt: datetime | None, fmt: str = "%Y-%m-%d %H:%M:%SZ") -> str:
-    """A time for people, in UTC to the second; '-' for None."""
-    return "-" if dt is None else utc(dt).strftime(fmt)

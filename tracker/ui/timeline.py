@@ -27,6 +27,7 @@ from tracker.read.render import (
     checkpoint_text,
     human_duration,
     step_text,
+    time_span,
     wait_text,
 )
 from tracker.ui.markup import clock, esc, utc
@@ -83,12 +84,7 @@ def timeline_svg(history: RunHistory, now: datetime | None) -> str:
     trs = history.transitions
     if not trs:
         return ""
-    live = run.status not in FINAL_STATUSES
-    start = utc(min(t.at for t in trs))
-    end = utc(max(t.at for t in trs))
-    if live and now is not None and utc(now) > end:
-        end = utc(now)
-    span = max((end - start).total_seconds(), 1e-6)
+    start, end, span, live = time_span(history, now)
 
     def x(dt: datetime) -> float:
         return BAR_X + min(1.0, max(0.0, (utc(dt) - start).total_seconds() / span)) * BAR_W
