@@ -4,8 +4,10 @@
 
 Builds (once, then reused) an experiment index of ``--runs`` generated runs (sim.lifecycles, about
 20 changes per run, folded by the reducer and written as the sinks write them), then times, as separate
-processes, ``tracker --help``, ``tracker runs`` and ``tracker show RUN`` on it: the median and the best of
-``--repeat`` runs after two warm-up runs, and the median CPU time (which depends less on the machine's load).
+processes, ``tracker --help``, ``tracker runs``, ``tracker show RUN`` (the timeline and ``-o json``) and ``tracker
+compare RUN RUN`` (the table and ``-o json``) on it: the median and the best of ``--repeat`` runs after two warm-up
+runs, and the median CPU time (which depends less on the machine's load). The load average is printed before and
+after.
 The byte-code cache is warm: the processes run without PYTHONDONTWRITEBYTECODE, so the warm-up writes the
 ``.pyc`` files of everything the command imports.
 
@@ -49,17 +51,18 @@ def build_index(path: Path, n_runs: int, seed: int) -> None:
     print(f"built {path} ({n_runs:,} runs) in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
 
 
-def some_run(path: Path) -> str:
+def some_runs(path: Path) -> tuple[str, str]:
+    """Two runs of the index (the 501st and the 502nd by id): ``show`` reads the first, ``compare`` both."""
     import sqlite3
 
     conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
     try:
-        row = conn.execute("SELECT run_id FROM runs ORDER BY run_id LIMIT 1 OFFSET 500").fetchone()
+        rows = conn.execute("SELECT run_id FROM runs ORDER BY run_id LIMIT 2 OFFSET 500").fetchall()
         count = conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
     finally:
         conn.close()
-    print(f"index: {count:,} runs; show: {row[0]}", file=sys.stderr)
-    return str(row[0])
+    print(f"index: {count:,} runs; show: {rows[0][0]}; compare: {rows[0][0]} {rows[1][0]}", file=sys.stderr)
+    return str(rows[0][0]), str(rows[1][0])
 
 
 def time_command(argv: list[str], env: dict[str, str], cwd: Path, repeat: int) -> tuple[float, float, float]:
@@ -91,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     if not index.exists():
         index.parent.mkdir(parents=True, exist_ok=True)
         build_index(index, args.runs, args.seed)
-    run = some_run(index)
+    run, other = some_runs(index)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "TRACKER_INDEX")}
     env["COLUMNS"] = "120"
     src = (args.src or REPO).resolve()
@@ -101,13 +104,17 @@ def main(argv: list[str] | None = None) -> int:
         "tracker --help": [*base, "--help"],
         "tracker runs": [*base, "runs", "--index", str(index)],
         f"tracker show {run}": [*base, "show", run, "--index", str(index)],
+        f"tracker show {run} -o json": [*base, "show", run, "--index", str(index), "-o", "json"],
+        f"tracker compare {run} {other}": [*base, "compare", run, other, "--index", str(index)],
+        f"tracker compare {run} {other} -o json": [*base, "compare", run, other, "--index", str(index), "-o", "json"],
     }
     load = os.getloadavg()[0]
-    print(f"source: {src}; python {sys.version.split()[0]}; {os.cpu_count()} cores, load {load:.1f}; "
+    print(f"source: {src}; python {sys.version.split()[0]}; {os.cpu_count()} cores, load {load:.2f}; "
           f"wall time median (best) of {args.repeat}, CPU time median; warm byte-code cache")
     for label, cmd in commands.items():
         median, best, cpu = time_command(cmd, env, src, args.repeat)  # -m puts the cwd first
-        print(f"{label:<40} {median * 1000:7.0f} ms  ({best * 1000:.0f} ms)  cpu {cpu * 1000:.0f} ms")
+        print(f"{label:<60} {median * 1000:7.0f} ms  ({best * 1000:.0f} ms)  cpu {cpu * 1000:.0f} ms")
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
     return 0
 
 

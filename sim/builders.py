@@ -634,10 +634,12 @@ def rendering_event(
     *, event_id: str, run_id: str, when: Ms, status: str, workload_kind: str | None = None,
     namespace: str | None = None, name: str | None = None, queue: str | None = None,
     output_uri: str | None = None, reason: str | None = None, message: str | None = None,
+    hyperparameters: Mapping[str, str | int | float | bool] | None = None,
 ) -> Obj:
     return _intake("Rendering", event_id, run_id, when, {
         "status": status, "workload_kind": workload_kind, "namespace": namespace, "name": name,
-        "queue": queue, "output_uri": output_uri, "reason": reason, "message": message})
+        "queue": queue, "output_uri": output_uri, "reason": reason, "message": message,
+        "hyperparameters": dict(hyperparameters) if hyperparameters else None})
 
 
 def progress_event(

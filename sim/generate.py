@@ -3,10 +3,11 @@
     python -m sim.generate [--check]
 
 One file per watched stream, as the capture of one cluster: ``jobs.json``, ``workloads.json``,
-``rayjobs.json`` and ``rayclusters.json`` in the format of ``kubectl get <resource> -A -w
---output-watch-events -o json`` (concatenated JSON values indented by 4 spaces, object keys sorted as Go
-marshals maps); ``pods.jsonl``, ``events.jsonl`` and ``intake.jsonl`` as JSON lines; and a README describing
-the scenarios. ``--check`` writes nothing and exits 1 when a committed file differs from what would be written.
+``rayjobs.json``, ``rayclusters.json`` and ``nodes.json`` (the Nodes the pods run on) in the format of
+``kubectl get <resource> -A -w --output-watch-events -o json`` (concatenated JSON values indented by 4 spaces,
+object keys sorted as Go marshals maps); ``pods.jsonl``, ``events.jsonl`` and ``intake.jsonl`` as JSON lines; and a
+README describing the scenarios. ``--check`` writes nothing and exits 1 when a committed file differs from what
+would be written.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from sim.builders import ts
-from sim.scenarios import SCENARIOS, cluster_streams
+from sim.scenarios import SCENARIOS, cluster_nodes, cluster_streams
 
 DEMO_DIR = Path(__file__).resolve().parent.parent / "tracker" / "captures" / "demo"
 KUBECTL_STREAMS = ("jobs", "workloads", "rayjobs", "rayclusters")
@@ -53,13 +54,15 @@ def readme() -> str:
         "Files: `jobs.json`, `workloads.json`, `rayjobs.json`, `rayclusters.json` as printed by",
         "`kubectl get <resource> -A -w --output-watch-events -o json`; `pods.jsonl`, `events.jsonl` (core/v1 and",
         "events.k8s.io/v1 Events) and `intake.jsonl` (TauGrid intake events) as JSON lines. Each file is in commit",
-        "order; there is no order across files.",
+        "order; there is no order across files. `nodes.json`: the Nodes the pods run on, as",
+        "`kubectl get nodes -w --output-watch-events -o json` lists them (GPU-labelled, Ready all day).",
         "",
         "Cluster: namespaces `team-a` and `team-b` (LocalQueues `team-a-lq`, `team-b-lq`), ClusterQueue `gpu-cq`,",
         "ResourceFlavor `h100`; Kueue with `waitForPodsReady` (timeout 10 min, backoffBaseSeconds 60,",
         "backoffLimitCount 1), legacy (non-granular) pending reasons.",
         "",
-        "Intake: `tau`'s Resolution and Rendering events, and what the training processes report (intake v2,",
+        "Intake: `tau`'s Resolution and Rendering events (a succeeded Rendering with the run's hyperparameters),",
+        "and what the training processes report (intake v2,",
         "the goodput ledger's inputs): step records (Progress), checkpoint saves with their start and completion",
         "(CheckpointSave), the restore of the last checkpoint after an interruption (CheckpointRestore) and a",
         "Resume event naming the run resumed. They are written with the objects, at times that fit them: a",
@@ -79,6 +82,7 @@ def render_files() -> dict[str, str]:
     streams = cluster_streams()
     files = {f"{s}.json": kubectl_watch_json(streams[s]) for s in KUBECTL_STREAMS}
     files |= {f"{s}.jsonl": json_lines(streams[s]) for s in JSONL_STREAMS}
+    files["nodes.json"] = kubectl_watch_json(cluster_nodes())
     files["README.md"] = readme()
     return files
 

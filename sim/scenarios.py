@@ -23,6 +23,7 @@ from sim import builders as b
 from sim.builders import MINUTE, SECOND, EventsApi, Ms, Obj, at
 from sim.simulators import (
     CLUSTER_QUEUE,
+    FLAVOR_NODE_LABELS,
     KUEUE_ADMISSION,
     KUEUE_RAYJOB,
     KUEUE_WORKLOAD,
@@ -565,6 +566,37 @@ def _cluster() -> Cluster:
         streams[w.stream].append(w)
         by_scenario[name][w.stream].append(w)
     return Cluster(streams, by_scenario, notes)
+
+
+def cluster_nodes() -> list[Obj]:
+    """The Nodes the demo's pods run on (``NODES``), as ``kubectl get nodes -w --output-watch-events -o json`` lists
+    them: one ADDED each, GPU-labelled as NVIDIA's GPU feature discovery labels them, Ready since before the day."""
+    out = []
+    for i, name in enumerate(NODES):
+        created = at("07:40:00") + i * SECOND
+        beat = b.ts(created + 60 * SECOND)
+        labels = {"kubernetes.azure.com/agentpool": "h100", "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+                  "node.kubernetes.io/instance-type": "Standard_ND96isr_H100_v5", "nvidia.com/gpu.count": "8",
+                  "nvidia.com/gpu.memory": "81559", **FLAVOR_NODE_LABELS,
+                  "topology.kubernetes.io/zone": f"eastus-{1 + i % 3}"}
+        conditions = [
+            {"lastHeartbeatTime": beat, "lastTransitionTime": b.ts(created), "reason": "KubeletHasSufficientMemory",
+             "message": "kubelet has sufficient memory available", "status": "False", "type": "MemoryPressure"},
+            {"lastHeartbeatTime": beat, "lastTransitionTime": b.ts(created + 40 * SECOND), "reason": "KubeletReady",
+             "message": "kubelet is posting ready status", "status": "True", "type": "Ready"}]
+        resources: dict[str, str] = {"cpu": "96", "memory": "1900Gi", "nvidia.com/gpu": "8", "pods": "110"}
+        allocatable: dict[str, str] = {**resources, "cpu": "94", "memory": "1820Gi"}
+        out.append({"type": "ADDED", "object": {
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"creationTimestamp": b.ts(created), "labels": labels, "name": name,
+                         "resourceVersion": str(FIRST_RESOURCE_VERSION - 100 + i), "uid": b.uid("node", name)},
+            "spec": {"providerID": f"azure:///subscriptions/x/virtualMachineScaleSets/aks-h100-36541870-vmss/"
+                                   f"virtualMachines/{i}",
+                     "taints": [{"effect": "NoSchedule", "key": "nvidia.com/gpu", "value": "present"}]},
+            "status": {"allocatable": allocatable, "capacity": resources,
+                       "conditions": conditions,
+                       "nodeInfo": {"kubeletVersion": "v1.31.2", "osImage": "Ubuntu 22.04.5 LTS"}}}})
+    return out
 
 
 def cluster_streams() -> dict[str, list[Obj]]:

@@ -160,6 +160,14 @@ class Tau:
     def output(self) -> str:
         return f"abfss://runs@taugridml.dfs.core.windows.net/{self.project}/{self.run_id}/"
 
+    @property
+    def hyperparameters(self) -> dict[str, str | int | float | bool]:
+        """What ``tau`` rendered from the run's config, flattened (the Rendering event's ``hyperparameters``)."""
+        pick = int(b.hex_id(8, "hyperparameters", self.run_id), 16)
+        return {"optim.lr": (1e-4, 2e-4, 3e-4, 6e-4)[pick % 4], "optim.weight_decay": 0.1,
+                "train.global_batch_size": (256, 512, 1024)[pick // 4 % 3], "train.precision": "bf16",
+                "train.grad_checkpointing": pick % 2 == 0, "seed": pick % 10_000}
+
     def labels(self, queue: str) -> dict[str, str]:
         return {LABEL_RUN_ID: self.run_id, LABEL_PROJECT: self.project, LABEL_WORKSPACE: self.workspace,
                 LABEL_TARGET: self.target, LABEL_QUEUE: queue}
@@ -197,7 +205,8 @@ def render(rec: Rec, tau: Tau, start: Ms, kind: str, ns: str, name: str, queue: 
     end = start + 1800
     rec.intake(end, b.rendering_event(
         event_id=intake_id(tau.run_id, "rendering", "succeeded"), run_id=tau.run_id, when=end,
-        status="succeeded", workload_kind=kind, namespace=ns, name=name, queue=queue, output_uri=tau.output))
+        status="succeeded", workload_kind=kind, namespace=ns, name=name, queue=queue, output_uri=tau.output,
+        hyperparameters=tau.hyperparameters))
     rec.note(start, f"{tau.run_id}: Rendering started; succeeded {b.ts(end)}")
     return end
 

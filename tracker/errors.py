@@ -15,13 +15,16 @@ checks the picture against the classes, both ways::
     ├── Fatal                                  the command stops: one "stopped_by_an_error" line, its ``exit_code``
     │   ├── ConfigError                        (ValueError) a setting, option or file given that cannot work
     │   │   ├── settings.SettingsError         the settings tree does not validate
-    │   │   └── runtime.replay.ReplayError     no capture file given, or invalid settings, for a replay (exit 2)
+    │   │   ├── shell.kube.KubeconfigError     no usable kubeconfig: where it was looked for, how to give one
+    │   │   ├── runtime.replay.ReplayError     no capture file given, or invalid settings, for a replay (exit 2)
+    │   │   └── shell.capture.NotACapture      a capture path given that is a device or a socket (exit 2)
     │   ├── GaveUp                             (RuntimeError) retries of a transient fault ran out
     │   │   ├── runtime.reduce.ReduceFatal
     │   │   ├── runtime.sinks.SinkFatal
     │   │   └── shell.watch.stream.WatchFatal  (also: a stream's loop failed in a way no reconnect mends)
     │   ├── StoredStateError                   (ValueError) stored state this tracker cannot continue from (a
-    │   │   │                                  reducer snapshot of a version it does not read: core.snapshot)
+    │   │   │                                  snapshot of a version it does not read or of another shape:
+    │   │   │                                  core.snapshot, core.snapshot_shape)
     │   │   └── shell.watch.checkpoint.CheckpointError
     │   ├── shell.reducer_state.StateError     (RuntimeError) the index's reducer state is unusable
     │   ├── shell.index_schema.IndexSchemaError (RuntimeError) not an experiment index this tracker can use
@@ -41,7 +44,10 @@ checks the picture against the classes, both ways::
     │   ├── shell.index.RefusedUpdate          an update the index cannot store as it is
     │   ├── read.filters.FilterError           a filter value that cannot work (the CLI: a usage error; the web: 400)
     │   │   └── read.filters.TimeRangeError    a time outside the years 1 to 9999 in UTC
+    │   ├── read.jsonpath.JsonPathError    a -o jsonpath= template or custom-columns= spec that does not parse
     │   └── ui.server.QueryError               a query string the web view refuses: a 400 page, the server goes on
+    ├── shell.index_lock.WaitStopped           a wait for an index's writer role ended by a stop request (a
+    │                                          SIGTERM to a standing-by ``sink index``): the process stops as asked
     └── shell.kube.ApiError                    an API server's answer: the stream and the elector retry it by
                                                status; it stops ``tracker watch`` only when it reaches the top
 

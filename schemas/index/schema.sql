@@ -1,4 +1,4 @@
--- TauGrid experiment index, schema version 9.
+-- TauGrid experiment index, schema version 12.
 -- The contract Stellar reads: every table and column is documented in README.md next to this file.
 -- Times are ISO-8601 UTC text, 'YYYY-MM-DDTHH:MM:SSZ' ('YYYY-MM-DDTHH:MM:SS.ffffffZ' when sub-second).
 -- JSON columns hold compact JSON text (query them with json_each / json_extract).
@@ -354,3 +354,43 @@ CREATE TABLE ledger_spans (
 -- evictions). NULL in rows written before version 9 (the index keeps no history to derive it from): readers derive
 -- it from the run's attempts rows until the run is written again.
 ALTER TABLE runs ADD COLUMN evictions_by TEXT; -- JSON object: reason -> evictions; NULL: written before version 9
+
+-- A run by the NAMESPACE/NAME of its Job or RayJob (schema 10): `tracker show`, `compare` and the web view find the
+-- latest run of a root by its namespace and name without reading every run.
+CREATE INDEX runs_by_name ON runs (namespace, name);
+
+-- What ran (schema 11, history/v5 with optional fields; tracker.core.provenance): each run's container images, its
+-- entrypoint and its hyperparameters. Rows written before version 11 read the defaults (nothing known) until their
+-- run is written again.
+ALTER TABLE runs ADD COLUMN images TEXT NOT NULL DEFAULT '[]'; -- JSON array of image references, in order
+ALTER TABLE runs ADD COLUMN entrypoint TEXT; -- command and args joined shell-style, or a RayJob's entrypoint
+ALTER TABLE runs ADD COLUMN hyperparameters TEXT NOT NULL DEFAULT '{}'; -- JSON object: name -> scalar (<= 64 names)
+ALTER TABLE runs ADD COLUMN hyperparameters_omitted INTEGER NOT NULL DEFAULT 0; -- names left out past the first 64
+
+-- Nodes (schema 12, issue 28; schemas/index/README.md, "Nodes"): the newest version of each Node runs' pods ran on,
+-- by resourceVersion; a deleted node keeps its row with deleted = 1, so that a late older version does not revive
+-- it. No foreign keys: nodes are no part of a run (pod_placements.node names them).
+CREATE TABLE nodes (
+    name             TEXT PRIMARY KEY, -- metadata.name (pod_placements.node)
+    uid              TEXT NOT NULL,
+    resource_version INTEGER, -- of the version the row is from (NULL when not an integer: last written wins)
+    created_at       TEXT,
+    updated_at       TEXT, -- the object's latest time: creation, a condition's lastTransitionTime, deletion
+    gpu_product      TEXT, -- label nvidia.com/gpu.product, else amd.com/gpu.product
+    gpu_count        INTEGER, -- label nvidia.com/gpu.count, else the sum of its accelerator capacity
+    gpu_memory_mib   INTEGER, -- label nvidia.com/gpu.memory (per GPU)
+    instance_type    TEXT, -- label node.kubernetes.io/instance-type
+    zone             TEXT, -- label topology.kubernetes.io/zone
+    agent_pool       TEXT, -- label kubernetes.azure.com/agentpool
+    ready            INTEGER CHECK (ready IN (0, 1)), -- the Ready condition (NULL: none, or Unknown)
+    ready_since      TEXT, -- the Ready condition's lastTransitionTime
+    unschedulable    INTEGER NOT NULL CHECK (unschedulable IN (0, 1)), -- spec.unschedulable: cordoned
+    labels           TEXT NOT NULL, -- JSON object: the labels kept (tracker.core.nodes.NODE_LABELS)
+    capacity         TEXT NOT NULL, -- JSON object: accelerator resource -> quantity
+    allocatable      TEXT NOT NULL, -- JSON object: accelerator resource -> quantity
+    conditions       TEXT NOT NULL, -- JSON array of {type, status, reason, message, since}
+    taints           TEXT NOT NULL, -- JSON array of [key, effect]
+    deleted          INTEGER NOT NULL CHECK (deleted IN (0, 1)),
+    deleted_at       TEXT -- metadata.deletionTimestamp, when it had one
+) WITHOUT ROWID;
+CREATE INDEX nodes_by_gpu_product ON nodes (gpu_product);

@@ -169,7 +169,7 @@ def test_every_table_has_policies_and_a_deduplicating_view() -> None:
         "TaugridRunTransitionsDedup": "TaugridRunTransitions", "TaugridRunAttemptsDedup": "TaugridRunAttempts",
         "TaugridRunPodsDedup": "TaugridRunPods", "TaugridMetricPointsDedup": "TaugridMetricPoints",
         "TaugridQueueStateLatest": "TaugridQueueState", "TaugridQueuePositionsLatest": "TaugridQueuePositions",
-        "TaugridCheckpointsDedup": "TaugridCheckpoints"}
+        "TaugridNodeStateLatest": "TaugridNodeState", "TaugridCheckpointsDedup": "TaugridCheckpoints"}
     assert commands[-1].startswith(".create-or-alter function"), "functions come after the views they read"
 
 
@@ -267,14 +267,17 @@ def test_functions_take_defaults_and_are_called_with_and_without_arguments(node:
     signatures = _signatures()
     defaults = {name: {p: d for p, _, d in params} for name, params in signatures.items()}
     assert defaults["TaugridRuns"] == {"workspaceName": '""', "projectName": '""', "runStatus": '""',
-                                       "since": "datetime(null)"}
-    assert defaults["TaugridStuckRuns"] == defaults["TaugridStalledAdmission"] == {"threshold": "30m"}
-    assert defaults["TaugridRetryAudit"] == defaults["TaugridPhaseDurations"] == {"since": "datetime(null)"}
-    assert defaults["TaugridRunHistory"] == defaults["TaugridGpuUtilization"] == {"runId": None}
+                                       "since": "datetime(null)", "lookback": "30d"}
+    assert defaults["TaugridStuckRuns"] == defaults["TaugridStalledAdmission"] == {"threshold": "30m",
+                                                                                   "lookback": "30d"}
+    assert defaults["TaugridRetryAudit"] == defaults["TaugridPhaseDurations"] == {"since": "datetime(null)",
+                                                                                  "lookback": "30d"}
+    assert defaults["TaugridRunHistory"] == defaults["TaugridGpuUtilization"] == {"runId": None, "cluster": '""',
+                                                                                  "lookback": "30d"}
     assert defaults["TaugridGpuAudit"] == {"since": "datetime(null)", "until": "datetime(null)",
-                                           "groupBy": '"namespace"'}
+                                           "groupBy": '"namespace"', "lookback": "30d"}
     assert defaults["TaugridIdleGpus"]["maxUtilPct"] == "5.0"
-    assert defaults["TaugridCompareRuns"] == {"runIds": None, "metric": '"loss"'}
+    assert defaults["TaugridCompareRuns"] == {"runIds": None, "metric": '"loss"', "lookback": "30d"}
     assert defaults["TaugridGoodput"] == {"lookback": "7d"}
     assert defaults["TaugridBadputByCategory"] == {"lookback": "7d", "groupBy": '"project"'}
     calls = []
@@ -355,3 +358,58 @@ def test_goodput_functions_read_the_ledger_as_the_history_defines_it() -> None:
     assert set(ledger) <= set(field_names(RunRecord))
     for f in ledger:
         assert STATE_COLUMNS[f] in goodput, f
+
+
+_RUN_KEYS = re.compile(r"\bsummarize\b[^|;]*?\bby\b([^|;]*)|\b(?:join|lookup)\b[^|;]*?\bon\s+([A-Za-z_$][^|;\n]*)")
+
+
+def _run_keyed_queries() -> dict[str, str]:
+    """Every KQL text that reads the run tables: the views, the functions, the alerts and the dashboard tiles,
+    without comments and the functions' docstrings."""
+    texts = {}
+    for c in schema_commands():
+        if c.text.startswith((".create-or-alter function", ".create ifnotexists materialized-view")):
+            texts[f"{c.file}#{c.index}"] = c.text[c.text.index("{"):]
+    for d in yaml.safe_load_all((DEPLOY / "alerts.yaml").read_text()):
+        texts[d["metadata"]["name"]] = d["spec"]["query"]
+    dashboard = json.loads((ROOT / "deploy" / "adx-dashboards" / "tracker.json").read_text())
+    texts.update({q["id"]: q["text"] for q in dashboard["queries"]})
+    return {k: re.sub(r"//[^\n]*", "", v) for k, v in texts.items() if "Taugrid" in v}
+
+
+def test_every_run_key_join_and_lookup_has_the_cluster() -> None:
+    """Issue 28: a run id is unique within one cluster only: every summarize (arg_max included), join and lookup
+    keyed by RunId keys by Cluster too, in the views, the functions, the alerts and the dashboards (before, every
+    one keyed on RunId alone and two clusters' runs merged)."""
+    keys = [(name, (m.group(1) or m.group(2)).strip()) for name, text in _run_keyed_queries().items()
+            for m in _RUN_KEYS.finditer(text)]
+    by_run = [(name, k) for name, k in keys if re.search(r"\bRunId\b", k)]
+    assert len(by_run) >= 30, by_run  # the check sees the keys it is about
+    assert [(name, k) for name, k in by_run if not re.search(r"\b(Cluster|GroupCluster)\b", k)] == []
+    views = {c.text.split(" on table ")[0].rsplit(" ", 1)[-1]: c.text for c in schema_commands()
+             if c.text.startswith(".create ifnotexists materialized-view")}
+    assert "by Cluster, RunId\n" in views["TaugridRunStateLatest"]
+    assert "by Cluster, RunId, Metric\n" in views["TaugridMetricSummariesLatest"]
+
+
+def test_every_function_takes_a_lookback_applied_first() -> None:
+    """Issue 28: every stored function takes a lookback (a timespan with a default) and reads rows written in it
+    (IngestedAt, filtered before any summarize) or passes it to the functions it reads, so no call scans the whole
+    retention; one that takes a window (since) reads from the window's start when that is earlier."""
+    signatures = _signatures()
+    bodies = {m.group(1): c.text for c in schema_commands()
+              if (m := re.match(r'\.create-or-alter function with \((?:[^()"]|"[^"]*")*\) (\w+)\(', c.text))}
+    assert set(signatures) == set(bodies) and len(bodies) >= 21
+    for name, params in signatures.items():
+        lookback = [(t, d) for p, t, d in params if p == "lookback"]
+        assert lookback and lookback[0][0] == "timespan" and lookback[0][1], name
+        body = bodies[name][bodies[name].index("{"):]
+        for table in re.findall(r"\b(Taugrid\w+(?:Dedup|Latest))\b(?!\()", body):
+            # each read of a view is filtered on IngestedAt at once
+            for m in re.finditer(rf"\b{table}\b(?!\()", body):
+                assert re.match(r"\s*\|\s*where IngestedAt > ", body[m.end():]), (name, table)
+        for called in re.findall(r"\b(Taugrid\w+)\(", body):
+            assert re.search(rf"\b{called}\([^;\n]*\b(lookback|scanFrom)\b", body), (name, called)
+        if any(p == "since" for p, _, _ in params):
+            assert ("let scanFrom = iff(sinceTime < ago(lookback), sinceTime, ago(lookback));" in body
+                    or "(sinceTime, untilTime, lookback)" in body), name

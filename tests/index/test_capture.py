@@ -141,3 +141,28 @@ def test_a_capture_named_that_is_not_there_is_one_error(tmp_path: Path) -> None:
         capture_files([tmp_path / "dangling.jsonl"])
     with pytest.raises(FileNotFoundError, match="capture not found"):
         capture_files([tmp_path / "nope.jsonl"])
+
+
+def test_bytes_without_a_line_that_starts_a_value_are_a_bad_record_every_max_value_bytes(tmp_path: Path) -> None:
+    """A stream of NUL bytes (``/dev/zero`` on a pipe) never has a line that starts a value: every
+    ``max_value_bytes`` of it is a bad record, so a reader always gets one within a bound, never a silent drain to
+    an end that may not come; reading resumes at the next line that starts a value."""
+    path = tmp_path / "zeros.jsonl"
+    path.write_bytes(b"\0" * 1_000_000 + b'\n{"a": 1}\n')
+    got = list(read_capture(path, max_value_bytes=100_000))  # reads go by READ_CHUNK (64 KiB): one per 2 chunks
+    bad = [r for r in got if isinstance(r, BadRecord)]
+    assert 6 <= len(bad) <= 10 and all(r.reason.startswith("value too large") for r in bad), bad
+    assert isinstance(got[-1], Record) and got[-1].value == {"a": 1}
+
+
+def test_a_device_given_by_name_is_refused(tmp_path: Path) -> None:
+    """A device never ends (``/dev/zero``) or is no capture: refused in one line (exit 2), before any read; a FIFO
+    given by name is read (``<(zcat today.jsonl.gz)``)."""
+    from tracker.shell.capture import NotACapture
+
+    with pytest.raises(NotACapture, match=r"^capture /dev/zero is a character device: give a regular file, a pipe"):
+        capture_files([Path("/dev/zero")])
+    assert NotACapture.exit_code == 2
+    fifo = tmp_path / "pipe.jsonl"
+    os.mkfifo(fifo)
+    assert capture_files([fifo]) == [fifo]

@@ -474,11 +474,11 @@ def test_tables_carry_every_model_field(index: ExperimentIndex) -> None:
         return [r[1] for r in conn.execute(f"PRAGMA table_info({table})")]
 
     # version 4 appended the GPU columns after updated_seq (ALTER TABLE ADD COLUMN), version 7 the pending ones,
-    # version 8 the ledger's, version 9 evictions_by
+    # version 8 the ledger's, version 9 evictions_by, version 11 what ran
     gpu = ["gpus", "gpu_hours", "lost_gpu_hours", "lost_gpu_hours_by", "gpus_open", "open_since",
            "pending_s_by", "pending_category", "pending_since", "quota_reserved_at",
            "ledger_basis", "ledger_gpu_hours_by", "ledger_wall_s_by", "ledger_until", "ledger_open", "ettr", "goodput",
-           "resumed_from", "checkpoints_saved", "evictions_by"]
+           "resumed_from", "checkpoints_saved", "evictions_by", *WHAT_RAN]
     assert columns("runs") == [*(f for f in field_names(RunRecord) if f not in gpu), "updated_seq", *gpu]
     assert columns("transitions") == [*field_names(Transition), "ordinal"]
     assert columns("attempts") == list(field_names(Attempt))
@@ -697,7 +697,7 @@ def test_a_schema_7_index_is_read_as_it_is_and_migrated(tmp_path: Path, monkeypa
         for h in all_histories():
             assert stored(ix).history(h.run.run_id) == h
         assert ix.write(ups(all_histories())) == 0
-    assert dict(dump(path)["meta"])["schema_version"] == str(SCHEMA_VERSION) == "9"
+    assert dict(dump(path)["meta"])["schema_version"] == str(SCHEMA_VERSION) == "12"
 
 
 def test_a_schema_8_index_is_read_as_it_is_and_migrated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -731,7 +731,59 @@ def test_a_schema_8_index_is_read_as_it_is_and_migrated(tmp_path: Path, monkeypa
         for h in all_histories():
             assert stored(ix).history(h.run.run_id) == h
         assert ix.write(ups(all_histories())) == 0
-    assert dict(dump(path)["meta"])["schema_version"] == str(SCHEMA_VERSION) == "9"
+    assert dict(dump(path)["meta"])["schema_version"] == str(SCHEMA_VERSION) == "12"
+    # schema 10: the runs of a root found by its NAMESPACE/NAME through an index
+    plan = [r[3] for r in sqlite3.connect(path).execute(
+        "EXPLAIN QUERY PLAN SELECT run_id FROM runs WHERE namespace = 'a' AND name = 'b'")]
+    assert plan == ["SEARCH runs USING INDEX runs_by_name (namespace=? AND name=?)"]
+
+
+WHAT_RAN = ("images", "entrypoint", "hyperparameters", "hyperparameters_omitted")
+
+
+def with_what_ran(h: RunHistory) -> RunHistory:
+    return replace(h, run=replace(h.run, images=["acr.io/train:1", "acr.io/tau:1"], entrypoint="torchrun -m x --lr 1",
+                                  hyperparameters={"lr": 0.0003, "bf16": True, "opt": "adamw", "none": None},
+                                  hyperparameters_omitted=3))
+
+
+def before_what_ran(h: RunHistory) -> RunHistory:
+    """A history as an index of schema 9 or older holds it: nothing known of what ran (the history's defaults)."""
+    return replace(h, run=replace(h.run, images=[], entrypoint=None, hyperparameters={}, hyperparameters_omitted=0))
+
+
+def test_a_schema_9_index_is_read_as_it_is_and_migrated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Schema 11 adds what ran (runs.images, entrypoint, hyperparameters, hyperparameters_omitted): a reader reads an
+    index of schema 9 as it is (the defaults: nothing known), a writer migrates it and the run's next history fills
+    them; both read sides (runs and history) give them back as written."""
+    path = tmp_path / "index.sqlite"
+    index_of_schema(path, 9, monkeypatch)
+    histories = [with_what_ran(h) for h in all_histories()]
+    with ExperimentIndex(tmp_path / "current.sqlite") as cur:
+        cur.write(ups(histories))
+    conn = sqlite3.connect(path)
+    conn.execute("ATTACH DATABASE ? AS cur", (str(tmp_path / "current.sqlite"),))
+    copy_into_older(conn)
+    for table in ("metric_points", "checkpoints", "ledger_spans"):
+        conn.execute(f"INSERT INTO main.{table} SELECT * FROM cur.{table}")
+    conn.commit()
+    conn.close()
+    assert not set(WHAT_RAN) & {r[1] for r in sqlite3.connect(path).execute("PRAGMA table_info(runs)")}
+    with IndexReader(path) as reader:
+        assert [{k: r.data[k] for k in WHAT_RAN} for r in reader.runs()] == [
+            {"images": [], "entrypoint": None, "hyperparameters": {}, "hyperparameters_omitted": 0}] * 3
+        for h in histories:
+            assert stored(reader).history(h.run.run_id) == before_what_ran(h)
+    with ExperimentIndex(path) as ix:
+        for h in histories:
+            assert stored(ix).history(h.run.run_id) == before_what_ran(h)
+        assert ix.write(ups(histories)) > 0
+        for h in histories:
+            assert stored(ix).history(h.run.run_id) == h
+        assert {r.run_id: {k: r.data[k] for k in WHAT_RAN} for r in stored(ix).runs()} == {
+            h.run.run_id: {k: getattr(h.run, k) for k in WHAT_RAN} for h in histories}
+        assert ix.write(ups(histories)) == 0
+    assert dict(dump(path)["meta"])["schema_version"] == str(SCHEMA_VERSION) == "12"
 
 
 def test_evictions_by_round_trips(index: ExperimentIndex) -> None:

@@ -148,7 +148,7 @@ def test_the_window_selects_runs_by_creation_time(index: Path, capsys: pytest.Ca
     assert isinstance(early, dict) and (early["runs"], _s(early["gpu_hours"])) == (1, HELD["rn50-ft-k7q2m"])
     assert run(capsys, "audit", "--index", str(index), "--now", NOW, "--since", "2026-08-21") == ""
     assert capsys.readouterr() == ("", "")
-    assert main(["audit", "--index", str(index), "--since", "2026-08-21"]) == 0
+    assert main(["audit", "--index", str(index), "--since", "2026-08-21", "--now", NOW]) == 0
     assert capsys.readouterr() == ("", "No runs found.\n")
 
 

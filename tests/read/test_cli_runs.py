@@ -113,7 +113,7 @@ def test_one_namespace_leaves_out_the_namespace_column(index: Path, capsys: pyte
 
 
 def test_no_runs_says_so_on_stderr(index: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["runs", "--index", str(index), "-n", "nowhere"]) == 0
+    assert main(["runs", "--index", str(index), "-n", "nowhere", "--now", NOW]) == 0
     out, err = capsys.readouterr()
     assert out == "" and err == "No runs found.\n"
     assert rows(capsys, index, "-n", "nowhere") == []
@@ -316,6 +316,22 @@ def test_compare(index: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert "two runs or more" in run(capsys, "compare", "vit-l-9hx4d", "--index", str(index), code=2)
 
 
+def test_compare_marks_differing_rows_in_a_column_and_reads_lineage_both_ways(
+        index: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Piped (no colour), a row whose values differ starts with the mark, one whose values agree does not; the run
+    that was resumed says by which run, in the table and in the JSON."""
+    table = run(capsys, "compare", "gpt-moe-6wz8r", "gpt-moe-tq3vb", "--index", str(index), "--now", NOW)
+    lines = {" ".join(line.split()[1:3]) if line.startswith("*") else " ".join(line.split()[:2]): line
+             for line in table.splitlines()}
+    assert lines["resume of"].startswith("*") and "gpt-moe-6wz8r" in lines["resume of"]
+    assert lines["resumed by"].startswith("*") and "gpt-moe-tq3vb" in lines["resumed by"]
+    assert lines["target h100-8x"].startswith(" ")  # the same for both
+    assert table.rstrip().splitlines()[-1].strip() == "* the runs differ"
+    data = json.loads(run(capsys, "compare", "gpt-moe-6wz8r", "gpt-moe-tq3vb", "--index", str(index), "-o", "json",
+                          "--now", NOW))["runs"]
+    assert [r["provenance"]["resumed_by"] for r in data] == [["gpt-moe-tq3vb"], []]
+
+
 # ------------------------------------------------------------------------------------------ habits
 
 
@@ -434,3 +450,49 @@ def test_the_demo_piped_fits_columns_and_pads_no_line(tmp_path: Path, columns: s
     assert len(lines) > 50
     assert max(len(line) for line in lines) <= int(columns or 150)
     assert [line for line in lines if line != line.rstrip()] == []
+
+
+# ------------------------------------------------------------------------------------------ what ran
+
+
+def test_show_says_what_ran_within_80_columns_and_whole_in_json(index: Path, capsys: pytest.CaptureFixture[str],
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """README "What ran": the image, the entrypoint (cut to the width with an ellipsis) and the hyperparameters in
+    the provenance grid of `show`; `show -o json` has the entrypoint whole."""
+    monkeypatch.setenv("COLUMNS", "80")
+    out = run(capsys, "show", "rn50-ft-k7q2m", "--index", str(index), "--now", NOW)
+    assert max(len(line) for line in out.splitlines()) <= 80
+    lines = {line.split("  ")[0]: line for line in out.splitlines() if line and not line.startswith(" ")}
+    assert lines["images"].split() == ["images", "acr-taugrid.azurecr.io/vision-train:2026.08.19"]
+    assert lines["entrypoint"].split()[1:3] == ["torchrun", "'--nnodes=$(NNODES)'"]
+    assert lines["entrypoint"].endswith("…")
+    assert lines["hyperparameters"].split()[1:3] == ["optim.lr=0.0003,", "optim.weight_decay=0.1,"]
+    run_json = json.loads(run(capsys, "show", "rn50-ft-k7q2m", "--index", str(index), "-o", "json"))["run"]
+    assert run_json["images"] == ["acr-taugrid.azurecr.io/vision-train:2026.08.19"]
+    assert run_json["entrypoint"] == ("torchrun '--nnodes=$(NNODES)' --nproc-per-node=8 -m taugrid.train "
+                                      "--config /etc/taugrid/config.yaml")
+    assert run_json["hyperparameters"] == {"optim.lr": 0.0003, "optim.weight_decay": 0.1, "seed": 70,
+                                           "train.global_batch_size": 1024, "train.grad_checkpointing": True,
+                                           "train.precision": "bf16"}
+    ray = json.loads(run(capsys, "show", "rl-ppo-8mc2k", "--index", str(index), "-o", "json"))["run"]
+    assert ray["entrypoint"] == "python -m taugrid.rl.ppo --config /etc/taugrid/config.yaml"
+    assert ray["images"] == ["acr-taugrid.azurecr.io/ray-train:2.49.0-py311-cu128"]
+
+
+def test_compare_shows_images_entrypoints_and_the_hyperparameters_that_differ(
+        index: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    table = run(capsys, "compare", "vit-l-9hx4d", "bert-pt-2c5nw", "--index", str(index), "--now", NOW)
+
+    def line(label: str) -> str | None:
+        return next((x for x in table.splitlines() if x[1:].lstrip().startswith(label + " ")), None)
+
+    assert (line("images") or "").startswith("*")
+    assert (line("entrypoint") or "").startswith(" ")  # the same command line for both
+    assert (line("hp optim.lr") or "").split()[-2:] == ["0.0003", "0.0002"]
+    assert line("hp optim.weight_decay") is None and line("hp train.precision") is None  # the same: no row
+    data = json.loads(run(capsys, "compare", "vit-l-9hx4d", "bert-pt-2c5nw", "--index", str(index), "-o", "json",
+                          "--now", NOW))["runs"]
+    assert [r["provenance"]["images"] for r in data] == [["acr-taugrid.azurecr.io/vision-train:2026.08.20-rc1"],
+                                                         ["acr-taugrid.azurecr.io/nlp-train:2026.08.20"]]
+    assert [r["provenance"]["hyperparameters"]["optim.lr"] for r in data] == [0.0003, 0.0002]
+    assert all(r["provenance"]["entrypoint"].endswith("--config /etc/taugrid/config.yaml") for r in data)

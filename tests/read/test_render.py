@@ -24,7 +24,7 @@ from tracker.core.model import (
     Transition,
     field_names,
 )
-from tracker.read.render import history_json, human_duration, runs_json, runs_table
+from tracker.read.render import history_json, human_duration, hyperparameters_text, runs_json, runs_table
 from tracker.read.timeline import timeline
 
 T0 = datetime(2026, 8, 20, 10, 0, tzinfo=UTC)
@@ -291,3 +291,14 @@ def test_history_json_metrics_and_links() -> None:
     assert set(loss) == set(field_names(MetricSummary)) - {"run_id"}
     assert loss["latest_value"] == 0.42
     assert grad["latest_value"] is None and grad["max_value"] is None  # NaN and infinity are not JSON
+
+
+def test_hyperparameters_show_the_first_few_then_how_many_more() -> None:
+    """The terminal's grid shows the first hyperparameters in key order and counts the rest, with those the tracker
+    did not keep (past 64); JSON-like values (true, null); no hyperparameters: '-'."""
+    run = replace(record("r"), hyperparameters={f"k{i}": i for i in range(8)} | {"flag": True, "none": None},
+                  hyperparameters_omitted=5)
+    assert hyperparameters_text(run, 3) == "flag=true, k0=0, k1=1, +12 more"
+    assert hyperparameters_text(run).endswith("none=null, +5 more")
+    assert hyperparameters_text(replace(run, hyperparameters={}, hyperparameters_omitted=0)) == "-"
+    assert hyperparameters_text(replace(run, hyperparameters={}), 3) == "+5 more"

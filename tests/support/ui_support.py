@@ -16,7 +16,8 @@ from rich.console import Console
 
 from tracker.cli.args import DEMO_CAPTURES
 from tracker.runtime.replay import replay
-from tracker.ui.server import App, UiServer, allowed_hosts, serve_until
+from tracker.ui.connections import Limits
+from tracker.ui.server import DEFAULT_LIMITS, App, UiServer, allowed_hosts, serve_until
 
 NOW = datetime(2026, 8, 20, 13, 0, tzinfo=UTC)  # the end of the bundled capture's day
 NOW_TEXT = "2026-08-20T13:00:00Z"
@@ -40,11 +41,13 @@ def build_index(directory: Path) -> Path:
 
 
 @contextmanager
-def running(index: Path, *, stuck_after: str = "30m") -> Iterator[UiServer]:
-    """The server on 127.0.0.1 (any free port), its clock at NOW; stopped (gracefully) at the end."""
-    app = App(index=index, hosts=allowed_hosts("127.0.0.1", [EXTRA_HOST]), stuck_after=stuck_after,
-              clock=lambda: NOW)
-    server = UiServer("127.0.0.1", 0, app)
+def running(index: Path, *, stuck_after: str = "30m", limits: Limits = DEFAULT_LIMITS,
+            app: App | None = None) -> Iterator[UiServer]:
+    """The server on 127.0.0.1 (any free port), its clock at NOW, within ``limits``; stopped (gracefully) at the
+    end. ``app``: another App than the one on ``index``."""
+    app = app or App(index=index, hosts=allowed_hosts("127.0.0.1", [EXTRA_HOST]), stuck_after=stuck_after,
+                     clock=lambda: NOW)
+    server = UiServer("127.0.0.1", 0, app, limits=limits)
     stop = threading.Event()
     thread = threading.Thread(target=serve_until, args=(server, stop), name="ui-test-server")
     thread.start()

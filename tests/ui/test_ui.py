@@ -51,7 +51,8 @@ def linked_runs(body: str) -> list[str]:
 
 def stuck_runs(body: str) -> list[str]:
     return [unquote(html.unescape(m)) for m in
-            re.findall(r'<tr class="stuck [a-z]+"><td class="run"><a href="/runs/([^"?]+)', body)]
+            re.findall(r'<tr class="stuck [a-z]+"><td class="pick"><input [^>]*></td>'
+                       r'<td class="run"><a href="/runs/([^"?]+)', body)]
 
 
 def cli_names(capsys: pytest.CaptureFixture[str], index: Path, *args: str) -> list[str]:
@@ -174,6 +175,16 @@ def test_a_runs_page_draws_its_timeline_gpu_figures_and_attempts(server: UiServe
     assert svg.count('<rect class="ledger-infrastructure-recovery"') == 1 + 1  # 11:10:03-11:16:00, the legend
     attempts = body[body.index('<table class="attempts">'): body.index("</table>", body.index('class="attempts"'))]
     assert attempts.count("<tr><td") == 2 and "WaitForStart" in attempts
+
+
+def test_a_runs_page_says_what_ran(server: UiServer) -> None:
+    """README "What ran": the images, the whole entrypoint (escaped) and every hyperparameter kept."""
+    body = request(server, "/runs/rn50-ft-k7q2m").body
+    assert '<tr><th>images</th><td class="mono">acr-taugrid.azurecr.io/vision-train:2026.08.19</td></tr>' in body
+    assert ('<tr><th>entrypoint</th><td class="mono">torchrun &#x27;--nnodes=$(NNODES)&#x27; --nproc-per-node=8 -m '
+            'taugrid.train --config /etc/taugrid/config.yaml</td></tr>') in body
+    assert ('<tr><th>hyperparameters</th><td class="mono">optim.lr=0.0003, optim.weight_decay=0.1, seed=70, '
+            'train.global_batch_size=1024, train.grad_checkpointing=true, train.precision=bf16</td></tr>') in body
 
 
 def test_a_live_runs_axis_ends_now(server: UiServer) -> None:

@@ -1,9 +1,11 @@
-"""`tracker ui` in a real headless browser (Debian's Chromium, installed by `python -m tests.infra up`): the runs page
-and a run's page are loaded and screenshotted, and the screenshots checked: PNGs of the window's size, not blank,
-with the colours the stylesheet gives (so the page's own policy let its stylesheet load, and the SVG timeline drew).
+"""`tracker ui` in a real headless browser (Debian's Chromium, installed by `python -m tests.infra up`): the runs page,
+a run's page, the compare page and a run's metric curves are loaded and screenshotted, and the screenshots checked:
+PNGs of the window's size, not blank, with the colours the stylesheet gives (so the page's own policy let its
+stylesheet load, and the SVG timeline and curves drew).
 
 With ``TRACKER_UI_SCREENSHOTS=docs/screenshots`` the screenshots are written there (``ui-runs.png``, ``ui-run.png``,
-the pictures of the README); else to the test's temporary directory. A missing browser fails the test.
+``ui-compare.png``, ``ui-run-curves.png``: the pictures of the README); else to the test's temporary directory. A
+missing browser fails the test.
 """
 
 from __future__ import annotations
@@ -140,3 +142,21 @@ def test_the_runs_page_and_a_runs_page_in_a_real_browser(chromium: Path, screens
         "scheduling bar": "#c026d3", "figure boxes": "#f6f8fa",
         # the pending spans under each attempt, coloured by category from the stylesheet (no inline style)
         "image-pull span": "#14b8a6"})
+
+
+def test_the_compare_page_and_a_runs_metric_curves_in_a_real_browser(chromium: Path, screenshots: Path,
+                                                                      tmp_path: Path) -> None:
+    index = build_index(tmp_path)
+    with running(index) as server:
+        base = f"http://localhost:{server.server_address[1]}"
+        compare = _screenshot(chromium, f"{base}/compare?run=gpt-moe-tq3vb&run=gpt-moe-6wz8r&run=vit-l-9hx4d"
+                              f"&now={NOW_TEXT}", screenshots / "ui-compare.png", width=1400, height=2600,
+                              profile=tmp_path / "profile")
+        curves = _screenshot(chromium, f"{base}/runs/gpt-moe-tq3vb?now={NOW_TEXT}", screenshots / "ui-run-curves.png",
+                             width=1400, height=3400, profile=tmp_path / "profile")
+    _check(compare, width=1400, height=2600, colours={
+        "header bar": "#24292f", "rows that differ": "#fff8c5", "plot background": "#f6f8fa",
+        # one curve per run with points (gpt-moe-6wz8r has none), coloured by the run's column
+        "gpt-moe-tq3vb's curves": "#2563eb", "vit-l-9hx4d's curves": "#2f9e44"})
+    assert compare.pixels[_rgb("#e8590c")] == 0  # gpt-moe-6wz8r's colour: it has no curve
+    _check(curves, width=1400, height=3400, colours={"plot background": "#f6f8fa", "the run's curves": "#2563eb"})

@@ -24,7 +24,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
-from contextlib import asynccontextmanager, suppress
+from contextlib import asynccontextmanager, contextmanager, suppress
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -114,14 +114,21 @@ def start_control_plane(state: Path, crd_overrides: Sequence[Path] = ()) -> Cont
                         argv, Kubectl(build.KUBERNETES.path / "bin" / "kubectl", instance.kubeconfig))
 
 
-@pytest.fixture(scope="module")
-def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    plane = start_control_plane(tmp_path_factory.mktemp("control-plane"))
+@contextmanager
+def control_plane_at(state: Path, crd_overrides: Sequence[Path] = ()) -> Iterator[ControlPlane]:
+    """``start_control_plane``, stopped (apiserver, then etcd) when the block ends: a module's fixture."""
+    plane = start_control_plane(state, crd_overrides)
     try:
         yield plane
     finally:
         plane.apiserver.stop()
         plane.etcd.stop()
+
+
+@pytest.fixture(scope="module")
+def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    with control_plane_at(tmp_path_factory.mktemp("control-plane")) as plane:
+        yield plane
 
 
 @dataclass(frozen=True)
@@ -500,11 +507,12 @@ async def all_runs(c: Cluster, fault: Fault) -> None:
 
 
 def captured(path: Path, *, queues: bool = False) -> list[Obj]:
-    """The records of a capture; without ``queues``, not Kueue's queues nor positions (records of no run: the
-    watcher publishes them since issue 24, tests/watch/test_watch_queues.py checks them)."""
+    """The records of a capture; without ``queues``, not Kueue's queues nor positions nor Nodes (records of no run:
+    the watcher publishes them since issues 24 and 28, tests/watch/test_watch_queues.py and test_watch_nodes.py check
+    them)."""
     records = [r.value for r in read_capture(path) if isinstance(r, Record)] if path.exists() else []
     return records if queues else [r for r in records if "schema" not in r and not str(r.get("key", "")).startswith(
-        "queue:")]
+        ("queue:", "node:"))]
 
 
 def missing(written: list[Obj], records: list[Obj]) -> list[str]:
@@ -854,12 +862,13 @@ async def test_the_role_allows_watching_and_refuses_everything_else(
     visibility = "visibility.kueue.x-k8s.io"  # Kueue's visibility API: get only (the pending workloads of a queue)
     assert all(r["verbs"] == (["get"] if r["apiGroups"] == [visibility] else ["get", "list", "watch"]) for r in rules)
     assert {(g, res) for r in rules for g in r["apiGroups"] for res in r["resources"]} == {
-        ("", "pods"), ("", "events"), ("batch", "jobs"), ("events.k8s.io", "events"),
+        ("", "pods"), ("", "events"), ("", "nodes"), ("batch", "jobs"), ("events.k8s.io", "events"),
         ("kueue.x-k8s.io", "workloads"), ("kueue.x-k8s.io", "clusterqueues"), ("kueue.x-k8s.io", "localqueues"),
         (visibility, "clusterqueues/pendingworkloads"), (visibility, "localqueues/pendingworkloads"),
         ("ray.io", "rayjobs"), ("ray.io", "rayclusters")}
     async with client_for(identity.kubeconfig) as sa:
-        for path in (f"{BATCH}/jobs", f"{CORE}/pods", f"{CORE}/events", f"{EVENTS}/events", f"{KUEUE}/workloads",
+        for path in (f"{BATCH}/jobs", f"{CORE}/pods", f"{CORE}/events", f"{CORE}/nodes", f"{EVENTS}/events",
+                     f"{KUEUE}/workloads",
                      f"{KUEUE}/clusterqueues", f"{KUEUE}/localqueues", f"{RAY}/rayjobs", f"{RAY}/rayclusters"):
             assert (await call(sa, "GET", path, params=[("limit", "1")]))["kind"].endswith("List")
         refused = [
@@ -873,6 +882,8 @@ async def test_the_role_allows_watching_and_refuses_everything_else(
             ("GET", f"{KUEUE}/resourceflavors", None),
             ("POST", f"{KUEUE}/clusterqueues", {"metadata": {"name": "x"}}),  # queues are read, never written
             ("DELETE", f"{KUEUE}/namespaces/default/localqueues/x", None),
+            ("POST", f"{CORE}/nodes", {"metadata": {"name": "x"}}),  # Nodes are read, never written
+            ("DELETE", f"{CORE}/nodes/x", None),
         ]
         for method, path, body in refused:
             with pytest.raises(ApiError) as denied:

@@ -21,10 +21,10 @@ from tests.watch.test_watch_kube import (  # noqa: F401  (admin, identity, names
     admin,
     call,
     captured,
+    control_plane_at,
     identity,
     namespace,
     running,
-    start_control_plane,
     watcher_api,
 )
 from tracker.core.reducer import Reducer
@@ -37,12 +37,8 @@ Obj = dict[str, Any]
 
 @pytest.fixture(scope="module")
 def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    plane = start_control_plane(tmp_path_factory.mktemp("control-plane-queues"))
-    try:
+    with control_plane_at(tmp_path_factory.mktemp("control-plane-queues")) as plane:
         yield plane
-    finally:
-        plane.apiserver.stop()
-        plane.etcd.stop()
 
 
 async def _kueue_version(client: ApiClient) -> str:

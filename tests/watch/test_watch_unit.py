@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog
+import structlog.testing
 from aiohttp import web
 from kubernetes_asyncio.client import ApiClient, Configuration
 from rich.console import Console
@@ -195,6 +197,43 @@ def test_slim_objects_fold_to_the_same_histories() -> None:
     assert histories(fold(slimmed(events))) == full
 
 
+def _with_secrets(events: list[Obj]) -> list[Obj]:
+    """The events with secrets in what ran: a Job's args (a flag's value, a flag's next argument, a SAS URL) and
+    image, a RayJob's entrypoint and its worker group's image."""
+    out = copy.deepcopy(events)
+    for e in out:
+        obj = e["object"]
+        if obj["kind"] == "Job" and obj["metadata"]["name"] == "train":
+            c = obj["spec"]["template"]["spec"]["containers"][0]
+            c["image"] = "acr.io/train:1?sv=2024&sig=SASSIG0123456789abcdef"
+            c["args"] = ["--hf-token=hf_SECRET0123456789", "--api-key", "APIKEY0123456789",
+                         "https://store/blob?sp=r&sig=ARGSIG0123456789abcdef", "--lr", "3e-4"]
+        elif obj["kind"] == "RayJob":
+            obj["spec"]["entrypoint"] = "python x.py --token RAYTOKEN0123456789 --epochs 3"
+            group = obj["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]
+            group["template"]["spec"]["containers"][0]["image"] = "ray:2.49?sig=RAYSIG0123456789"
+    return out
+
+
+_SECRETS = ("SASSIG", "hf_SECRET", "APIKEY", "ARGSIG", "RAYTOKEN", "RAYSIG")
+
+
+def test_slim_keeps_what_ran_redacted_and_folds_to_the_same_histories() -> None:
+    events = _with_secrets(job_run("train") + rayjob_run("rj"))
+    full = histories(fold(events))
+    small = slimmed(events)
+    assert not any(s in json.dumps(small) for s in _SECRETS)  # what the watcher publishes carries none
+    assert histories(fold(small)) == full
+    job = full["run-train"]["run"]
+    assert job["images"] == ["acr.io/train:1?sv=2024&sig=[redacted]"]
+    assert job["entrypoint"] == ("train --hf-token=[redacted] --api-key [redacted] "
+                                 "'https://store/blob?sp=r&sig=[redacted]' --lr 3e-4")
+    ray = full[b.uid("rayjob", "rj")]["run"]
+    assert ray["entrypoint"] == "python x.py --token [redacted] --epochs 3"
+    assert ray["images"][-1] == "ray:2.49?sig=[redacted]" and len(ray["images"]) == len(set(ray["images"]))
+    assert not any(s in json.dumps(full) for s in _SECRETS)
+
+
 def test_slim_drops_what_the_reducer_does_not_read() -> None:
     events = job_run("train")
     job, pod = events[0]["object"], events[3]["object"]
@@ -205,7 +244,8 @@ def test_slim_drops_what_the_reducer_does_not_read() -> None:
     assert small_pod["metadata"]["labels"] == {"batch.kubernetes.io/controller-uid": b.uid("job", "train")}
     assert small_pod["spec"] == {"nodeName": "node-1", "containers": [
         {"name": "trainer", "resources": pod["spec"]["containers"][0]["resources"]}]}
-    assert "template" not in small_job["spec"]
+    # of the pod template, only what ran (tracker.core.provenance): the containers' image, command and args
+    assert small_job["spec"]["template"] == {"spec": {"containers": [{"image": "img", "command": ["train"]}]}}
     for full, small in ((job, small_job), (pod, small_pod)):
         assert len(json.dumps(small)) * 2 < len(json.dumps(full))
 
@@ -296,7 +336,7 @@ GROUPS = {"batch": ["v1"], "kueue.x-k8s.io": ["v1beta1"], "ray.io": ["v1"], "eve
 PLURALS = {"Job": ("batch", "v1", "jobs"), "Workload": ("kueue.x-k8s.io", "v1beta1", "workloads"),
            "RayJob": ("ray.io", "v1", "rayjobs"), "RayCluster": ("ray.io", "v1", "rayclusters"),
            "Pod": ("", "v1", "pods"), "Event": ("events.k8s.io", "v1", "events"),
-           "Lease": ("coordination.k8s.io", "v1", "leases")}
+           "Lease": ("coordination.k8s.io", "v1", "leases"), "Node": ("", "v1", "nodes")}
 
 
 class FakeApiServer:
@@ -314,6 +354,7 @@ class FakeApiServer:
         self.watches: list[web.Request] = []
         self.requests: list[str] = []
         self.discoveries: list[str] = []
+        self.forbidden: set[str] = set()  # plurals RBAC does not allow (403 on every request)
         self.runner: web.AppRunner | None = None
         self.url = ""
 
@@ -378,7 +419,7 @@ class FakeApiServer:
 
     async def core_discovery(self, request: web.Request) -> web.Response:
         return web.json_response({"kind": "APIResourceList", "groupVersion": "v1",
-                                  "resources": [{"name": "pods"}, {"name": "events"}]})
+                                  "resources": [{"name": "pods"}, {"name": "events"}, {"name": "nodes"}]})
 
     async def group_discovery(self, request: web.Request) -> web.Response:
         group = request.match_info["group"]
@@ -419,6 +460,9 @@ class FakeApiServer:
                              f"selector={request.query.get('labelSelector', '')}")
         if key is None:
             return self.status(404, "NotFound", "not served")
+        if key[1] in self.forbidden:
+            return self.status(403, "Forbidden", f'{key[1]} is forbidden: User "system:serviceaccount:tracker:'
+                                                 f'tracker-watcher" cannot list resource "{key[1]}"')
         if request.query.get("watch"):
             return await self.watch(request, key)
         cont = request.query.get("continue")
@@ -668,6 +712,56 @@ async def test_a_missing_crd_is_reported_once_and_watched_once_installed(fake: F
             await until(lambda: ("ADDED", f"Workload/{wl['metadata']['name']}", wl["metadata"]["resourceVersion"])
                         in rec.seen())
     assert rec.records[-1][0] == "run-train" and watcher.stats.unavailable == 1
+
+
+def gpu_node(name: str) -> Obj:
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "creationTimestamp": "2026-08-20T07:00:00Z",
+                         "labels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.count": "8",
+                                    "kubernetes.io/hostname": name}},
+            "status": {"capacity": {"cpu": "96", "nvidia.com/gpu": "8"},
+                       "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                                       "lastHeartbeatTime": "2026-08-20T09:00:00Z",
+                                       "lastTransitionTime": "2026-08-20T07:01:00Z"}]}}
+
+
+async def test_nodes_are_watched_cluster_wide_keyed_by_node_and_slimmed(fake: FakeApiServer) -> None:
+    rec = Recorder()
+    await fake.write(gpu_node("gpu-0"))
+    async with api_for(fake) as api:
+        watcher = Watcher(api, rec, replace(FAST, queues=False))  # every stream but the queues' is served
+        async with watching(watcher):
+            await fake.write(gpu_node("gpu-1"))
+            await until(lambda: len([k for k, _r, _s in rec.records if k.startswith("node:")]) == 2)
+    nodes = {k: r["object"] for k, r, _s in rec.records if k.startswith("node:")}
+    assert sorted(nodes) == ["node:gpu-0", "node:gpu-1"] and watcher.stats.unavailable == 0
+    assert nodes["node:gpu-0"]["metadata"]["labels"] == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+                                                         "nvidia.com/gpu.count": "8"}
+    assert nodes["node:gpu-0"]["status"]["capacity"] == {"nvidia.com/gpu": "8"}
+    assert any(r.startswith("LIST /api/v1/nodes ") for r in fake.requests)  # cluster-wide, not per namespace
+
+
+async def test_nodes_forbidden_by_rbac_are_said_once_and_the_watcher_goes_on(fake: FakeApiServer) -> None:
+    fake.forbidden.add("nodes")
+    rec = Recorder()
+    await fake.write(gpu_node("gpu-0"))
+    await fake.write(job_run("train")[0]["object"])
+    async with api_for(fake) as api:
+        # a fresh logger for the streams (bound when the watcher makes them): in a whole run an earlier test has
+        # configured logging with cache_logger_on_first_use, and the module's cached logger would miss capture_logs
+        from unittest.mock import patch
+
+        from tracker.shell.watch import stream as stream_module
+        with structlog.testing.capture_logs() as logs, \
+                patch.object(stream_module, "log", structlog.get_logger("tracker.watch")):
+            watcher = Watcher(api, rec, replace(FAST, queues=False))
+            async with watching(watcher):
+                await until(lambda: sum(r.startswith("LIST /api/v1/nodes") for r in fake.requests) >= 3)
+                job = await fake.write(job_run("later")[0]["object"])
+                await until(lambda: ("ADDED", "Job/later", job["metadata"]["resourceVersion"]) in rec.seen())
+    assert [k for k, _r, _s in rec.records] == ["run-train", "run-later"]  # the runs, no node
+    warned = [e for e in logs if e["event"] == "watch_resource_unavailable"]
+    assert len(warned) == 1 and warned[0]["status"] == 403 and watcher.stats.unavailable == 1
 
 
 async def test_restart_resumes_from_the_checkpoint_without_replaying(fake: FakeApiServer, tmp_path: Path) -> None:

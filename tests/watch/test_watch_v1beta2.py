@@ -41,11 +41,11 @@ from tests.watch.test_watch_kube import (  # noqa: F401  (admin, identity, names
     admin,
     call,
     captured,
+    control_plane_at,
     identity,
     missing,
     namespace,
     running,
-    start_control_plane,
     wait_captured,
     watcher_api,
 )
@@ -85,12 +85,8 @@ def workload_crd(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def control_plane(tmp_path_factory: pytest.TempPathFactory, workload_crd: Path) -> Iterator[ControlPlane]:
     """A private etcd + kube-apiserver with the usual CRDs, except the Workload CRD: the v1beta2-only one."""
-    plane = start_control_plane(tmp_path_factory.mktemp("control-plane-v1beta2"), crd_overrides=[workload_crd])
-    try:
+    with control_plane_at(tmp_path_factory.mktemp("control-plane-v1beta2"), crd_overrides=[workload_crd]) as plane:
         yield plane
-    finally:
-        plane.apiserver.stop()
-        plane.etcd.stop()
 
 
 # ------------------------------------------------------------------------------------------ the run

@@ -2,7 +2,8 @@
 line and runs the command, and turns the errors that reach it into one line and an exit code.
 
 Start-up is kept short: the package imports only the standard library (and the standard-library parts of the read
-side), and each command imports what it uses when it runs. ``runs`` imports neither pydantic nor rich.
+side), and each command imports what it uses when it runs. ``runs`` imports neither pydantic nor rich, ``show`` and
+``compare`` no pydantic (tests/read/test_show_light.py).
 
 - ``parser``: the parser and its commands; ``args``: the option values (durations, times, the index path) and the
   command line's own errors; ``reading``: the reader commands (runs, audit, show, compare, demo, completion);
@@ -11,7 +12,10 @@ side), and each command imports what it uses when it runs. ``runs`` imports neit
 Exit codes, by the error tree (``tracker.errors``): a ``Fatal`` error exits with its class's ``exit_code`` (2 for a
 command line, an index or a reducer state that cannot work; 75 for an index another writer holds and did not let go
 of within ``index.writer_wait_s``; 1 otherwise), a missing file with 2, any other ``OSError`` or ``sqlite3.Error``
-with 1; a closed pipe ends quietly; anything else is a bug and keeps its traceback.
+with 1; a closed pipe ends quietly (141); SIGINT where no command handles it (start-up, the readers, ``doctor``) is
+one line, 130; anything else is a bug and keeps its traceback. A replay or demo stopped by SIGINT, SIGTERM or SIGHUP
+exits 128 + the signal after committing what it read; the service commands exit 0 after a graceful stop (README,
+"Signals and exit codes").
 """
 
 from __future__ import annotations
@@ -61,7 +65,14 @@ def _command(argv: Sequence[str]) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    try:
+        return _main(sys.argv[1:] if argv is None else argv)
+    except KeyboardInterrupt:  # SIGINT where no command handles it (start-up, a reader, doctor): no traceback
+        fail("interrupted (SIGINT)")
+        return 128 + signal.SIGINT
+
+
+def _main(argv: list[str]) -> int:
     args = build_parser(service_commands=_command(argv) in SERVICE_COMMANDS).parse_args(argv)
     console: Any = None
     if getattr(args, "needs_console", True):
@@ -76,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
                                                                 file=cast(TextIO, _TrailingBlanksCut(sys.stdout)))
     try:
         rc: int = args.func(args, console)
+        for note in getattr(args, "notes", None) or ():  # after the answer (tracker.cli.args.reading_now)
+            sys.stderr.write(note + "\n")
     except errors.Fatal as exc:  # each branch carries its exit code (a usage error, an unusable index: 2)
         fail(str(exc))
         return exc.exit_code

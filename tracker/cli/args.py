@@ -10,9 +10,9 @@ import argparse
 import os
 import sys
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from tracker import errors
 from tracker.read import filters
@@ -21,6 +21,8 @@ _V = TypeVar("_V")
 
 DEMO_CAPTURES = Path(__file__).parents[1] / "captures" / "demo"
 DEFAULT_DEMO_INDEX = Path("out") / "demo-index.sqlite"
+# The end of the demo captures' window (their README): `tracker demo`'s index is read as of it (``reading_now``)
+DEMO_CAPTURED_UNTIL = "2026-08-20T13:00:00Z"
 INDEX_ENV = "TRACKER_INDEX"
 # Where readers look when neither --index nor TRACKER_INDEX is given: the index the deployed tracker writes
 # (deploy/k8s/base/settings.yaml), so `kubectl exec deploy/tracker-sink-index -- tracker runs` needs no flag.
@@ -59,6 +61,50 @@ def parse_now(text: str | None) -> datetime | None:
     return None if text is None else parse_time(text)
 
 
+def recorded_now(path: Path) -> datetime | None:
+    """The latest time a recording holds (an index written by ``tracker replay`` or ``tracker demo`` only:
+    ``ExperimentIndex.set_clock``), which its readers read it as of; None for a live index, or one that does not
+    read (the command's own read says why)."""
+    import sqlite3
+
+    from tracker.read.store import IndexReader
+
+    try:
+        with IndexReader(path) as reader:
+            if reader.meta("clock") != "recorded":
+                return None
+            until = reader.meta("recorded_until")
+    except (errors.TrackerError, sqlite3.Error, OSError):
+        return None
+    try:
+        return parse_now(until)
+    except filters.FilterError:
+        return None
+
+
+def reading_now(args: argparse.Namespace, path: Path, *, say: bool = True) -> datetime:
+    """The time a reader reads at: ``--now``; else a recording's latest time (``recorded_now``; unless not ``say``,
+    a note for stderr is kept in ``args.notes``, which ``tracker.cli.main`` prints once the command has printed
+    its answer, so that it never comes before an error's one line); else the wall clock."""
+    given = parse_now(args.now)
+    if given is not None:
+        return given
+    recorded = recorded_now(path)
+    if recorded is None:
+        return datetime.now(UTC)
+    if say:
+        notes = getattr(args, "notes", None)
+        if notes is None:
+            notes = args.notes = []
+        notes.append(recording_note(path, recorded))
+    return recorded
+
+
+def recording_note(path: Path, recorded: datetime) -> str:
+    return (f"note: {path} is a recording (written by tracker replay): read as of "
+            f"{recorded.strftime('%Y-%m-%dT%H:%M:%SZ')}, the latest time it holds (--now TIME to read it at another)")
+
+
 def parse_when(text: str, now: datetime, *, flag: str) -> datetime:
     """A duration back from ``now`` ('2h': two hours ago) or a time."""
     try:
@@ -79,6 +125,19 @@ def index_path(args: argparse.Namespace) -> Path:
 def choice(allowed: Sequence[str], what: str) -> Callable[[str], str]:
     """An argparse type: one or more of ``allowed`` (comma-separated), matched case-insensitively."""
     return argument_type(filters.choice(allowed, what))
+
+
+def output(named: Sequence[str]) -> Callable[[str], str]:
+    """An argparse type for ``-o``: one of ``named``, ``jsonpath=TEMPLATE`` or ``custom-columns=SPEC``
+    (``tracker.read.jsonpath``), checked when the command line is read and kept as given."""
+    def output_format(text: str) -> str:
+        if text in named:  # (argparse converts the default too: a plain format needs no template parser)
+            return text
+        from tracker.read.jsonpath import output_format as parsed
+
+        parsed(text, named)
+        return text
+    return argument_type(output_format)
 
 
 def positive(text: str) -> int:
@@ -110,3 +169,31 @@ def table_width() -> int | None:
         return shutil.get_terminal_size().columns
     columns = os.environ.get("COLUMNS", "")
     return int(columns) if columns.isdigit() and int(columns) > 0 else None
+
+
+def run_filter(args: argparse.Namespace, now: datetime) -> filters.RunFilter:
+    """The ``RunFilter`` of ``tracker runs``' filter options (``tracker.read.filters.run_filter``, which the web view
+    gives its query string)."""
+    values: dict[str, Any] = {name: getattr(args, name.replace("-", "_")) for name in filters.FILTERS
+                              if name != "now"}
+    values["all-namespaces"] = args.all_namespaces
+    try:
+        return filters.run_filter(values, now=now)
+    except filters.FilterError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def print_rich(make: Callable[[int], Any]) -> None:  # (rich is imported when a command prints with it)
+    """Print a rich renderable laid out for the terminal; piped, at COLUMNS (or SHOW_WIDTH_PIPED) and with no
+    trailing blanks."""
+    from rich.console import Console
+
+    if sys.stdout.isatty():
+        console = Console()
+        console.print(make(console.width))
+        return
+    width = table_width() or SHOW_WIDTH_PIPED
+    console = Console(width=width, color_system=None, force_terminal=False)
+    with console.capture() as captured:
+        console.print(make(width))
+    sys.stdout.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))

@@ -8,14 +8,16 @@ when one of them is the command given (``SERVICE_COMMANDS`` lists them for ``tra
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
-from tracker.cli.args import DEFAULT_DEMO_INDEX, DEFAULT_INDEX, INDEX_ENV, choice, positive
-from tracker.cli.reading import cmd_audit, cmd_compare, cmd_completion, cmd_demo, cmd_runs, cmd_show
+from tracker.cli.args import DEFAULT_DEMO_INDEX, DEFAULT_INDEX, INDEX_ENV, choice, output, positive
+from tracker.cli.reading import cmd_audit, cmd_compare, cmd_completion, cmd_demo, cmd_nodes, cmd_runs, cmd_show
 from tracker.cli.replay_cmd import cmd_replay
 from tracker.core.vocab import PHASES, STATUSES
 from tracker.read.filters import SORT_KEYS
@@ -35,12 +37,66 @@ AUDIT_GROUPS = ("namespace", "queue", "cluster-queue", "workspace", "project")  
 
 
 class _Parser(argparse.ArgumentParser):
-    """No abbreviated options (``--statu`` is not ``--status``), for this parser and every sub-parser."""
+    """No abbreviated options (``--statu`` is not ``--status``), for this parser and every sub-parser; a usage error
+    is one line (what is wrong, the nearest option or value when one is close, where the usage is), not argparse's
+    whole usage block before it."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("allow_abbrev", False)
         kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
         super().__init__(*args, **kwargs)
+
+    def parse_args(self, args: Sequence[str] | None = None,  # type: ignore[override]  # one signature of several
+                   namespace: argparse.Namespace | None = None) -> argparse.Namespace:
+        ns, extras = self.parse_known_args(args, namespace)
+        if extras:  # said by the (sub-)command they were given to, as `tracker runs: error: ...`
+            _innermost(self, ns).error(f"unrecognized arguments: {' '.join(extras)}")
+        return ns
+
+    def error(self, message: str) -> NoReturn:
+        hint = _did_you_mean(self, message)
+        self.exit(2, f"{self.prog}: error: {message}{hint} (see `{self.prog} --help`)\n")
+
+
+_UNRECOGNIZED = re.compile(r"unrecognized arguments: (.*)")
+_INVALID_CHOICE = re.compile(r"invalid choice: '([^']*)' \(choose from (.*)\)")
+
+
+def _innermost(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> argparse.ArgumentParser:
+    """The sub-parser of the command ``ns`` chose (``tracker sink index`` -> that of ``index``)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            sub = action.choices.get(getattr(ns, action.dest, None) or "")
+            if sub is not None:
+                return _innermost(sub, ns)
+    return parser
+
+
+def _options(parser: argparse.ArgumentParser) -> list[str]:
+    """Every long option of ``parser`` and of its sub-parsers (an unrecognized option is reported by the top one)."""
+    found = [o for o in parser._option_string_actions if o.startswith("--")]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                found.extend(_options(sub))
+    return list(dict.fromkeys(found))
+
+
+def _did_you_mean(parser: argparse.ArgumentParser, message: str) -> str:
+    """``; did you mean --limit?`` for a close miss of an option or a choice, else nothing."""
+    if m := _UNRECOGNIZED.search(message):
+        words = [w.split("=", 1)[0] for w in m.group(1).split() if w.startswith("--")]
+        candidates = _options(parser)
+    elif m := _INVALID_CHOICE.search(message):
+        words = [m.group(1)]
+        candidates = [c.strip().strip("'") for c in m.group(2).split(",")]
+    else:
+        return ""
+    for word in words:
+        close = difflib.get_close_matches(word, candidates, n=1, cutoff=0.7)
+        if close:
+            return f"; did you mean {close[0]}?"
+    return ""
 
 
 class _Version(argparse.Action):
@@ -71,6 +127,7 @@ examples:
   tracker runs -l taugrid.io/project=llm,'taugrid.io/target in (h100-8x,a100)'
   tracker runs --queue team-a-lq --phase admission --sort-by age
   tracker runs --stuck 30m                       # live runs stuck before the application started
+  tracker runs --node aks-h100-vmss000003 --status failed   # failed runs with a pod on that node
   tracker runs --since 2h -o wide                # created in the last two hours, every column
   tracker runs -o name | head -1 | xargs tracker show
 """
@@ -81,6 +138,14 @@ examples:
   tracker audit --since 7d --by cluster-queue    # runs created in the last week, per ClusterQueue
   tracker audit --since 2026-08-01 --until 2026-09-01 --by project -o csv > august.csv
   tracker audit --by workspace -o json
+"""
+
+NODES_EPILOG = """\
+examples:
+  tracker nodes                                  # every node pods were bound to, worst first
+  tracker nodes --since 7d                       # pods on their node in the last week (the KQL twin: TaugridNodes)
+  tracker nodes --since 2026-08-20T09:00:00Z --until 2026-08-20T12:00:00Z -o json
+  tracker runs --node NODE                       # then the runs that had a pod there
 """
 
 SHOW_EPILOG = """\
@@ -99,11 +164,32 @@ examples:
 """
 
 
+WATCH_INTERVAL_S = 2.0  # how often -w reads the index again (--watch-interval)
+
+
+def _watch_options(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("-w", "--watch", action="store_true", help=f"{what}; reads the index every --watch-interval "
+                                                             "seconds until interrupted (exit 0)")
+    p.add_argument("--watch-interval", type=_interval, default=WATCH_INTERVAL_S, metavar="SECONDS",
+                   help=f"with -w: seconds between two reads of the index (default {WATCH_INTERVAL_S:g}, "
+                        "0.2 to 3600)")
+
+
+def _interval(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0.2 <= value <= 3600:
+        raise argparse.ArgumentTypeError(f"must be between 0.2 and 3600 seconds, got {text!r}")
+    return value
+
+
 def build_parser(service_commands: bool = True) -> argparse.ArgumentParser:
     """The ``tracker`` parser. Without ``service_commands`` the service commands are listed but not built (their
     modules import the Kafka, Kubernetes and Azure clients): ``main`` builds them only when one is the command."""
     p = _Parser(prog="tracker", description="TauGrid run lifecycle tracker: what happened to every training run",
-                epilog=f"The readers (runs, audit, show, compare, ui) use --index, else ${INDEX_ENV}, else "
+                epilog=f"The readers (runs, audit, nodes, show, compare, ui) use --index, else ${INDEX_ENV}, else "
                        f"{DEFAULT_INDEX}.\n"
                        "Shell completion: source <(tracker completion bash)   # or zsh")
     p.add_argument("--version", action=_Version)
@@ -143,6 +229,9 @@ def build_parser(service_commands: bool = True) -> argparse.ArgumentParser:
                    help="only runs with this status: " + ", ".join(STATUSES) + " (any case)")
     q.add_argument("--phase", action="append", type=choice(PHASES, "phase"), metavar="PHASE",
                    help="only runs now in this phase: " + ", ".join(PHASES) + " (any case)")
+    q.add_argument("--node", action="append", metavar="NODE",
+                   help="only runs with a pod (in any attempt) bound to this node (repeatable, or comma-separated); "
+                        "list the nodes with: tracker nodes")
     q.add_argument("--since", metavar="WHEN", help="only runs created at or after WHEN: a duration back from now "
                                                    "(2h, 1d) or an ISO-8601 time")
     q.add_argument("--until", metavar="WHEN", help="only runs created before WHEN (a duration or a time)")
@@ -161,12 +250,17 @@ def build_parser(service_commands: bool = True) -> argparse.ArgumentParser:
                    help="order by: " + ", ".join(list(SORT_KEYS)) + " (times: newest first; age, counts and wait: "
                         "largest first; names: A to Z; default: created)")
     q.add_argument("--limit", type=positive, metavar="N", help="at most N runs")
-    q.add_argument("-o", "--output", choices=("table", "wide", "json", "yaml", "name"), default="table",
+    q.add_argument("-o", "--output", type=output(("table", "wide", "json", "yaml", "name")), default="table",
                    metavar="FORMAT",
                    help="table (default: fits the terminal), wide (every column), json or yaml (every field), "
-                        "name (one run id per line)")
+                        "name (one run id per line), jsonpath=TEMPLATE or custom-columns=NAME:.path,... as kubectl "
+                        "(over {\"kind\": \"List\", \"items\": [the runs' json]}; e.g. "
+                        "-o jsonpath='{range .items[*]}{.run_id}{\"\\t\"}{.status}{\"\\n\"}{end}')")
     q.add_argument("--json", dest="output", action="store_const", const="json", help="same as -o json")
-    q.add_argument("--no-headers", action="store_true", help="table and wide: leave out the header line")
+    q.add_argument("--no-headers", action="store_true", help="table, wide and custom-columns: leave out the header "
+                                                             "line")
+    _watch_options(q, "print the table, then a line for each run that is new or changed (-o name: its id; -o "
+                      "json: its object on one line)")
     q.set_defaults(func=cmd_runs, needs_console=False)
 
     au = sub.add_parser("audit", help="retries, resumes, evictions, GPU-hours held and lost, goodput and ETTR, per "
@@ -193,6 +287,24 @@ def build_parser(service_commands: bool = True) -> argparse.ArgumentParser:
     au.add_argument("--json", dest="output", action="store_const", const="json", help="same as -o json")
     au.set_defaults(func=cmd_audit, needs_console=False)
 
+    nd = sub.add_parser("nodes", help="nodes by the failed and evicted pods and runs on them (the bad-node signal)",
+                        description="One row per node the pods were bound to: runs and pods seen there, pods that\n"
+                                    "failed or were evicted, runs that failed (a pod of their last attempt there) or\n"
+                                    "were evicted there, the last failure's time and reason; worst first (most\n"
+                                    "failed pods, then evicted pods, runs failed, runs evicted, latest failure). A\n"
+                                    "pod counts in the window when it was on its node during it.",
+                        epilog=NODES_EPILOG)
+    _index_option(nd)
+    nd.add_argument("--since", metavar="WHEN", help="only pods on their node at or after WHEN: a duration back from "
+                                                    "now (7d, 24h) or an ISO-8601 time (default: every pod)")
+    nd.add_argument("--until", metavar="WHEN", help="only pods bound before WHEN (a duration or a time)")
+    nd.add_argument("--now", metavar="TIME", help="the reference time of --since and --until (ISO-8601; default: "
+                                                  "the current time)")
+    nd.add_argument("-o", "--output", choices=("table", "json"), default="table", metavar="FORMAT",
+                    help="table (default: fits the terminal) or json (every field, with the window)")
+    nd.add_argument("--json", dest="output", action="store_const", const="json", help="same as -o json")
+    nd.set_defaults(func=cmd_nodes, needs_console=False)
+
     s = sub.add_parser("show", help="show one run's timeline, provenance and metrics",
                        description="One run: a bar per phase and attempt on a shared time axis (a live run's\n"
                                    "axis ends now), its checkpoints and the time it lost on the same axis, its\n"
@@ -203,9 +315,12 @@ def build_parser(service_commands: bool = True) -> argparse.ArgumentParser:
     _index_option(s)
     s.add_argument("--now", metavar="TIME", help="end of a live run's time axis (ISO-8601; default: the current "
                                                  "time)")
-    s.add_argument("-o", "--output", choices=("timeline", "json", "yaml"), default="timeline", metavar="FORMAT",
-                   help="timeline (default), or json or yaml in the shape of schemas/history/v5.schema.json")
+    s.add_argument("-o", "--output", type=output(("timeline", "json", "yaml")), default="timeline", metavar="FORMAT",
+                   help="timeline (default), or json or yaml in the shape of schemas/history/v5.schema.json, or "
+                        "jsonpath=TEMPLATE over that document as kubectl "
+                        "(e.g. -o jsonpath='{.attempts[*].end_reason}')")
     s.add_argument("--json", dest="output", action="store_const", const="json", help="same as -o json")
+    _watch_options(s, "print the timeline again (-o json: the document on one line) whenever the run changes")
     s.set_defaults(func=cmd_show, needs_console=False)
 
     cp = sub.add_parser("compare", help="runs side by side: provenance, attempts, evictions, retries, waits, "

@@ -1,49 +1,35 @@
-"""The reader commands of `tracker`: ``runs``, ``audit``, ``show``, ``compare``, ``demo`` and ``completion``: each
-reads through ``tracker.read`` (one ``IndexReader`` per command) and prints.
+"""The reader commands of `tracker`: ``runs``, ``audit``, ``nodes``, ``show``, ``compare``, ``demo`` and
+``completion``: each reads through ``tracker.read`` (one ``IndexReader`` per command) and prints.
 
 Imported by ``tracker.cli.parser`` at start, so at the top this module imports only the standard library; each command
-imports what it uses when it runs (``runs`` imports neither pydantic nor rich: tests/read/test_cli_runs.py).
+imports what it uses when it runs (``runs`` imports neither pydantic nor rich: tests/read/test_cli_runs.py; ``show``
+and ``compare`` no pydantic, and rich only for a table or timeline: tests/read/test_show_light.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tracker.cli.args import (
+    DEMO_CAPTURED_UNTIL,
     DEMO_CAPTURES,
     INDEX_ENV,
-    SHOW_WIDTH_PIPED,
     NotFound,
     UsageError,
     index_path,
-    parse_now,
     parse_when,
+    print_rich,
+    reading_now,
+    run_filter,
     table_width,
 )
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from tracker.read.filters import RunFilter
-
-
-def run_filter(args: argparse.Namespace, now: datetime) -> RunFilter:
-    """The ``RunFilter`` of ``tracker runs``' filter options (``tracker.read.filters.run_filter``, which the web view
-    gives its query string)."""
-    from tracker.read.filters import FILTERS, FilterError
-    from tracker.read.filters import run_filter as filter_of
-
-    values: dict[str, Any] = {name: getattr(args, name.replace("-", "_")) for name in FILTERS if name != "now"}
-    values["all-namespaces"] = args.all_namespaces
-    try:
-        return filter_of(values, now=now)
-    except FilterError as exc:
-        raise UsageError(str(exc)) from None
 
 
 def cmd_runs(args: argparse.Namespace, console: object) -> int:
@@ -51,7 +37,11 @@ def cmd_runs(args: argparse.Namespace, console: object) -> int:
     from tracker.read.runs import FIELDS, render
     from tracker.read.store import RUN_FIELDS, IndexReader
 
-    now = parse_now(args.now) or datetime.now(UTC)
+    if args.watch:
+        from tracker.cli.watching import watch_runs
+
+        return watch_runs(args)
+    now = reading_now(args, index_path(args))
     query = run_filter(args, now)
     namespaces = query.namespaces
     waiting: dict[str, dict[str, Any]] = {}
@@ -60,7 +50,8 @@ def cmd_runs(args: argparse.Namespace, console: object) -> int:
         fields = FIELDS.get(args.output, RUN_FIELDS) + (("message",) if why and args.output == "table" else ())
         runs = reader.runs(query, fields, phase_since=args.output in ("table", "wide"))
         short = reader.short_ids(r.run_id for r in runs) if args.output == "table" else {}
-        if args.output in ("wide", "json", "yaml"):  # what pending runs wait behind (Kueue's queues)
+        if args.output in ("wide", "json", "yaml") or args.output.startswith(("jsonpath=", "custom-columns=")):
+            # what pending runs wait behind (Kueue's queues)
             for run_id, ctx in queue_context(reader, (r.run_id for r in runs if r.data.get("status") == "pending")
                                              ).items():
                 waiting.setdefault(run_id, ctx)
@@ -69,7 +60,7 @@ def cmd_runs(args: argparse.Namespace, console: object) -> int:
         return 0
     text = render(runs, args.output, now=now, width=table_width(), short=short, one_namespace=len(namespaces) == 1,
                   why=why, waiting=waiting)
-    if args.no_headers and args.output in ("table", "wide"):
+    if args.no_headers and (args.output in ("table", "wide") or args.output.startswith("custom-columns=")):
         text = text.split("\n", 1)[1]
     sys.stdout.write(text)
     return 0
@@ -80,7 +71,7 @@ def cmd_audit(args: argparse.Namespace, console: object) -> int:
     from tracker.read.filters import RunFilter
     from tracker.read.store import IndexReader
 
-    now = parse_now(args.now) or datetime.now(UTC)
+    now = reading_now(args, index_path(args))
     since = None if args.since is None else parse_when(args.since, now, flag="--since")
     until = None if args.until is None else parse_when(args.until, now, flag="--until")
     if since is not None and until is not None and until <= since:
@@ -101,11 +92,34 @@ def cmd_audit(args: argparse.Namespace, console: object) -> int:
     return 0
 
 
+def cmd_nodes(args: argparse.Namespace, console: object) -> int:
+    from tracker.read.nodes import nodes, render
+    from tracker.read.store import IndexReader
+
+    now = reading_now(args, index_path(args))
+    since = None if args.since is None else parse_when(args.since, now, flag="--since")
+    until = None if args.until is None else parse_when(args.until, now, flag="--until")
+    if since is not None and until is not None and until <= since:
+        raise UsageError(f"--until ({until.isoformat()}) must be after --since ({since.isoformat()})")
+    with IndexReader(index_path(args)) as reader:
+        rows = nodes(reader, since=since, until=until)
+    if not rows and args.output == "table":
+        sys.stderr.write("No nodes found (no pod in the window was bound to a node).\n")
+        return 0
+    sys.stdout.write(render(rows, output=args.output, since=since, until=until, now=now, width=table_width()))
+    return 0
+
+
 def cmd_show(args: argparse.Namespace, console: object) -> int:
     from tracker.read.queues import queue_context
     from tracker.read.store import IndexQueryError, IndexReader
 
+    if args.watch:
+        from tracker.cli.watching import watch_show
+
+        return watch_show(args)
     path = index_path(args)
+    node_notes: dict[str, str] = {}
     with IndexReader(path) as reader:
         try:
             run_id, note = reader.resolve(args.run)
@@ -114,17 +128,29 @@ def cmd_show(args: argparse.Namespace, console: object) -> int:
         waiting = queue_context(reader, [run_id]).get(run_id)
         resumed_by = reader.resumed_by(run_id)  # the lineage in reverse: the history knows only its own
         history = reader.history(run_id)
+        if history is not None and args.output not in ("json", "yaml") and not args.output.startswith(
+                ("jsonpath=", "custom-columns=")):
+            from tracker.read.nodeinfo import node_info, notes
+            from tracker.read.pods import run_nodes
+
+            node_notes = notes(node_info(reader, run_nodes(history)))  # GPU model, conditions of its nodes
     if history is None:  # deleted between the reads (the reader read again after a writer appeared)
         raise NotFound(f"no run {args.run!r} in {path}")
     if note:
         _note(note)
-    if args.output in ("json", "yaml"):
+    if args.output in ("json", "yaml") or args.output.startswith(("jsonpath=", "custom-columns=")):
         import json
 
-        from tracker.core.model import to_json
+        from tracker.read.history import document
 
-        data = to_json(history)  # the published history schema (schemas/history/v5.schema.json)
-        if args.output == "json":
+        data = document(history)  # the published history schema (schemas/history/v5.schema.json)
+        if args.output.startswith(("jsonpath=", "custom-columns=")):
+            from tracker.read.jsonpath import output_format
+
+            fmt = output_format(args.output, ())
+            sys.stdout.write(fmt.template.render(data) if fmt.template is not None else
+                             fmt.columns.render([data]) if fmt.columns is not None else "")
+        elif args.output == "json":
             sys.stdout.write(json.dumps(data, indent=2) + "\n")
         else:
             import yaml
@@ -133,8 +159,8 @@ def cmd_show(args: argparse.Namespace, console: object) -> int:
         return 0
     from tracker.read.timeline import timeline
 
-    now = parse_now(args.now) or datetime.now(UTC)
-    _print_rich(lambda width: timeline(history, width=width, now=now, resumed_by=resumed_by))
+    now = reading_now(args, path)
+    print_rich(lambda width: timeline(history, width=width, now=now, resumed_by=resumed_by, node_notes=node_notes))
     if waiting:
         from tracker.read.queues import text
 
@@ -152,7 +178,7 @@ def cmd_compare(args: argparse.Namespace, console: object) -> int:
     path = index_path(args)
     from tracker.read.compare import compare_data, compare_table
 
-    histories = []
+    histories, resumed_by = [], {}
     with IndexReader(path) as reader:
         resolved = []
         for ref in args.runs:
@@ -167,7 +193,12 @@ def cmd_compare(args: argparse.Namespace, console: object) -> int:
             if note:
                 _note(note)
             histories.append(history)
-    data = compare_data(histories, parse_now(args.now) or datetime.now(UTC))
+            resumed_by[run_id] = reader.resumed_by(run_id)
+        from tracker.read.nodeinfo import node_info
+        from tracker.read.pods import run_nodes
+
+        nodes = node_info(reader, [n for h in histories for n in run_nodes(h)])  # their GPU models
+    data = compare_data(histories, reading_now(args, path), resumed_by, nodes)
     if args.output == "json":
         import json
 
@@ -177,24 +208,8 @@ def cmd_compare(args: argparse.Namespace, console: object) -> int:
 
         sys.stdout.write(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
     else:
-        _print_rich(lambda width: compare_table(data))
+        print_rich(lambda width: compare_table(data))
     return 0
-
-
-def _print_rich(make: Callable[[int], Any]) -> None:
-    """Print a rich renderable laid out for the terminal; piped, at COLUMNS (or SHOW_WIDTH_PIPED) and with no
-    trailing blanks."""
-    from rich.console import Console
-
-    if sys.stdout.isatty():
-        console = Console()
-        console.print(make(console.width))
-        return
-    width = table_width() or SHOW_WIDTH_PIPED
-    console = Console(width=width, color_system=None, force_terminal=False)
-    with console.capture() as captured:
-        console.print(make(width))
-    sys.stdout.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
 
 
 def _note(message: str) -> None:
@@ -207,7 +222,7 @@ def cmd_demo(args: argparse.Namespace, console: Console) -> int:
     from tracker.read.store import IndexReader
     from tracker.read.timeline import timeline
     from tracker.runtime.replay import replay
-    from tracker.shell.index import ExperimentIndex
+    from tracker.shell.index import RECORDED_UNTIL_KEY, ExperimentIndex
 
     index_path: Path = args.index
     _remove_demo_index(index_path, force=args.force)
@@ -216,7 +231,11 @@ def cmd_demo(args: argparse.Namespace, console: Console) -> int:
     console.rule("[bold]TauGrid tracker demo")
     console.print(f"Replaying the bundled captures of one cluster ({DEMO_CAPTURES}),\n"
                   "through the same bounded pipeline the service uses, into a fresh experiment index.\n")
-    replay(captures=[DEMO_CAPTURES], index_path=index_path, console=console)
+    report = replay(captures=[DEMO_CAPTURES], index_path=index_path, console=console)
+    if report.stopped:  # by a signal: replay said so in one line, and committed what it folded
+        return 128 + report.stopped_by if report.stopped_by else 1
+    with ExperimentIndex(index_path) as index:  # the captures' window ends later than their last change
+        index.set_meta(RECORDED_UNTIL_KEY, DEMO_CAPTURED_UNTIL)
     with IndexReader(index_path) as reader:
         records = reader.records()
         console.print(runs_table(records))
@@ -239,12 +258,12 @@ def cmd_demo(args: argparse.Namespace, console: Console) -> int:
                   f"  export {INDEX_ENV}={index_path}\n"
                   "  tracker runs --status pending\n"
                   "  # stuck before running, in any phase:\n"
-                  "  tracker runs --stuck 30m --now 2026-08-20T13:00:00Z\n"
+                  "  tracker runs --stuck 30m\n"
                   "  tracker runs -n team-a -o wide\n"
                   "  # a run by NAMESPACE/NAME, by its id or the start of its id:\n"
-                  "  tracker show team-a/qwen-rm-5vt2j --now 2026-08-20T13:00:00Z\n"
+                  "  tracker show team-a/qwen-rm-5vt2j\n"
                   "  tracker compare vit-l-9hx4d bert-pt-2c5nw\n"
-                  "  tracker audit --now 2026-08-20T13:00:00Z    # GPU-hours held and lost\n"
+                  "  tracker audit                               # GPU-hours held and lost\n"
                   "  tracker ui                                  # the same in a browser")
     return 0
 
@@ -253,12 +272,29 @@ DEMO_MARK = "created_by_demo"  # meta key: the demo made this index, so a later 
 
 
 def _remove_demo_index(path: Path, force: bool) -> None:
-    """Delete the index a previous demo made (never one it did not make, unless ``force``)."""
-    from tracker.read.store import IndexReader
-    from tracker.shell.index_schema import IndexSchemaError
+    """Delete the index a previous demo made (never one it did not make, unless ``force``), holding its writer role
+    (``shell.index_lock``): an index another writer holds is never deleted; the demo refuses at once in one line
+    (``WriterBusy``, exit 75)."""
+    from tracker.shell.index_lock import WriterLock
 
     if not path.exists():
         return
+    lock = WriterLock(path, wait_s=0)
+    try:
+        lock.acquire()
+    except OSError as exc:
+        raise UsageError(f"cannot replace {path}: cannot take its writer lock {lock.path}: {exc.strerror or exc}") \
+            from None
+    try:
+        _remove_unlocked(path, force)
+    finally:
+        lock.release()
+
+
+def _remove_unlocked(path: Path, force: bool) -> None:
+    from tracker.read.store import IndexReader
+    from tracker.shell.index_schema import IndexSchemaError
+
     if not force:
         try:
             with IndexReader(path) as reader:

@@ -1,5 +1,7 @@
 """The ``tracker ui`` command: its options, the start-up checks (one line and exit 2 when the index cannot be read or
-the address cannot be bound), and a graceful stop on SIGTERM or SIGINT (a second signal ends the process at once).
+the address cannot be bound), and a graceful stop on SIGTERM or SIGINT: exit 0 within ``Limits.stop_grace_s`` (3 s)
+and a fraction of a second (new connections refused at once, idle ones closed, requests in flight and heads begun
+given the grace, then cut); a second signal ends the process at once, killed by it.
 
 Imported by ``tracker.cli.parser`` at start: standard library and ``tracker.cli.args`` only at the top; the server
 and the pages are imported when the command runs.
@@ -14,11 +16,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from tracker.cli.args import DEFAULT_INDEX, INDEX_ENV, UsageError, index_path, parse_duration, parse_now
+from tracker.cli.args import DEFAULT_INDEX, INDEX_ENV, UsageError, index_path, parse_duration, parse_now, recorded_now
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8321
 DEFAULT_STUCK_AFTER = "30m"
+DEFAULT_WORKERS = 8  # tracker.ui.connections.Limits.workers: requests answered at once
+DEFAULT_MAX_CONNECTIONS = 2_048  # Limits.max_connections: connections open at once (more: a 503 at once)
+MAX_WORKERS = 256
+MAX_CONNECTIONS = 65_536
+SPARE_FDS = 64  # file descriptors kept beside the connections (the index, logs, the workers' SQLite files)
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 UI_EPILOG = f"""\
@@ -54,6 +61,13 @@ def add_ui_command(sub: Any) -> None:
     u.add_argument("--now", metavar="TIME",
                    help="the reference time of every page (ISO-8601; default: the current time; a page's now=TIME "
                         "overrides it)")
+    u.add_argument("--workers", type=_bounded(1, MAX_WORKERS), default=DEFAULT_WORKERS, metavar="N",
+                   help=f"threads answering requests (default: {DEFAULT_WORKERS}, at most {MAX_WORKERS}); a request "
+                        "waits in a queue of 256 when all are busy, a 503 with Retry-After when it is full")
+    u.add_argument("--max-connections", type=_bounded(1, MAX_CONNECTIONS), default=DEFAULT_MAX_CONNECTIONS,
+                   metavar="N",
+                   help=f"connections open at once (default: {DEFAULT_MAX_CONNECTIONS:,}); more are answered 503 at "
+                        "once. The soft limit of open files is raised to fit, up to the hard limit")
     u.add_argument("--log-format", choices=("console", "json"), default="console",
                    help="the request log on stderr: console (default) or json lines")
     u.set_defaults(func=cmd_ui, needs_console=False)
@@ -65,6 +79,29 @@ def _port(text: str) -> int:
     return int(text)
 
 
+def _bounded(low: int, high: int) -> Any:
+    def parse(text: str) -> int:
+        if not text.isdigit() or not low <= int(text) <= high:
+            raise argparse.ArgumentTypeError(f"must be a whole number from {low} to {high:,}, got {text[:32]!r}")
+        return int(text)
+    return parse
+
+
+def _fit_open_files(wanted: int) -> int:
+    """Raise the soft limit of open files to ``wanted`` (up to the hard limit); the limit it has then."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError):
+            pass
+    return wanted if soft == resource.RLIM_INFINITY else soft
+
+
 def cmd_ui(args: argparse.Namespace, console: object) -> int:
     import sqlite3
 
@@ -74,11 +111,12 @@ def cmd_ui(args: argparse.Namespace, console: object) -> int:
     from tracker.read.filters import RunFilter
     from tracker.read.store import IndexReader
     from tracker.runtime.ops import configure_logging
+    from tracker.ui.connections import Limits
     from tracker.ui.server import App, UiServer, allowed_hosts, serve_until
 
     path = index_path(args)
     parse_duration(args.stuck_after)  # a bad duration: one line, exit 2
-    now = parse_now(args.now)
+    now = parse_now(args.now) or recorded_now(path)  # a recording is read as of the latest time it holds
     try:
         with IndexReader(path) as reader:
             reader.runs(RunFilter(limit=1), ("run_id",), phase_since=False)
@@ -90,8 +128,15 @@ def cmd_ui(args: argparse.Namespace, console: object) -> int:
     log = structlog.get_logger("tracker.ui")
     hosts = allowed_hosts(args.host, args.allowed_host)
     app = App(index=path, hosts=hosts, stuck_after=args.stuck_after, clock=lambda: datetime.now(UTC), now=now)
+    open_files = _fit_open_files(args.max_connections + args.workers + SPARE_FDS)
+    max_connections = min(args.max_connections, open_files - args.workers - SPARE_FDS)
+    if max_connections < 1:
+        raise UsageError(f"too few open files allowed ({open_files}, ulimit -n) for {args.workers} workers")
+    if max_connections < args.max_connections:
+        log.warning("ui_max_connections_lowered", max_connections=max_connections, open_files_limit=open_files)
+    limits = Limits(workers=args.workers, max_connections=max_connections)
     try:
-        server = UiServer(args.host, args.port, app)
+        server = UiServer(args.host, args.port, app, limits=limits)
     except OSError as exc:
         raise UsageError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
     stop = threading.Event()
@@ -105,7 +150,8 @@ def cmd_ui(args: argparse.Namespace, console: object) -> int:
         stop.set()
 
     previous = {sig: signal.signal(sig, on_signal) for sig in STOP_SIGNALS}
-    log.info("ui_serving", url=server.url, index=str(path), allowed_hosts=sorted(hosts))
+    log.info("ui_serving", url=server.url, index=str(path), allowed_hosts=sorted(hosts), workers=limits.workers,
+             max_connections=limits.max_connections)
     try:
         serve_until(server, stop)
     finally:

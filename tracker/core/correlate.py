@@ -54,9 +54,7 @@ def link(obj: dict[str, Any]) -> Link | None:
     kind = obj.get("kind")
     meta = x.obj_at(obj, "metadata")
     if kind in ROOT_KINDS:
-        uid = x.str_at(meta, "uid")
-        if not uid:
-            raise x.Malformed("metadata.uid is missing")
+        uid = x.uid_of(meta)
         owner = x.controller_owner(meta)
         if kind == "Job" and owner is not None and owner[0] == "RayJob":
             return Link("Job", uid, None, owner[1], submitter=True)

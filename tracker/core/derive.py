@@ -39,7 +39,7 @@ the rule tables of steps 1, 3, 4 and 5, with the functions their rows name, are 
    controllers disagree by a little).
 5. **Run record**: the status of an unfinished run (running once it is in ``RUNNING_PHASES`` and a container of
    its current attempt started, else pending), why it waits (``WAIT_RULES``), counts, and provenance
-   (``_record``, below).
+   (``_record``, below; what ran, its images, entrypoint and hyperparameters: ``tracker.core.provenance``).
 
 Each table is ordered and holds the rules of one decision; a reader can check each row against lifecycle.md
 (§1.7 for Kueue, §2 for Jobs, §3 for Pods, §4 for KubeRay, §7 for the mapping to the seven phases).
@@ -53,7 +53,7 @@ from dataclasses import replace
 from itertools import pairwise
 from typing import Any
 
-from tracker.core import gpu
+from tracker.core import gpu, provenance
 from tracker.core.derive_attempts import (
     EVICTION_NOT_OBSERVED,
     RAYJOB_RETRY,
@@ -322,6 +322,7 @@ def _record(run: _Run, intake: _Intake, final: _Final | None, attempts_out: list
     prov = intake.prov
     ann = r.annotations
     input_refs = [x for x in ann.get(ANN_INPUT_REFS, "").split(",") if x] or prov.get("input_refs") or []
+    images, entrypoint = provenance.merged(r.workload, prov.get("image"), prov.get("entrypoint"))  # what ran
     waiting = pending if pending and final is None and cur and cur.admitted_at is None else None
     pending_s_by: dict[str, float] = {}
     for att in attempts_out:
@@ -354,6 +355,8 @@ def _record(run: _Run, intake: _Intake, final: _Final | None, attempts_out: list
         pending_category=open_span.category if open_span else None,
         pending_since=open_span.start if open_span else None,
         quota_reserved_at=queued_cur.quota_reserved_at if queued_cur else None,
+        images=list(images), entrypoint=entrypoint, hyperparameters=prov.get("hyperparameters") or {},
+        hyperparameters_omitted=prov.get("hyperparameters_omitted") or 0,
     )
 
 

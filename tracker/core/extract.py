@@ -3,6 +3,12 @@
 Every function here is pure apart from mutating the RunFacts it is given. Objects are plain dicts as a
 watch or ``kubectl -o json`` returns them. A missing optional field is fine; a structurally wrong one
 raises ``Malformed`` with the reason, before anything is merged.
+
+This is where the objects' text enters the tracker's facts, so this is where it is redacted
+(``tracker.core.redact``, README "What is redacted"): every free-text field is read with ``text_at`` (messages,
+reasons, an Event's note, eviction causes), annotations with ``redact.annotation`` and labels with
+``redact.label``. Whatever the reducer keeps, publishes or stores (histories, run-state, the index, ADX rows, the
+pages) is made of these facts and never sees the text as the object had it.
 """
 
 from __future__ import annotations
@@ -10,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from tracker import errors
+from tracker.core import provenance
 from tracker.core.facts import (
     EventFacts,
     PodEnd,
@@ -23,6 +30,7 @@ from tracker.core.facts import (
 )
 from tracker.core.gpu import DEFAULT_ACCELERATORS, Accelerators, pod_gpus
 from tracker.core.model import LABEL_QUEUE, TAUGRID_ANNOTATION_PREFIX
+from tracker.core.redact import annotation, label, redact_inline
 from tracker.core.timefmt import BadTimestamp, in_range, ts
 
 
@@ -71,6 +79,20 @@ def str_at(obj: dict[str, Any], key: str) -> str:
     return v
 
 
+def text_at(obj: dict[str, Any], key: str) -> str:
+    """A free-text string (a message, a reason) as ``str_at`` reads it, with the secrets in it redacted."""
+    return redact_inline(str_at(obj, key))
+
+
+_CUT_READ = 4  # a text cut to N characters is redacted over its first 4*N: a secret the cut splits is still seen
+
+
+def cut_text(text: str, limit: int) -> str:
+    """A free text kept to ``limit`` characters, redacted before it is cut (so that the cut never leaves the start of
+    a secret that is no longer recognisable); what lies past ``4 * limit`` characters is not read."""
+    return redact_inline(text[:_CUT_READ * limit])[:limit]
+
+
 _TS_CACHE: dict[str, int] = {}
 _TS_CACHE_MAX = 200_000
 
@@ -111,6 +133,14 @@ def int_at(obj: dict[str, Any], key: str, default: int = 0) -> int:
     raise Malformed(f"{key} is out of the 32-bit integer range")
 
 
+def uid_of(meta: dict[str, Any]) -> str:
+    """An object's ``metadata.uid``; Malformed when it is missing or empty (every object the reducer keeps has one)."""
+    uid = str_at(meta, "uid")
+    if not uid:
+        raise Malformed("metadata.uid is missing")
+    return uid
+
+
 def resource_version(meta: dict[str, Any]) -> int | None:
     """``metadata.resourceVersion`` as an integer: etcd's revision, which it is in practice, so a larger one is a
     later version of the object. None when it is absent or not an integer (opaque, as the API allows): then the
@@ -132,7 +162,7 @@ def conditions(status: dict[str, Any]) -> list[tuple[str, str, str, int, str]]:
         ltt = time_at(c, "lastTransitionTime")
         if ltt is None:
             continue
-        out.append((str_at(c, "type"), str_at(c, "status"), str_at(c, "reason"), ltt, str_at(c, "message")))
+        out.append((str_at(c, "type"), str_at(c, "status"), text_at(c, "reason"), ltt, text_at(c, "message")))
     return out
 
 
@@ -188,12 +218,13 @@ def merge_root(r: RunFacts, kind: str, etype: str, obj: dict[str, Any]) -> None:
     r.created = _min(r.created, created)
     if newer(rv, r.root_rv):  # the newest version's labels, annotations and size
         r.root_rv = rv
-        r.labels = {k: v for k, v in labels.items() if isinstance(v, str)}
+        r.labels = {k: label(k, v) for k, v in labels.items() if isinstance(v, str)}
         # only TauGrid's own annotations (provenance the history reports): others may hold anything, e.g. a
         # kubectl last-applied-configuration with env values, and facts are persisted (run-state, index)
-        r.annotations = {k: v for k, v in annotations.items()
+        r.annotations = {k: annotation(k, v) for k, v in annotations.items()
                          if isinstance(v, str) and k.startswith(TAUGRID_ANNOTATION_PREFIX)}
         r.expected_pods = max(1, expected)
+        r.workload = provenance.workload(kind, spec)  # what ran: images, entrypoint (redacted, bounded)
     r.job_failed = max(r.job_failed, failed)
     for ctype, cstatus, reason, ltt, msg in conds:
         r.cond(r.job_conds, r.job_conds_rv, (ctype, cstatus, reason, ltt), msg, rv)
@@ -259,7 +290,8 @@ def rayjob_status(status: dict[str, Any]) -> RayStatus | None:
     outcome = None
     if jds in TERMINAL_RAY:
         end = time_at(status, "endTime") or time_at(info, "endTime") or -1
-        outcome = RayOutcome(end, jds, str_at(status, "jobStatus"), str_at(status, "reason"), str_at(status, "message"))
+        outcome = RayOutcome(end, jds, text_at(status, "jobStatus"), text_at(status, "reason"),
+                             text_at(status, "message"))
     return start, cluster, failed, app_started, outcome
 
 
@@ -291,7 +323,7 @@ def merge_workload(r: RunFacts, etype: str, obj: dict[str, Any]) -> None:
     for e in list_at(obj_at(status, "schedulingStats"), "evictions"):
         if not isinstance(e, dict):
             raise Malformed("schedulingStats.evictions[] must be objects")
-        evictions.append((f"{str_at(e, 'reason')}\x1f{str_at(e, 'underlyingCause')}", int_at(e, "count")))
+        evictions.append((f"{text_at(e, 'reason')}\x1f{text_at(e, 'underlyingCause')}", int_at(e, "count")))
     created = time_at(meta, "creationTimestamp")
     queue = str_at(spec, "queueName")
     # read whatever the run already knows, so that whether this record is a dead letter never depends on
@@ -338,7 +370,7 @@ def admission_checks(status: dict[str, Any]) -> list[tuple[str, str, int, str]]:
         ltt = time_at(c, "lastTransitionTime")
         if not name or not state or ltt is None:
             raise Malformed("status.admissionChecks[] needs name, state and lastTransitionTime")
-        out.append((name, state, ltt, str_at(c, "message")))
+        out.append((name, state, ltt, text_at(c, "message")))
     return out
 
 
@@ -349,9 +381,7 @@ def merge_pod(r: RunFacts, obj: dict[str, Any], owner_uid: str | None,
     meta = obj_at(obj, "metadata")
     spec = obj_at(obj, "spec")
     status = obj_at(obj, "status")
-    uid = str_at(meta, "uid")
-    if not uid:
-        raise Malformed("metadata.uid is missing")
+    uid = uid_of(meta)
     rv = resource_version(meta)
     labels = obj_at(meta, "labels")
     created = time_at(meta, "creationTimestamp")
@@ -389,9 +419,9 @@ def merge_pod(r: RunFacts, obj: dict[str, Any], owner_uid: str | None,
             finished_at = _max(finished_at, time_at(term, "finishedAt"))
             code = int_at(term, "exitCode")
             if code != 0 and fail is None:
-                fail = (str_at(term, "reason") or "Error", code, str_at(term, "message"))
+                fail = (text_at(term, "reason") or "Error", code, text_at(term, "message"))
         if wait and str_at(wait, "reason") not in ("", "ContainerCreating", "PodInitializing"):
-            waiting = str_at(wait, "reason")
+            waiting = text_at(wait, "reason")
     delete_req = deletion_requested(meta)
     try:
         gpus = pod_gpus(spec, accelerators)
@@ -404,7 +434,7 @@ def merge_pod(r: RunFacts, obj: dict[str, Any], owner_uid: str | None,
         at = finished_at or delete_req or ready_false
         if at is not None:
             if phase == "Failed":
-                reason, code, msg = fail or (str_at(status, "reason") or "Failed", -1, str_at(status, "message"))
+                reason, code, msg = fail or (text_at(status, "reason") or "Failed", -1, text_at(status, "message"))
             else:
                 reason, code, msg = "Completed", 0, ""
             finished = PodEnd(at, phase, reason, code, msg)
@@ -467,6 +497,6 @@ def merge_event(r: RunFacts, obj: dict[str, Any], involved: dict[str, Any]) -> N
     if first is None or last is None:
         raise Malformed("event has no timestamp (firstTimestamp, eventTime or creationTimestamp)")
     count = int_at(obj, "count", 0) or int_at(series, "count", 0) or int_at(obj, "deprecatedCount", 0) or 1
-    message = str_at(obj, "message") or str_at(obj, "note")
-    r.event(uid, EventFacts(str_at(obj, "reason"), str_at(obj, "type"), message[:1024], str_at(involved, "kind"),
+    message = cut_text(str_at(obj, "message") or str_at(obj, "note"), 1024)
+    r.event(uid, EventFacts(text_at(obj, "reason"), str_at(obj, "type"), message, str_at(involved, "kind"),
                             str_at(involved, "name"), first, last, count))

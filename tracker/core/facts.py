@@ -385,6 +385,7 @@ class RunFacts:
     expected_pods: int = 1
     root_deleted: int | None = None  # time of deletion (or the last time known) once DELETED is seen
     root_rv: int | None = None  # resourceVersion of the root version labels, annotations, expected_pods are from
+    workload: tuple[tuple[str, ...], str | None] | None = None  # that version's (images, entrypoint): provenance
     job_conds: CondFacts = field(default_factory=dict)
     job_conds_rv: CondVersions = field(default_factory=dict)
     job_failed: int = 0
@@ -516,7 +517,7 @@ class RunFacts:
             "metrics": {k: [list(m.first), list(m.latest), m.lo, m.hi, m.points]
                         for k, m in self.metrics.items()},
             "checkpoint": self.checkpoint, "points": self.points.to_json(),
-            "steps": self.steps.to_json(), "ckpts": self.ckpts.to_json(),
+            "steps": self.steps.to_json(), "ckpts": self.ckpts.to_json(), "workload": self.workload,
         }
         if not pods:
             del doc["pods"]
@@ -551,6 +552,7 @@ class RunFacts:
         r.points = MetricPoints.from_json(d.get("points"))
         r.steps = StepTrail.from_json(d.get("steps"))  # older snapshots: none (the ledger then says "accounting")
         r.ckpts = Checkpoints.from_json(d.get("ckpts"))
+        r.workload = (tuple(w[0]), w[1]) if (w := d.get("workload")) else None  # older snapshots: none
         return r
 
 

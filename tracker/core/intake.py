@@ -2,7 +2,8 @@
 
 pydantic models (they cross a process boundary, and ``schemas/intake/v2.schema.json`` is generated from them:
 ``tracker.schemas``); the reducer validates each as it folds it (``IntakeEnvelope``) and dead-letters what does not
-validate. A v1 event is read as it is; v2 added checkpoint saves and restores and resumption.
+validate. A v1 event is read as it is; v2 added checkpoint saves and restores and resumption, and later (compatibly:
+optional fields) a Rendering event's image, entrypoint and hyperparameters.
 ``tracker.core.model`` re-exports every name here.
 """
 
@@ -14,6 +15,9 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 URI_MAX = 2048  # characters of a checkpoint URI
+# a hyperparameter's value: a JSON scalar (a string of at most 64 KiB, a finite number, a boolean, null)
+Hyperparameter = Annotated[str, Field(max_length=65536)] | bool | Annotated[int, Field(ge=-(2**63), le=2**63 - 1)] \
+    | Annotated[float, Field(allow_inf_nan=False)] | None
 
 
 class _Intake(BaseModel):
@@ -54,6 +58,15 @@ class RenderingEvent(_Intake):
     output_uri: str | None = Field(default=None, description="storage.output location of the run.")
     reason: str | None = None
     message: str | None = Field(default=None, max_length=4096)
+    # what ran (tracker.core.provenance; added to v2 compatibly: optional, and an event without them is as before)
+    image: str | None = Field(default=None, max_length=4096, description="The container image rendered.")
+    entrypoint: str | None = Field(default=None, max_length=65536, description=(
+        "The command line rendered (command and args joined shell-style, or a RayJob's entrypoint)."))
+    hyperparameters: dict[Annotated[str, Field(min_length=1, max_length=1024)], Hyperparameter] | None = Field(
+        default=None, max_length=4096, description=(
+            "The run's hyperparameters as a flat map of scalars (nested config flattened by the sender, e.g. "
+            "optim.lr). The tracker keeps the first 64 keys in key order and cuts string values at 256 characters; "
+            "a value under a secret-looking key is kept as [redacted]."))
 
 
 class ProgressEvent(_Intake):

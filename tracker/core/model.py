@@ -3,6 +3,12 @@ here), what goes out (history rows).
 
 Everything here is a plain value: pydantic v2 models for anything that crosses a process boundary, so
 that the JSON Schemas under ``schemas/`` are generated from exactly these classes.
+
+Importing this module does not import pydantic (``tracker show`` and ``compare`` build these rows from the index with
+the standard library and start without it, issue 28): the history rows are dataclasses whose pydantic annotations
+(``Field``) are strings until ``adapter`` first builds a pydantic adapter, which puts ``Field`` in this module's
+namespace for pydantic to resolve them; the pydantic models re-exported here (the intake events, ``DeadLetter``, which
+lives in ``tracker.core.dead_letter``) are imported on first use (the module's ``__getattr__``).
 """
 
 from __future__ import annotations
@@ -10,21 +16,38 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from dataclasses import field as dc_field
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, Any, Literal, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar, cast, overload
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
+if TYPE_CHECKING:
+    from pydantic import ConfigDict, Field, TypeAdapter
 
-# re-exported: the intake events live in tracker.core.intake
-from tracker.core.intake import URI_MAX as URI_MAX
-from tracker.core.intake import CheckpointRestoreEvent as CheckpointRestoreEvent
-from tracker.core.intake import CheckpointSaveEvent as CheckpointSaveEvent
-from tracker.core.intake import IntakeEnvelope as IntakeEnvelope
-from tracker.core.intake import IntakeEvent as IntakeEvent
-from tracker.core.intake import ProgressEvent as ProgressEvent
-from tracker.core.intake import RenderingEvent as RenderingEvent
-from tracker.core.intake import ResolutionEvent as ResolutionEvent
-from tracker.core.intake import ResumeEvent as ResumeEvent
-from tracker.core.redact import redact_inline, redact_text
+    # re-exported: the intake events live in tracker.core.intake, the dead letter in tracker.core.dead_letter
+    from tracker.core.dead_letter import EXCERPT_MAX as EXCERPT_MAX
+    from tracker.core.dead_letter import DeadLetter as DeadLetter
+    from tracker.core.intake import URI_MAX as URI_MAX
+    from tracker.core.intake import CheckpointRestoreEvent as CheckpointRestoreEvent
+    from tracker.core.intake import CheckpointSaveEvent as CheckpointSaveEvent
+    from tracker.core.intake import IntakeEnvelope as IntakeEnvelope
+    from tracker.core.intake import IntakeEvent as IntakeEvent
+    from tracker.core.intake import ProgressEvent as ProgressEvent
+    from tracker.core.intake import RenderingEvent as RenderingEvent
+    from tracker.core.intake import ResolutionEvent as ResolutionEvent
+    from tracker.core.intake import ResumeEvent as ResumeEvent
+else:
+    # The names re-exported from modules that import pydantic, imported when first asked for.
+    _LAZY = {"DeadLetter": "tracker.core.dead_letter", "EXCERPT_MAX": "tracker.core.dead_letter", **dict.fromkeys(
+        ("URI_MAX", "CheckpointRestoreEvent", "CheckpointSaveEvent", "IntakeEnvelope", "IntakeEvent", "ProgressEvent",
+         "RenderingEvent", "ResolutionEvent", "ResumeEvent"), "tracker.core.intake")}
+
+    def __getattr__(name: str) -> Any:
+        module = _LAZY.get(name)
+        if module is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        import importlib
+
+        value = getattr(importlib.import_module(module), name)
+        globals()[name] = value
+        return value
 
 # re-exported: the vocabulary lives in tracker.core.vocab (standard library only)
 from tracker.core.vocab import ANN_CONFIG_DIGEST as ANN_CONFIG_DIGEST
@@ -90,7 +113,7 @@ def iso(ts_us: int | None) -> str | None:
 # annotations) and validates them where they come in from outside (``load``: the transitions topic, the index).
 # The reducer's own output is correct by construction and is not validated again.
 
-_FORBID = ConfigDict(extra="forbid")
+_FORBID: ConfigDict = {"extra": "forbid"}  # a ConfigDict (a TypedDict: a dict)
 _LOST_BY = ("lost_gpu_hours by reason (PodFailure, PodEvicted, Preempted, PodsReadyTimeout, Evicted, RayJobRetry, "
             "RunFailed).")
 _EVICTIONS_BY = ("evictions by reason, summing to evictions: each attempt ended by a Kueue eviction that the next "
@@ -324,6 +347,14 @@ class ResumeLink:
     resume_of: str
 
 
+_IMAGES = ("Container images it ran, distinct, in order: the root object's (a Job's containers; a RayJob's head, then "
+           "worker groups), then the Rendering intake event's when it differs (at most 8).")
+_ENTRYPOINT = ("What it ran: the Job's first container's command and args joined shell-style, or the RayJob's "
+               "entrypoint (else the Rendering event's); secrets redacted, at most 2048 characters.")
+_HYPER = ("The Rendering intake event's hyperparameters: the first 64 keys in key order, string values cut at 256 "
+          "characters, a value under a secret-looking key [redacted].")
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunRecord:
     """The current summary of a run. Keyed by run_id."""
@@ -400,51 +431,14 @@ class RunRecord:
         description="The checkpoint this run resumed from (a Resume event's, else its first restore's URI).")
                             ] = None
     checkpoints_saved: Annotated[int, Field(ge=0, description="Checkpoints it saved (completed).")] = 0
+    # what ran (tracker.core.provenance: where each comes from, the bounds, the redaction); empty before they existed
+    images: Annotated[list[str], Field(description=_IMAGES)] = dc_field(default_factory=list)
+    entrypoint: Annotated[str | None, Field(description=_ENTRYPOINT)] = None
+    hyperparameters: Annotated[dict[str, str | int | float | bool | None], Field(description=_HYPER)
+                               ] = dc_field(default_factory=dict)
+    hyperparameters_omitted: Annotated[int, Field(ge=0, description="Hyperparameters left out (past the first 64).")
+                                       ] = 0
 
-
-EXCERPT_MAX = 2048  # characters of a dead letter's excerpt
-
-
-class DeadLetter(BaseModel):
-    """An input the tracker could not use, with the reason. Nothing else is affected.
-
-    It keeps what identifies the record and never a secret: whoever makes one, the excerpt and the detail are
-    redacted when it is made (``tracker.core.redact``: values of secret-looking keys, environment variable values,
-    token-like annotation values, credentials inside text), and the identity is read from the excerpt when it is
-    not given."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    source: str = Field(description="Where the record was: path:line of a capture, topic/partition@offset, a watch.")
-    reason: str
-    detail: str = ""
-    identity: dict[str, str] = Field(
-        default_factory=dict,
-        description="What identifies the record, as far as it could be read: kind, apiVersion, namespace, name, uid, "
-                    "resourceVersion of an object; kind, run_id, event_id of an intake event.")
-    excerpt: str = Field(default="", max_length=EXCERPT_MAX,
-                         description="The record's JSON (or the text that did not parse), redacted, cut at 2048 "
-                                     "characters.")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _redact(cls, data: Any) -> Any:
-        if not isinstance(data, dict):
-            return data
-        data = dict(data)
-        given = data.get("identity")
-        if isinstance(given, dict) and given:
-            data["identity"] = {str(k): redact_inline(str(v)) for k, v in given.items()}
-        excerpt = data.get("excerpt")
-        if isinstance(excerpt, str):
-            red = redact_text(excerpt)
-            data["excerpt"] = red.text[:EXCERPT_MAX]
-            if not given:
-                data["identity"] = red.identity  # redacted already
-        for name in ("detail", "reason"):
-            if isinstance(data.get(name), str):
-                data[name] = redact_inline(data[name])
-        return data
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -552,6 +546,10 @@ def adapter(cls: type[_T]) -> TypeAdapter[_T]:
     """The pydantic adapter of a row class (built once, on first use: readers that never validate never pay)."""
     found = _ADAPTERS.get(cls)
     if found is None:
+        from pydantic import Field, TypeAdapter
+
+        # the rows' annotations name Field (strings until pydantic resolves them in this module's namespace)
+        globals()["Field"] = Field
         found = _ADAPTERS[cls] = TypeAdapter(cls)
     return cast("TypeAdapter[_T]", found)
 

@@ -42,6 +42,7 @@ from tracker.core.derive_attempts import _Att, is_deactivation
 from tracker.core.derive_pods import AttemptPods
 from tracker.core.facts import RunFacts
 from tracker.core.model import AdmissionStep, PendingCategory, PendingSpan, utc
+from tracker.core.vocab import span_key as span_key  # re-exported (defined there for the readers)
 
 Cat = PendingCategory
 
@@ -81,11 +82,6 @@ class AttemptPending(NamedTuple):
     by: dict[str, float]  # seconds of the ended spans by key (``span_key``)
     reserved: int | None  # the last quota reservation of its Admission
     check: tuple[str, str, str] | None  # the check it waits for now: (name, state, message), if it waits for one
-
-
-def span_key(category: str, detail: str) -> str:
-    """The key a span's seconds are summed under: its category; an admission check's by its name."""
-    return f"{category}:{detail}" if category == Cat.ADMISSION_CHECK and detail else category
 
 
 # events of the sweep, in the order they apply at the same time

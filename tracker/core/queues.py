@@ -221,7 +221,7 @@ def _active(status: dict[str, Any]) -> tuple[bool | None, str, str]:
         if not isinstance(c, dict):
             raise x.Malformed("status.conditions[] must be objects")
         if x.str_at(c, "type") == "Active":
-            return _bool_status(x.str_at(c, "status")), x.str_at(c, "reason"), x.str_at(c, "message")[:1024]
+            return _bool_status(x.str_at(c, "status")), x.text_at(c, "reason"), x.cut_text(x.str_at(c, "message"), 1024)
     return None, "", ""
 
 
@@ -291,9 +291,7 @@ def extract_queue(etype: str, obj: dict[str, Any]) -> QueueState:
     kind = obj.get("kind")
     key = queue_key(obj)
     meta = x.obj_at(obj, "metadata")
-    uid = x.str_at(meta, "uid")
-    if not uid:
-        raise x.Malformed("metadata.uid is missing")
+    uid = x.uid_of(meta)
     spec = x.obj_at(obj, "spec")
     status = x.obj_at(obj, "status")
     rv = x.resource_version(meta)

@@ -1,22 +1,52 @@
-"""Redaction: what the tracker keeps of an input it could not use, and what it says about bad settings.
+"""Redaction: the one policy for every text the tracker shows, and what it keeps of an input it could not use.
 
-Pure functions (no I/O, no clock). A dead letter keeps what identifies its record (kind, namespace, name, uid,
-resourceVersion; an intake event's kind, run_id and event_id) and the reason; every value that may be a secret is
-replaced by ``[redacted]``:
+Pure functions (no I/O, no clock), deterministic and idempotent (``redact_inline(redact_inline(t)) ==
+redact_inline(t)``). README "What is redacted" is the policy in short; this is where it is applied:
+
+- where an object's text enters the tracker's facts (``tracker.core.extract``: ``text_at``, ``cut_text``,
+  ``annotation``, ``label``; ``tracker.core.queues``; the reducer's intake events, ``redact_value``), so that
+  histories, run-state, the index, ADX rows, the Kafka records and the pages only ever see redacted text;
+- where an object is slimmed (``tracker.shell.slim``: ``redact_object``, ``redact_intake``), so that the objects
+  the watcher publishes and checkpoints, and the records a replay folds and the reducer holds, carry none either;
+- in every log line (``tracker.runtime.ops.redact_log``) and every dead letter (``DeadLetter``, ``redact_text``).
+
+Inside any text (``redact_inline``) the secret is replaced by ``[redacted]``, what names it is kept:
+
+- ``name=value`` / ``name: value`` / ``--name value`` where the name looks secret (``password``, ``passwd``,
+  ``pwd``, ``secret``, ``token``, ``access_token``, ``credential``, ``auth``, ``api_key``, ``access_key``,
+  ``AccountKey`` (a storage connection string), ``private_key``, ``cookie``, ``session``, ``signature``, ...);
+- signed-URL signatures: ``?sig=`` / ``&sig=`` (an Azure SAS), ``signature=``, ``X-Amz-Signature=``,
+  ``X-Goog-Signature=``, ``code=``;
+- the password of a URL (``scheme://user:password@host``);
+- ``Bearer``/``Basic`` credentials (``Authorization: Bearer ...``);
+- JWTs (``eyJ...`` dot-separated) and well-known token shapes: AWS access key ids (``AKIA``/``ASIA``), GitHub
+  (``ghp_``, ``gho_``, ``ghu_``, ``ghs_``, ``ghr_``), Slack (``xoxb-`` ...), ``sk-`` and GitLab (``glpat-``) tokens.
+
+Ordinary text is left alone: reasons (``Preempted``, ``OOMKilled``), names, image tags, paths, URLs without
+credentials. Which fields are free text: messages, reasons, an Event's note, eviction causes (``TEXT_KEYS``), the
+values of annotations (whole ``[redacted]`` under a secret-looking key or when token-like, but TauGrid's digest
+and reference annotations), of labels (but the ones that identify objects, ``IDENTITY_LABELS``), an intake event's
+messages, reasons and URLs (``INTAKE_TEXT_KEYS``), a root's images and command lines (``COMMAND_KEYS``: the argument
+after a secret-looking flag too, ``redact_argv``) and an intake event's image, entrypoint and hyperparameters (a value
+under a secret-looking key whole, ``redact_hyperparameter``). Names, uids, times, counts are identities and kept.
+
+A dead letter keeps what identifies its record (kind, namespace, name, uid, resourceVersion; an intake event's
+kind, run_id and event_id) and the reason; besides the above, every value that may be a secret is replaced by
+``[redacted]``:
 
 - the value of any key that looks secret (``password``, ``token``, ``secret``, ``key``, ``credential``, ``auth``,
   ``cookie``, ``signature``, ... in its name), whole, including what is nested in it;
 - environment variable values (``env[].value`` of every container), a top-level object's ``data``,
   ``stringData`` and ``binaryData`` (a Secret's or ConfigMap's contents);
 - annotation values that look like tokens (long, no spaces, letters and digits); an annotation holding JSON (such
-  as ``kubectl.kubernetes.io/last-applied-configuration``, which repeats the whole object) is redacted inside;
-- inside any text: ``name=value`` / ``name: value`` / ``--name value`` where the name looks secret, the password
-  of a URL (``scheme://user:password@``), ``Bearer``/``Basic`` credentials, JWTs, signed-URL signatures and a few
-  well-known token shapes.
+  as ``kubectl.kubernetes.io/last-applied-configuration``, which repeats the whole object) is redacted inside.
 
 ``redact_text`` works on JSON text that may be cut short or not be JSON at all (a line that did not parse): it reads
 it as a stream of tokens with the keys that lead to each value, so the same rules apply to a record's JSON and to
 the first bytes of a broken one.
+
+Cost: a text without any trigger word is returned after one scan; texts of at most 96 characters (reasons, names)
+are remembered (8,192 of them); ``redact_object`` copies an object only on the way to a change.
 """
 
 from __future__ import annotations
@@ -30,11 +60,20 @@ from typing import Any, get_args
 
 from pydantic import BaseModel, SecretStr
 
+from tracker.core.vocab import (
+    LABEL_CONTROLLER_UID,
+    LABEL_JOB_UID,
+    LABEL_QUEUE,
+    LABEL_RAY_CLUSTER,
+    LABEL_RAY_NODE_TYPE,
+    LABEL_RUN_ID,
+)
+
 REDACTED = "[redacted]"
 _REDACTED_JSON = json.dumps(REDACTED)
 
 _SECRET_WORDS = (r"passw(?:or)?d|passphrase|pwd|secret|token(?!s)|credential|auth|api[-_]?key|private[-_]?key"
-                 r"|access[-_]?key|cookie|session|signature|connection[-_]?string|sas[-_]?url|bearer")
+                 r"|access[-_]?key|account[-_]?key|cookie|session|signature|connection[-_]?string|sas[-_]?url|bearer")
 _TRIGGER_WORDS = (r"pass|pwd|secret|token|credential|auth|key|cookie|session|signature|connection|sas|bearer")
 _SECRET_KEY = re.compile(rf"(?i)(?:{_SECRET_WORDS})|(?:^|[-_.\s/])keys?$|[a-z]Keys?$|^keys?$|^sig$|^sas$")
 _CONTENT_KEYS = frozenset({"data", "stringData", "binaryData"})
@@ -89,9 +128,8 @@ def secret_key(name: str) -> bool:
 
 def redact_inline(text: str) -> str:
     """``text`` with the secrets that can be recognised inside free text replaced (see the module docstring)."""
-    if len(text) <= _SHORT:
-        return _redact_short(text)
-    return _redact_inline(text)
+    out = _redact_short(text) if len(text) <= _SHORT else _redact_inline(text)
+    return text if out == text else out  # the same object when nothing changed: callers copy only on a change
 
 
 _SHORT = 96  # texts this short (reasons, names) repeat: their redaction is remembered
@@ -110,6 +148,152 @@ def _redact_inline(text: str) -> str:
         if trigger.search(low) is not None:
             text = pattern.sub(repl, text)
     return text
+
+
+# ------------------------------------------------------------------------------------------ what the tracker reads
+
+#: The keys whose values are free text wherever they occur in an object the tracker reads: conditions', a
+#: container's termination, a pod's, an Event's (``note`` in events.k8s.io/v1), a RayJob status's, a Workload's
+#: admission checks' and evictions'.
+TEXT_KEYS = frozenset({"message", "reason", "note", "underlyingCause"})
+#: Labels whose values identify objects and bind them to their run: kept as they are (a label value is at most 63
+#: letters, digits, ``-``, ``_`` and ``.``: no URL, no ``name=value``, no Bearer credential fits in one).
+IDENTITY_LABELS = frozenset({LABEL_RUN_ID, LABEL_JOB_UID, LABEL_CONTROLLER_UID, LABEL_RAY_CLUSTER,
+                             LABEL_RAY_NODE_TYPE, LABEL_QUEUE})
+REDACT_DEPTH = 100  # levels of a value ``redact_value`` looks into; what is deeper is replaced whole (as validate's)
+
+
+def redact_value(value: Any, depth: int = REDACT_DEPTH) -> Any:
+    """A JSON value with every string inside it redacted by ``redact_inline`` (keys are kept); what nests deeper
+    than ``depth`` levels is replaced by ``[redacted]`` whole. Returns ``value`` itself when nothing changed."""
+    if value.__class__ is str:
+        return redact_inline(value)
+    if value.__class__ is dict:
+        if depth <= 0:
+            return REDACTED
+        out = {k: redact_value(v, depth - 1) for k, v in value.items()}
+        return value if all(out[k] is v for k, v in value.items()) else out
+    if value.__class__ is list:
+        if depth <= 0:
+            return REDACTED
+        items = [redact_value(v, depth - 1) for v in value]
+        return value if all(a is b for a, b in zip(items, value, strict=True)) else items
+    return value
+
+
+def redact_object(obj: dict[str, Any]) -> dict[str, Any]:
+    """A Kubernetes object (whole or slimmed) with its free text redacted: the values of ``TEXT_KEYS`` and
+    ``COMMAND_KEYS`` at any depth, and of its annotations and labels (but ``IDENTITY_LABELS``).
+    Names, uids, times and counts are kept.
+    Returns ``obj`` itself when nothing changed (the usual case: a copy is made only on the way to a change)."""
+    return _object(obj, REDACT_DEPTH)
+
+
+def annotation(key: str, value: Any, depth: int = REDACT_DEPTH) -> Any:
+    """An annotation's (or a label's) value as the tracker keeps it: whole ``[redacted]`` under a secret-looking key
+    or when it looks like a token (but TauGrid's digest and reference annotations), else with the secrets inside
+    redacted (``redact_value``: an annotation holding JSON is redacted inside)."""
+    if value.__class__ is str and (secret_key(key) or (key not in _PLAIN_ANNOTATIONS and looks_like_token(value))):
+        return REDACTED
+    return redact_value(value, depth)
+
+
+#: The free-text and URL fields of an intake event (``tracker.core.intake``).
+INTAKE_TEXT_KEYS = frozenset({"message", "reason", "input_refs", "config_ref", "output_uri", "uri", "checkpoint_uri"})
+
+
+def redact_intake(record: dict[str, Any]) -> dict[str, Any]:
+    """An intake event with its free text and URLs redacted (``INTAKE_TEXT_KEYS``), the rest as it is (a record
+    that does not validate still does not). Returns ``record`` itself when nothing changed."""
+    out: dict[str, Any] | None = None
+    for k in (INTAKE_TEXT_KEYS | INTAKE_COMMAND_KEYS | {"hyperparameters"}) & record.keys():
+        v = record[k]
+        new = redact_hyperparameters(v) if k == "hyperparameters" else redact_value(v)
+        if new is not v:
+            if out is None:
+                out = dict(record)
+            out[k] = new
+    return record if out is None else out
+
+
+#: The keys of a root object's workload whose values are command lines or image references (``tracker.core.provenance``
+#: reads them): a string with ``redact_inline``, a list (``command``, ``args``) with ``redact_argv``.
+COMMAND_KEYS = frozenset({"image", "entrypoint", "command", "args"})
+#: Of an intake event, the image and command line (``redact_inline``); its hyperparameters: ``redact_hyperparameters``.
+INTAKE_COMMAND_KEYS = frozenset({"image", "entrypoint"})
+
+
+def redact_argv(argv: list[Any]) -> list[Any]:
+    """A container's ``command``/``args`` with each string redacted by ``redact_inline``, and the argument after a
+    secret-looking flag (``["--token", "xyz"]``) replaced whole. Returns ``argv`` itself when nothing changed."""
+    out: list[Any] = []
+    after_flag = False
+    for a in argv:
+        if a.__class__ is not str:
+            out.append(a)
+            after_flag = False
+            continue
+        out.append(REDACTED if after_flag and not a.startswith("-") else redact_inline(a))
+        after_flag = _FLAG.fullmatch(a) is not None
+    return argv if all(x is y for x, y in zip(out, argv, strict=True)) else out
+
+
+def redact_hyperparameter(key: str, value: Any) -> Any:
+    """A hyperparameter's value as the tracker keeps it: whole ``[redacted]`` under a secret-looking key
+    (``hf_token``, ``wandb_api_key``), a string with ``redact_inline``, any other scalar as it is."""
+    if value is not None and secret_key(key):
+        return REDACTED
+    return redact_inline(value) if value.__class__ is str else redact_value(value)
+
+
+def redact_hyperparameters(value: Any) -> Any:
+    """An intake event's ``hyperparameters`` (any value: the event is not validated yet) with ``redact_hyperparameter``
+    applied to each entry of an object, anything else by ``redact_value``."""
+    if value.__class__ is not dict:
+        return redact_value(value)
+    out = {redact_inline(k) if k.__class__ is str else k: redact_hyperparameter(str(k), v) for k, v in value.items()}
+    return value if list(out.items()) == list(value.items()) else out
+
+
+def label(key: str, value: Any) -> Any:
+    """A label's value as the tracker keeps it: ``IDENTITY_LABELS`` as they are, others with the secret shapes inside
+    redacted (a label value is short and plain: token-likeness is not a sign, project names look like that)."""
+    return value if key in IDENTITY_LABELS or value.__class__ is not str else redact_inline(value)
+
+
+def _object(obj: dict[str, Any], depth: int) -> dict[str, Any]:
+    out: dict[str, Any] | None = None
+    for k, v in obj.items():
+        if v.__class__ is str:
+            new: Any = redact_inline(v) if k in TEXT_KEYS or k in COMMAND_KEYS else v
+        elif depth <= 0:  # deeper than the extractor reads (and than a held record is kept: validate.pruned)
+            new = v
+        elif v.__class__ is dict:
+            if k in TEXT_KEYS:
+                new = redact_value(v, depth - 1)
+            elif k == "annotations":
+                new = {ak: annotation(ak, av, depth - 2) for ak, av in v.items()}
+                new = v if all(new[ak] is av for ak, av in v.items()) else new
+            elif k == "labels":
+                new = {lk: label(lk, lv) for lk, lv in v.items()}
+                new = v if all(new[lk] is lv for lk, lv in v.items()) else new
+            else:
+                new = _object(v, depth - 1)
+        elif v.__class__ is list:
+            if k in TEXT_KEYS:
+                new = redact_value(v, depth - 1)
+            elif k in COMMAND_KEYS:
+                new = redact_argv(v)
+            else:
+                items = [_object(i, depth - 2) if i.__class__ is dict else i for i in v]
+                new = v if all(a is b for a, b in zip(items, v, strict=True)) else items
+        else:
+            new = v
+        if new is not v:
+            if out is None:
+                out = dict(obj)
+            out[k] = new
+    return obj if out is None else out
 
 
 def looks_like_token(value: str) -> bool:

@@ -5,7 +5,9 @@ and logs nothing: its output is a deterministic function of the records given to
 was restored from). The shell (replay, the Kafka consumer) feeds it records, calls ``flush`` to collect
 what changed in each run (``HistoryUpdate``: its history, and the pods and metric points that changed), and
 persists ``snapshot`` (or ``snapshot_run`` per run) when it commits. Each live run's derivation is kept between
-flushes (``derive.Derivation``), so that a change costs the same whatever the run's width.
+flushes (``derive.Derivation``), so that a change costs the same whatever the run's width; a finished run's is
+freed at the flush that wrote it when ``ReducerLimits.keep_finished_derivations`` is False (a replay that does not
+retire).
 
 Laws (proved by the hypothesis tests in ``tests/core/test_reducer_laws.py``):
 - determinism: the same records give the same histories;
@@ -27,13 +29,15 @@ from typing import Any
 from pydantic import ValidationError
 
 from tracker.core import extract as x
+from tracker.core import provenance
 from tracker.core import validate as v
 from tracker.core.correlate import KINDS, ROOT_KINDS, Correlator, Link, link, lost_key, taken_run_id
-from tracker.core.derive import Derivation
+from tracker.core.derive import Derivation, may_reopen
 from tracker.core.facts import METRIC_POINTS_PER_RUN, MetricFacts, RunFacts
 from tracker.core.gpu import ACCELERATOR_RESOURCES, Accelerators
 from tracker.core.model import (
     EXCERPT_MAX,
+    FINAL_STATUSES,
     INTAKE_SCHEMAS,
     CheckpointRestoreEvent,
     CheckpointSaveEvent,
@@ -45,8 +49,9 @@ from tracker.core.model import (
     RunHistory,
     iso,
 )
+from tracker.core.nodes import NODE_KINDS, NodeBook, NodeState
 from tracker.core.queues import QUEUE_KINDS, QUEUE_POSITION_SCHEMA, QueueBook, QueuePosition, QueueState
-from tracker.core.redact import identity, redact_inline
+from tracker.core.redact import identity, redact_inline, redact_object, redact_value
 from tracker.core.retire import STREAM_COUNT
 from tracker.core.snapshot import Snapshots
 from tracker.core.timefmt import BadTimestamp, ts
@@ -69,6 +74,12 @@ class ReducerLimits:
     accelerator_resources: tuple[str, ...] = ACCELERATOR_RESOURCES
     # Metric points kept per run, downsampled over all its metrics (``facts.MetricPoints``); 0 keeps none.
     metric_points_per_run: int = METRIC_POINTS_PER_RUN
+    # Keep a finished run's derivation (``derive.Derivation``: its last history and pod rows, about half of what a
+    # run holds) after the flush that wrote it. False frees it there (a run whose final status may still change,
+    # ``derive.may_reopen``, keeps it): a late record of the run derives it again from its facts, as a restored run
+    # is, and its update is ``full`` (every pod row again). A replay without retirement passes False (it keeps every
+    # run it read; ``runtime.replay.reducer_limits``); retiring reducers (Kafka, serve) keep them until retirement.
+    keep_finished_derivations: bool = True
 
 
 @dataclass(slots=True)
@@ -98,6 +109,11 @@ class Flushed:
     # Kueue's queues (``tracker.core.queues``): the queues whose newest state changed, the runs whose position did
     queues: list[QueueState] = field(default_factory=list)
     positions: list[QueuePosition] = field(default_factory=list)
+    # their retirement ordinals: a store that keeps retirement markers (the index) writes one for a run retired and
+    # forgotten between two flushes, whose marker it has not written yet
+    forgotten_seq: dict[str, int] = field(default_factory=dict)
+    # Kubernetes Nodes (``tracker.core.nodes``): the nodes whose kept state changed
+    nodes: list[NodeState] = field(default_factory=list)
 
     @property
     def histories(self) -> list[RunHistory]:
@@ -141,7 +157,9 @@ class Reducer(Snapshots):
         self._state_removed: dict[str, set[str]] = {}
         self._retired_now: list[str] = []
         self._forgotten_now: list[str] = []
+        self._forgotten_seq: dict[str, int] = {}  # (not in snapshots: read at the next flush only)
         self.queues = QueueBook()  # ClusterQueues, LocalQueues and pending runs' positions (not parts of a run)
+        self.nodes = NodeBook()  # the Nodes pods run on (no part of a run either)
 
     # ------------------------------------------------------------------------------------ input
     def apply(self, record: Any, source: str = "", run_hint: str | None = None) -> None:
@@ -169,8 +187,8 @@ class Reducer(Snapshots):
             return
         etype = record.get("type")
         obj = record.get("object")
-        if etype is None and "object" not in record and record.get("kind") in (*QUEUE_KINDS, "List"):
-            self._queue_objects(record, source)  # ``kubectl get clusterqueues,localqueues -o json``: no watch event
+        if etype is None and "object" not in record and record.get("kind") in (*QUEUE_KINDS, *NODE_KINDS, "List"):
+            self._queue_objects(record, source)  # ``kubectl get clusterqueues,nodes -o json``: no watch event
             return
         if etype == "BOOKMARK":
             self.stats.bookmarks += 1
@@ -188,6 +206,12 @@ class Reducer(Snapshots):
         if isinstance(kind, str) and kind in QUEUE_KINDS:
             try:
                 self.queues.apply(etype, obj)
+            except x.Malformed as exc:
+                self._dead(source, f"malformed {kind}", v.pruned(record), str(exc))
+            return
+        if isinstance(kind, str) and kind in NODE_KINDS:
+            try:
+                self.nodes.apply(etype, obj, self.accelerators)
             except x.Malformed as exc:
                 self._dead(source, f"malformed {kind}", v.pruned(record), str(exc))
             return
@@ -209,13 +233,16 @@ class Reducer(Snapshots):
             return
         for item in items:
             kind = item.get("kind") if isinstance(item, dict) else None
-            if not isinstance(kind, str) or kind not in QUEUE_KINDS:
+            if not isinstance(kind, str) or kind not in (*QUEUE_KINDS, *NODE_KINDS):
                 self._dead(source, "not a watch event", v.pruned(item),
-                           f"a bare {v.brief(kind)} object: only ClusterQueues and LocalQueues may be captured without "
-                           "--output-watch-events")
+                           f"a bare {v.brief(kind)} object: only ClusterQueues, LocalQueues and Nodes may be captured "
+                           "without --output-watch-events")
                 continue
             try:
-                self.queues.apply("MODIFIED", item)
+                if kind in NODE_KINDS:
+                    self.nodes.apply("MODIFIED", item, self.accelerators)
+                else:
+                    self.queues.apply("MODIFIED", item)
             except x.Malformed as exc:
                 self._dead(source, f"malformed {kind}", v.pruned(item), str(exc))
 
@@ -265,7 +292,9 @@ class Reducer(Snapshots):
         if run_id is None:
             assert ln.owner is not None
             self.stats.held += 1
-            for owner, (_e, old_obj, old_src) in self.corr.hold(ln.owner, (etype, v.pruned(obj), source)):
+            # a held record is kept with the reducer's state (the index, run-state): its free text redacted
+            held = (etype, redact_object(v.pruned(obj)), source)
+            for owner, (_e, old_obj, old_src) in self.corr.hold(ln.owner, held):
                 self.stats.dropped_uncorrelated += 1
                 self._dead(old_src, "uncorrelated", {"object": old_obj},
                            f"owner uid {owner} was not seen while {self.limits.max_held} records were held")
@@ -436,26 +465,31 @@ class Reducer(Snapshots):
                 if r.checkpoint is None or cp > r.checkpoint:
                     r.checkpoint = cp
             return
-        data = ev.model_dump(exclude={"schema_", "event_id", "run_id", "at", "kind", "status"}, mode="json")
-        r.intake[ev.event_id] = (ev.kind, ev.status, at, data)
+        data = redact_value(ev.model_dump(exclude={"schema_", "event_id", "run_id", "at", "kind", "status"},
+                                          mode="json"))  # messages, input refs, the output URI: redacted
+        r.intake[ev.event_id] = (ev.kind, ev.status, at, provenance.intake_data(data))
 
     # ------------------------------------------------------------------------------------ output
     def flush(self) -> Flushed:
         """What changed in every run changed since the last flush (sorted by run id), dead letters, and the runs
         retired since (their last updates are among the updates)."""
         updates = {}
+        keep = self.limits.keep_finished_derivations
         for k in self.dirty:
-            self._update(k)
+            h = self._update(k)
             updates[k] = self.derivations[k].take()
+            if not keep and h.run.status in FINAL_STATUSES and not may_reopen(self.runs[k], h.run):
+                del self.derivations[k]  # derived again from the facts if a late record changes the run
         updates.update(self._retired_updates)
         queues, positions = self.queues.take()
         out = Flushed([updates[k] for k in sorted(updates)], self.dead, self._retired_now, self._forgotten_now,
-                      queues, positions)
+                      queues, positions, self._forgotten_seq, self.nodes.take())
         self.dirty = set()
         self.dead = []
         self._retired_updates = {}
         self._retired_now = []
         self._forgotten_now = []
+        self._forgotten_seq = {}
         return out
 
     def _update(self, run_id: str) -> RunHistory:
@@ -469,12 +503,24 @@ class Reducer(Snapshots):
         """The current history of a live run, without its metric points and pods (cheap: ``Derivation.update``)."""
         if run_id not in self.runs:
             return None
+        if self._freed(run_id):  # a finished run's derivation, freed at a flush: not kept again
+            return Derivation().update(self.runs[run_id])
         return self._update(run_id)
+
+    def _freed(self, run_id: str) -> bool:
+        """A run without a kept derivation when finished runs' are freed (``keep_finished_derivations``): read
+        through a derivation of its own, dropped after, so that reading a finished run does not keep one again."""
+        return not self.limits.keep_finished_derivations and run_id not in self.derivations and \
+            run_id not in self.dirty
 
     def history(self, run_id: str) -> RunHistory | None:
         """The complete current history of a live run (with its metric points and pods)."""
         if run_id not in self.runs:
             return None
+        if self._freed(run_id):  # a finished run's derivation, freed at a flush: not kept again
+            d = Derivation()
+            d.update(self.runs[run_id])
+            return d.document()
         self._update(run_id)
         return self.derivations[run_id].document()
 

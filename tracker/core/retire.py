@@ -26,6 +26,7 @@ from tracker.core.correlate import Correlator, lost_key
 from tracker.core.derive import Derivation, may_reopen
 from tracker.core.facts import RunFacts
 from tracker.core.model import FINAL_STATUSES, DeadLetter, HistoryUpdate, RunHistory
+from tracker.core.nodes import NodeBook
 from tracker.core.queues import QueueBook
 from tracker.core.timefmt import BadTimestamp, ts
 
@@ -70,7 +71,9 @@ class Retirement:
     _state_removed: dict[str, set[str]]
     _retired_now: list[str]
     _forgotten_now: list[str]
+    _forgotten_seq: dict[str, int]
     queues: QueueBook
+    nodes: NodeBook
 
     def _update(self, run_id: str) -> RunHistory:
         raise NotImplementedError  # the reducer's
@@ -150,7 +153,7 @@ class Retirement:
         self.retired[run_id] = self.retirements
         while len(self.retired) > self.limits.max_retired:
             oldest = next(iter(self.retired))
-            del self.retired[oldest]
+            self._forgotten_seq[oldest] = self.retired.pop(oldest)
             self._forgotten_now.append(oldest)
             self.corr.forget_run(oldest)
             self.corr.forget_run(lost_key(oldest))

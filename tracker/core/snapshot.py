@@ -25,8 +25,10 @@ from tracker import errors
 from tracker.core.correlate import Correlator, lost_key
 from tracker.core.facts import PodFacts, RunFacts
 from tracker.core.model import HistoryUpdate, load, to_json
+from tracker.core.nodes import NodeBook
 from tracker.core.queues import QueueBook
 from tracker.core.retire import Retirement
+from tracker.core.snapshot_shape import check_pod, check_run_snapshot
 
 SNAPSHOT_VERSION = 2  # 2: a run's snapshot holds its pods apart (``snapshot_run``: "pods"); 1 inside its facts
 
@@ -37,21 +39,30 @@ class Snapshots(Retirement):
     def _release(self, uid: str, run_id: str) -> None:
         raise NotImplementedError  # the reducer's
 
-    def snapshot_run(self, run_id: str) -> dict[str, Any] | None:
+    def retired_marker(self, run_id: str, seq: int, owners: list[str] | None = None) -> dict[str, Any]:
+        """A retired run's state: its retirement ordinal and owner bindings, no facts (also for a run retired and
+        forgotten since the last flush, ``Flushed.forgotten_seq``, whose bindings are gone)."""
+        return {"version": SNAPSHOT_VERSION, "run_id": run_id, "retired": True, "owners": owners or [],
+                "retired_seq": seq, "marks": self.marks, "pods": {}}
+
+    def snapshot_run(self, run_id: str, forgotten_seq: Mapping[str, int] | None = None) -> dict[str, Any] | None:
         """One run's state, for a per-run changelog: its facts without its pods, its owner bindings (and the uids of
         roots that lost its run id to another and of their objects, when there are any; its pods' uids, which are owners
         too, are bound again from its pods: ``pods_own``), and apart, in ``pods``,
         the facts of each pod that changed since the run's previous ``snapshot_run`` (uid -> ``PodFacts.to_json``)
         and in ``pods_removed`` the uids of pods it no longer has. A changelog keeps each pod in a record of its
         own (``restore_run`` takes them back), so that a change of one pod of a wide run rewrites that pod only.
-        Taking a snapshot clears what it reports of the pods."""
+        Taking a snapshot clears what it reports of the pods. A run of ``forgotten_seq`` (retired and forgotten since
+        the last flush: ``Flushed.forgotten_seq``) is given its retirement marker all the same."""
         owners = self.corr.owners_of(run_id)
         lost = self.corr.owners_of(lost_key(run_id))
         changed = self._state_pods.pop(run_id, set())
         removed = self._state_removed.pop(run_id, set())
-        if run_id in self.retired:
-            snap = {"version": SNAPSHOT_VERSION, "run_id": run_id, "retired": True, "owners": owners,
-                    "retired_seq": self.retired[run_id], "marks": self.marks, "pods": {}}
+        seq = self.retired.get(run_id)
+        if seq is None and forgotten_seq is not None:
+            seq = forgotten_seq.get(run_id)
+        if seq is not None:
+            snap = self.retired_marker(run_id, seq, owners)
         else:
             r = self.runs.get(run_id)
             if r is None:
@@ -71,22 +82,24 @@ class Snapshots(Retirement):
 
     def restore_run(self, snap: dict[str, Any], pods: Mapping[str, Any] | None = None) -> None:
         """Load one run's state written by ``snapshot_run`` (replacing what was known of it): ``pods`` holds the
-        run's pods, uid -> facts, as the changelog kept them (a version-1 snapshot holds them in its facts)."""
-        version = snap.get("version")
-        if version not in (1, SNAPSHOT_VERSION):
-            raise errors.StoredStateError(f"unsupported run snapshot version {version!r}")
+        run's pods, uid -> facts, as the changelog kept them (a version-1 snapshot holds them in its facts).
+
+        The snapshot and the pods are checked first (``tracker.core.snapshot_shape``): a value of a wrong type, out
+        of range or missing is a StoredStateError naming it, raised before anything of the reducer changes."""
+        check_run_snapshot(snap)  # StoredStateError naming the first value that is not the format's
+        for uid, pod in (pods or {}).items():
+            check_pod(pod, f"pods.{uid}")
+        version = snap["version"]
         run_id = snap["run_id"]
         marks = snap.get("marks")
-        if isinstance(marks, list) and len(marks) == len(self.marks):  # the watermark when the state was kept
-            self.marks = [max(a, b) if isinstance(b, int) else a for a, b in zip(self.marks, marks, strict=True)]
+        if marks is not None:  # the watermark when the state was kept
+            self.marks = [max(a, b) for a, b in zip(self.marks, marks, strict=True)]
         self.derivations.pop(run_id, None)
         self._pods_changed.pop(run_id, None)
         if snap.get("retired"):
             self.runs.pop(run_id, None)
             self.quiet.pop(run_id, None)
-            seq = snap.get("retired_seq")
-            if not isinstance(seq, int):
-                seq = self.retirements + 1
+            seq = snap["retired_seq"]
             self.retirements = max(self.retirements, seq)
             self.retired.pop(run_id, None)
             self.retired[run_id] = seq
@@ -99,7 +112,7 @@ class Snapshots(Retirement):
                 self._state_pods[run_id] = set(r.pods)
             if self.limits.retire_after_us is not None and self.watermark:
                 quiet = snap.get("quiet")  # none: kept by a tracker that did not retire; quiet from now
-                self._schedule(run_id, quiet if isinstance(quiet, int) else self.watermark)
+                self._schedule(run_id, self.watermark if quiet is None else quiet)
         owners = list(snap["owners"])
         if snap.get("pods_own") and run_id in self.runs:
             owners += sorted(self.runs[run_id].pods)
@@ -125,6 +138,7 @@ class Snapshots(Retirement):
             "state_pods": {k: sorted(v) for k, v in sorted(self._state_pods.items())},
             "state_removed": {k: sorted(v) for k, v in sorted(self._state_removed.items())},
             "queues": self.queues.to_json(),
+            "nodes": self.nodes.to_json(),
         }
 
     def _load(self, snap: dict[str, Any]) -> None:
@@ -147,3 +161,5 @@ class Snapshots(Retirement):
         self._state_removed = {k: set(v) for k, v in snap["state_removed"].items()}
         if "queues" in snap:  # a snapshot from before queues were kept has none
             self.queues = QueueBook.from_json(snap["queues"])
+        if "nodes" in snap:  # nor one from before Nodes were
+            self.nodes = NodeBook.from_json(snap["nodes"])

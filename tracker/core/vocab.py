@@ -86,6 +86,14 @@ class PendingCategory(StrEnum):
 PENDING_CATEGORIES: tuple[str, ...] = tuple(c.value for c in PendingCategory)
 
 
+def span_key(category: str, detail: str) -> str:
+    """The key a pending span's seconds are summed under (``pending_s_by``): its category; an admission check's by
+    its name (``admission-check:<name>``). Here rather than in ``tracker.core.pending`` so that the readers that
+    draw pending spans do not import the derivation. Always a plain ``str``: given a ``PendingCategory`` it was the
+    enum, which ``compare -o yaml`` could not write (a live run's open span)."""
+    return f"{category}:{detail}" if category == PendingCategory.ADMISSION_CHECK and detail else str(category)
+
+
 class GoodputCategory(StrEnum):
     """Where an instant of a run's time (and the GPU-time held at it) went: each falls in exactly one
     (``tracker.core.ledger``; the definitions are in ``schemas/goodput.md``)."""

@@ -8,8 +8,8 @@ is written here once, so that a change of key layout is one change, and the modu
 
 - ``changes`` (written by ``tracker.shell.changes``, read by ``tracker reduce``): the value a watch event
   ``{"type", "object"}``; the key the run id the record belongs to (``change_key``: no key, the reducer
-  dead-letters the record), or ``queue:...`` for a Kueue queue object; header ``source`` (``SOURCE_HEADER``):
-  where the change was read (``watch:<stream>``, ``path:line``), so a dead letter can name it.
+  dead-letters the record), ``queue:...`` for a Kueue queue object, ``node:<name>`` for a Node; header ``source``
+  (``SOURCE_HEADER``): where the change was read (``watch:<stream>``, ``path:line``), so a dead letter can name it.
 - ``transitions`` (``tracker.core.publish`` decides, ``tracker reduce`` writes, the sinks read): a run's parts as
   records of their own, told apart by the header ``kind`` (``HISTORY``, ``POINTS``, ``POD``, ``QUEUE``,
   ``POSITION``) and keyed so that compaction keeps the latest of each part (``record_key``): ``<run id>``,
@@ -62,6 +62,7 @@ POINTS_SUFFIX = "/points"
 POSITION_SUFFIX = "/position"
 POD_KEY = "/pod/"  # a pod's key: <run id>/pod/<uid>
 QUEUE_KEY_PREFIX = "queue:"  # a queue's key: queue:<ClusterQueue> or queue:<namespace>/<LocalQueue>
+NODE_KEY_PREFIX = "node:"  # a Node's key on changes: node:<name> (``tracker.core.nodes``)
 
 
 def record_key(run_id: str, kind: str, uid: str = "") -> str:

@@ -38,9 +38,9 @@ SORT_KEYS = {
 
 #: The filters ``run_filter`` takes, as ``tracker runs`` spells its options (the web view's query string too).
 FILTERS = ("namespace", "selector", "queue", "cluster-queue", "status", "phase", "since", "until",
-           "stalled-admission", "stuck", "workspace", "project", "sort-by", "limit", "now")
+           "stalled-admission", "stuck", "workspace", "project", "sort-by", "limit", "now", "node")
 # The filters given as a list (repeated, or comma-separated values); the others take one value, the last given.
-LIST_FILTERS = ("namespace", "selector", "queue", "cluster-queue", "status", "phase")
+LIST_FILTERS = ("namespace", "selector", "queue", "cluster-queue", "status", "phase", "node")
 
 _DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 #: The largest ``--limit`` (and ``limit=``): SQLite's largest integer. The web view caps it lower (``MAX_LIMIT``).
@@ -252,6 +252,7 @@ class RunFilter(NamedTuple):
     sort_by: str = "created"
     limit: int | None = None
     now: datetime | None = None  # the reference time of ``--sort-by wait``: a run still waiting has waited until now
+    nodes: tuple[str, ...] = ()  # a pod of the run (any attempt) was bound to one of these nodes
 
 
 FilterValues = Mapping[str, "Sequence[str] | str | int | bool | None"]
@@ -311,7 +312,7 @@ def run_filter(values: FilterValues, *, now: datetime) -> RunFilter:
         until=None if until_text is None else parse_when(until_text, now, flag="--until"),
         stalled_admission_before=stalled, stuck_before=stuck,
         sort_by="age" if stuck_text is not None and sort_by is None else (sort_by or "created"),
-        limit=limit, now=now)
+        limit=limit, now=now, nodes=split(_many(values, "node")))
 
 
 def _duration(text: str, name: str) -> float:

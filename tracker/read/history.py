@@ -1,19 +1,30 @@
 """A run's rows as the model's classes (``RunHistory``, ``RunRecord``): what ``IndexReader.history`` and
-``IndexReader.records`` give, for ``tracker show``, ``compare``, the web view's run page and the demo.
+``IndexReader.records`` give, for ``tracker show``, ``compare``, the web view's run page and the demo; and a history
+as the published JSON document (``document``: ``tracker show -o json``).
 
-Apart from ``tracker.read.store`` because it imports the model (pydantic), which ``tracker runs`` never pays for:
-the store imports this module only when one of those two is called. An index of an older schema is read as it is,
-the columns added since taking the model's defaults.
+The one place the read side turns the index's rows into the model's rows. Standard library only (issue 28: ``show``
+and ``compare`` start without pydantic, tests/read/test_show_light.py): the model's rows are plain dataclasses, and
+``build`` makes one from a row's columns, converting each value by its field's declared type (``datetime`` from the
+index's ISO-8601 text, enums from their values, ``float`` and ``dict[str, float]`` values as floats, nested rows),
+as pydantic's validation would; ``document`` writes a history as ``tracker.core.model.to_json`` (pydantic) does. A
+test reads every run of the demo index both ways and compares. The index is the tracker's own output, written from
+these classes, so it is converted and not validated again. A field of a type ``build`` has no conversion for is a
+``TypeError`` at the first read (add it to ``_converter``). An index of an older schema is read as it is, the columns
+added since taking the model's defaults.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import sqlite3
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from enum import Enum
+from typing import Any, TypeVar, cast
 
+from tracker.core import model
 from tracker.core.model import (
     Attempt,
     CheckpointRecord,
@@ -26,12 +37,15 @@ from tracker.core.model import (
     RunRecord,
     Transition,
     field_names,
-    load,
 )
+from tracker.core.vocab import GoodputCategory, PendingCategory, Phase, Status
 from tracker.read.filters import exact
 
+_T = TypeVar("_T")
+
 # The runs table's JSON object columns (decoded into dicts).
-_JSON_OBJECTS = ("evictions_by", "lost_gpu_hours_by", "pending_s_by", "ledger_gpu_hours_by", "ledger_wall_s_by")
+_JSON_OBJECTS = ("evictions_by", "lost_gpu_hours_by", "pending_s_by", "ledger_gpu_hours_by", "ledger_wall_s_by",
+                 "hyperparameters", "images")  # images: a JSON array, decoded alike
 
 
 def rows(conn: sqlite3.Connection, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
@@ -67,7 +81,7 @@ def load_history(conn: sqlite3.Connection, run_id: str, version: int) -> RunHist
     if not found:
         return None
     row = found[0]
-    transitions = [load(Transition, {c: r[c] for c in field_names(Transition)})
+    transitions = [build(Transition, {c: r[c] for c in field_names(Transition)})
                    for r in _of_run(conn, "transitions", run_id, "ordinal")]
     attempts = []
     for r in _of_run(conn, "attempts", run_id, "attempt"):
@@ -79,16 +93,16 @@ def load_history(conn: sqlite3.Connection, run_id: str, version: int) -> RunHist
         for c in _ATTEMPT_JSON:
             if c in data:
                 data[c] = json.loads(data[c])
-        attempts.append(load(Attempt, data))
+        attempts.append(build(Attempt, data))
     metrics = []
     for r in _of_run(conn, "metric_summaries", run_id, "metric"):
         data = {c: r[c] for c in field_names(MetricSummary)}
         for c in _NAN_COLUMNS:
             if data[c] is None:
                 data[c] = math.nan
-        metrics.append(load(MetricSummary, data))
-    links = [load(ResumeLink, dict(r)) for r in _of_run(conn, "resume_links", run_id, "resume_of")]
-    points = [load(MetricPoint, dict(r)) for r in _of_run(conn, "metric_points", run_id, "metric, step")] \
+        metrics.append(build(MetricSummary, data))
+    links = [build(ResumeLink, dict(r)) for r in _of_run(conn, "resume_links", run_id, "resume_of")]
+    points = [build(MetricPoint, dict(r)) for r in _of_run(conn, "metric_points", run_id, "metric, step")] \
         if version >= 5 else []  # an older index, read as it is, has none
     # by attempt, then creation time (none first, as the reducer orders them), name and uid
     order = f"attempt, created_at IS NOT NULL, {exact('created_at')}, pod" + (", uid" if version >= 6 else "")
@@ -97,13 +111,13 @@ def load_history(conn: sqlite3.Connection, run_id: str, version: int) -> RunHist
         data = _columns(r, field_names(PodPlacement))
         data.setdefault("uid", f"v5:{r['attempt']}:{r['pod']}")  # an index of schema 5 or older, read as it is
         data.setdefault("namespace", row["namespace"])
-        pods.append(load(PodPlacement, data))
+        pods.append(build(PodPlacement, data))
     checkpoints: list[CheckpointRecord] = []
     spans: list[LedgerSpan] = []
     if version >= 8:  # an older index, read as it is, has none
-        checkpoints = [load(CheckpointRecord, _columns(r, field_names(CheckpointRecord)))
+        checkpoints = [build(CheckpointRecord, _columns(r, field_names(CheckpointRecord)))
                        for r in _of_run(conn, "checkpoints", run_id, _CHECKPOINT_ORDER)]
-        spans = [load(LedgerSpan, _columns(r, field_names(LedgerSpan)))
+        spans = [build(LedgerSpan, _columns(r, field_names(LedgerSpan)))
                  for r in _of_run(conn, "ledger_spans", run_id, _SPAN_ORDER)]
     return RunHistory(run=load_record(row), transitions=transitions, attempts=attempts, metrics=metrics,
                       resume_links=links, metric_points=points, pods=pods, checkpoints=checkpoints, ledger=spans)
@@ -117,4 +131,96 @@ def load_record(row: sqlite3.Row) -> RunRecord:
     for c in _JSON_OBJECTS:
         if c in data:
             data[c] = json.loads(data[c])
-    return load(RunRecord, data)
+    return build(RunRecord, data)
+
+
+# ------------------------------------------------------------------------------------------ rows without pydantic
+
+_ENUMS: dict[str, type[Enum]] = {"Phase": Phase, "Status": Status, "PendingCategory": PendingCategory,
+                                 "GoodputCategory": GoodputCategory}
+# as the index gives them (a JSON scalar keeps its JSON type: pydantic's smart union does the same for hyperparameters)
+_SAME = ("str", "int", "bool", "list[str]", "dict[str, int]", "dict[str, str]",
+         "dict[str, str | int | float | bool | None]")
+_PLANS: dict[type[Any], tuple[tuple[str, Callable[[Any], Any] | None], ...]] = {}
+
+
+def build(cls: type[_T], data: dict[str, Any]) -> _T:
+    """A model row (a dataclass of ``tracker.core.model``) of plain data (a row's columns, JSON values), each value
+    converted by its field's type (None stays None); a field missing from ``data`` takes its default."""
+    plan = _PLANS.get(cls)
+    if plan is None:
+        plan = _PLANS[cls] = tuple((f.name, _converter(str(f.type))) for f in dataclasses.fields(cast(Any, cls)))
+    values = {}
+    for name, convert in plan:
+        if name in data:
+            value = data[name]
+            values[name] = value if convert is None or value is None else convert(value)
+    return cls(**values)
+
+
+def _base(annotation: str) -> str:
+    """The type a field's annotation (a string: the model uses ``from __future__ import annotations``) declares:
+    without ``Annotated[...]``'s metadata and without ``| None``."""
+    t = annotation.strip()
+    if t.startswith("Annotated["):
+        depth = 0
+        for i, ch in enumerate(t[10:], 10):
+            if ch in "[(":
+                depth += 1
+            elif ch in "])":
+                depth -= 1
+            elif ch == "," and depth == 0:
+                t = t[10:i].strip()
+                break
+    return " | ".join(part.strip() for part in t.split(" | ") if part.strip() != "None")
+
+
+def _converter(annotation: str) -> Callable[[Any], Any] | None:
+    t = _base(annotation)
+    if t in _SAME or t.startswith("Literal["):
+        return None
+    if t == "float":
+        return float
+    if t == "datetime":
+        return _time
+    if t in _ENUMS:
+        return _ENUMS[t]
+    if t == "dict[str, float]":
+        return lambda d: {k: float(v) for k, v in d.items()}
+    if t.startswith("list[") and t.endswith("]") and dataclasses.is_dataclass(getattr(model, t[5:-1], None)):
+        row: type[Any] = getattr(model, t[5:-1])
+        return lambda items: [build(row, item) for item in items]
+    raise TypeError(f"tracker.read.history.build has no conversion for a field of type {annotation!r}")
+
+
+def _time(value: Any) -> datetime:
+    """The index's ISO-8601 UTC text ('...Z') as an aware datetime (a naive time is UTC, as pydantic reads it)."""
+    dt = value if isinstance(value, datetime) else datetime.fromisoformat(value)
+    return dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt
+
+
+def document(history: RunHistory) -> dict[str, Any]:
+    """The history as JSON values, as ``tracker.core.model.to_json`` writes it (the published history schema,
+    schemas/history/v5.schema.json): fields in their order, times as ISO-8601 with a Z (microseconds when there
+    are any), enums as their values, floats as they are (NaN too)."""
+    out: dict[str, Any] = _plain(history)
+    return out
+
+
+def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, datetime):
+        return _time_text(value)
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+def _time_text(dt: datetime) -> str:
+    text = dt.isoformat()
+    return text[:-6] + "Z" if text.endswith("+00:00") else text

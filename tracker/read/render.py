@@ -9,14 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from enum import Enum
-from typing import Any
-
-from rich import box
-from rich.table import Table
-from rich.text import Text
+from typing import TYPE_CHECKING, Any
 
 from tracker.core.model import (
     FINAL_STATUSES,
@@ -29,10 +25,14 @@ from tracker.core.model import (
     Status,
     iso,
 )
-from tracker.core.pending import span_key
 from tracker.core.timefmt import ts
+from tracker.core.vocab import span_key
 from tracker.core.waits import GROWING, Wait, admission_wait, open_seconds
 from tracker.read.runs import LedgerAt, ledger_at
+
+if TYPE_CHECKING:  # rich is imported where a renderable is made: `compare -o json` does without it
+    from rich.table import Table
+    from rich.text import Text
 
 STATUS_STYLE: dict[Status, str] = {
     Status.PENDING: "yellow",
@@ -115,11 +115,42 @@ def number_text(value: float) -> str:
     return f"{value:.4g}"
 
 
+SPARK_LEVELS = "▁▂▃▄▅▆▇█"  # a sparkline's characters, lowest to highest
+SPARK_WIDTH = 24  # a sparkline's most characters (`tracker show`'s metrics)
+
+
+def sparkline(points: Iterable[tuple[int, float]], width: int = SPARK_WIDTH) -> str:
+    """A metric's curve in at most ``width`` characters: the finite points' (step, value) pairs, their step range
+    cut into ``min(width, distinct steps)`` equal buckets, each the mean of its values scaled from the least bucket
+    (``▁``) to the greatest (``█``); a bucket without a point is a space, a flat curve all ``▄``; '' without a finite
+    point (NaN and infinities are left out)."""
+    kept = [(step, value) for step, value in points if math.isfinite(value)]
+    if not kept or width < 1:
+        return ""
+    low, high = min(s for s, _ in kept), max(s for s, _ in kept)
+    count = min(width, len({s for s, _ in kept}))
+    sums, ns = [0.0] * count, [0] * count
+    for step, value in kept:
+        i = 0 if high == low else min(count - 1, int((step - low) * count / (high - low)))
+        sums[i] += value
+        ns[i] += 1
+    means = [total / n if n else None for total, n in zip(sums, ns, strict=True)]
+    present = [m for m in means if m is not None]
+    least, most = min(present), max(present)
+    top = len(SPARK_LEVELS) - 1
+    if not most > least or not math.isfinite(most - least):  # flat, or a range too wide for a float
+        return "".join(" " if m is None else SPARK_LEVELS[top // 2] for m in means)
+    return "".join(" " if m is None else SPARK_LEVELS[min(top, int((m - least) / (most - least) * top + 0.5))]
+                   for m in means)
+
+
 def _shorten(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _status_text(status: Status) -> Text:
+    from rich.text import Text
+
     return Text(status.value, style=STATUS_STYLE[status])
 
 
@@ -195,6 +226,10 @@ EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 def runs_table(records: Sequence[RunRecord], now: datetime | None = None) -> Table:
     """One row per run: identity, status, phase, attempt counters, queue time and admission wait (a run still
     waiting: up to ``now``, marked ``+``)."""
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
     table = Table(title=f"{len(records)} run{'s' if len(records) != 1 else ''}", title_justify="left",
                   header_style="bold", box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False)
     table.add_column("run", no_wrap=True, overflow="ellipsis", min_width=12, max_width=26)
@@ -251,11 +286,39 @@ def gpu_hours_text(hours: float) -> str:
     return f"{hours:.2f}"
 
 
-def provenance_rows(history: RunHistory, *, max_inputs: int | None = None,
+#: Rows whose values are long single lines: a table view cuts them to its width with an ellipsis (JSON has them whole).
+WHAT_RAN_ROWS = ("entrypoint",)
+
+
+def cut(text: str, limit: int | None) -> str:
+    """``text`` cut to ``limit`` characters, its last an ellipsis when cut (None: whole)."""
+    return text if limit is None or len(text) <= limit else text[:max(0, limit - 1)] + "…"
+
+
+def param_text(value: str | int | float | bool | None) -> str:
+    """A hyperparameter's value as shown: a string as it is, other scalars as JSON writes them (true, null, 0.0003)."""
+    if isinstance(value, str):
+        return value
+    if value is None or isinstance(value, bool):
+        return "null" if value is None else str(value).lower()
+    return f"{value:.6g}" if isinstance(value, float) else str(value)
+
+
+def hyperparameters_text(run: RunRecord, max_params: int | None = None) -> str:
+    """``name=value, ...`` in key order, the first ``max_params`` (None: all kept), then ``+N more`` (those not shown
+    and those the tracker did not keep: it keeps 64)."""
+    items = sorted(run.hyperparameters.items())
+    shown = items if max_params is None else items[:max_params]
+    more = len(items) - len(shown) + run.hyperparameters_omitted
+    text = ", ".join(f"{k}={param_text(v)}" for k, v in shown)
+    return (text + (f", +{more} more" if text else f"+{more} more") if more else text) or "-"
+
+
+def provenance_rows(history: RunHistory, *, max_inputs: int | None = None, max_params: int | None = None,
                     resumed_by: Sequence[str] | None = None) -> tuple[tuple[str, str], ...]:
-    """Where a run came from, as (label, value) rows: the terminal's provenance grid and the web view's table.
-    ``max_inputs`` cuts a long list of inputs (saying how many more). ``resumed_by``: the runs that resume this one
-    (a row of its own; None: not known, no row)."""
+    """Where a run came from and what ran, as (label, value) rows: the terminal's provenance grid and the web view's
+    table. ``max_inputs`` cuts a long list of inputs, ``max_params`` the hyperparameters (saying how many more).
+    ``resumed_by``: the runs that resume this one (a row of its own; None: not known, no row)."""
     run = history.run
     inputs = ", ".join(run.input_refs[:max_inputs])
     if max_inputs is not None and len(run.input_refs) > max_inputs:
@@ -267,9 +330,12 @@ def provenance_rows(history: RunHistory, *, max_inputs: int | None = None,
         ("project / workspace / target", f"{run.project or '-'} / {run.workspace or '-'} / {run.target or '-'}"),
         ("workload", f"{run.kind or '-'} {run.namespace or '?'}/{run.name or '?'}"
                      + (f" (uid {run.uid})" if run.uid else "")),
+        ("images", ", ".join(run.images) or "-"),
+        ("entrypoint", run.entrypoint or "-"),
         ("queue", f"{run.queue or '-'} → ClusterQueue {run.cluster_queue or '-'}"),
         ("git commit", run.git_commit or "-"),
         ("config", config),
+        ("hyperparameters", hyperparameters_text(run, max_params)),
         ("inputs", inputs or "-"),
         ("output", run.output_uri or "-"),
         ("last checkpoint", run.last_checkpoint or "-"),

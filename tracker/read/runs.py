@@ -336,6 +336,15 @@ def render(runs: Sequence[Run], output: str, *, now: datetime, width: int | None
                                   allow_unicode=True))
     if output == "name":
         return "".join(f"{r.run_id}\n" for r in runs)
+    if output.startswith(("jsonpath=", "custom-columns=")):  # kubectl's, over the json (tracker.read.jsonpath)
+        from tracker.read.jsonpath import output_format
+
+        fmt = output_format(output, ())
+        items = _with_waiting(runs_json(runs, now), waiting)
+        if fmt.template is not None:
+            return fmt.template.render({"kind": "List", "items": items})
+        assert fmt.columns is not None
+        return fmt.columns.render(items)
     cols = columns(output, now, short=short, one_namespace=one_namespace, why=why)
     if output == "wide":
         from tracker.read.queues import short as queue_short

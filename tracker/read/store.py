@@ -36,7 +36,10 @@ if TYPE_CHECKING:
     from tracker.core.model import RunHistory, RunRecord
     from tracker.core.vocab import Phase, Status
 
-KNOWN_SCHEMA_VERSION = 9  # the newest schema this module reads on its own (tracker.shell.index_schema.SCHEMA_VERSION)
+# The most a run's stored state is inflated to for its labels (``-l``): tracker.shell.state_codec.RUN_STATE_BYTES, the
+# cap of the writer, which refuses larger states; a state that does not inflate within it is read as without labels.
+LABELS_STATE_BYTES = 64 * 1024 * 1024
+KNOWN_SCHEMA_VERSION = 12  # the newest schema this module reads on its own (tracker.shell.index_schema.SCHEMA_VERSION)
 READ_RETRIES = 3
 BUSY_TIMEOUT_MS = 10_000
 
@@ -50,7 +53,7 @@ RUN_FIELDS = (
     "gpus", "gpu_hours", "lost_gpu_hours", "lost_gpu_hours_by", "gpus_open", "open_since",
     "pending_s_by", "pending_category", "pending_since", "quota_reserved_at",
     "ledger_basis", "ledger_gpu_hours_by", "ledger_wall_s_by", "ledger_until", "ledger_open", "ettr", "goodput",
-    "resumed_from", "checkpoints_saved",
+    "resumed_from", "checkpoints_saved", "images", "entrypoint", "hyperparameters", "hyperparameters_omitted",
 )
 # Columns added to ``runs`` since schema 1, with the value a row written before them stands for.
 ADDED_COLUMN_DEFAULTS = {"gpus": "0", "gpu_hours": "0.0", "lost_gpu_hours": "0.0", "lost_gpu_hours_by": "'{}'",
@@ -58,9 +61,11 @@ ADDED_COLUMN_DEFAULTS = {"gpus": "0", "gpu_hours": "0.0", "lost_gpu_hours": "0.0
                          "pending_since": "NULL", "quota_reserved_at": "NULL", "ledger_basis": "'accounting'",
                          "ledger_gpu_hours_by": "'{}'", "ledger_wall_s_by": "'{}'", "ledger_until": "NULL",
                          "ledger_open": "NULL", "ettr": "NULL", "goodput": "NULL", "resumed_from": "NULL",
-                         "checkpoints_saved": "0", "evictions_by": "NULL"}
+                         "checkpoints_saved": "0", "evictions_by": "NULL", "images": "'[]'", "entrypoint": "NULL",
+                         "hyperparameters": "'{}'", "hyperparameters_omitted": "0"}
 # The runs table's JSON object columns (decoded into dicts; evictions_by is None in rows written before schema 9).
-_JSON_OBJECTS = ("evictions_by", "lost_gpu_hours_by", "pending_s_by", "ledger_gpu_hours_by", "ledger_wall_s_by")
+_JSON_OBJECTS = ("evictions_by", "lost_gpu_hours_by", "pending_s_by", "ledger_gpu_hours_by", "ledger_wall_s_by",
+                 "hyperparameters", "images")  # images: a JSON array, decoded alike
 _T = TypeVar("_T")
 
 
@@ -235,6 +240,10 @@ class IndexReader:
         any_of("cluster_queue", f.cluster_queues)
         any_of("status", f.statuses)
         any_of("phase", f.phases)
+        if f.nodes:  # a pod of the run on one of the nodes (the pods table's index by node answers it)
+            marks = ", ".join("?" for _ in f.nodes)
+            where.append(f"run_id IN (SELECT run_id FROM pod_placements WHERE node IN ({marks}))")
+            params.extend(f.nodes)
         if f.since is not None:
             where.append(f"created_at IS NOT NULL AND {exact('created_at')} >= ?")
             params.append(time_text(f.since))
@@ -493,10 +502,14 @@ def _stored_labels(conn: sqlite3.Connection, run_ids: Sequence[str]) -> dict[str
     for run_id, blob in conn.execute("SELECT run_id, state FROM reducer_runs"):
         if run_id not in wanted:
             continue
-        try:
-            snap = json.loads(zlib.decompress(blob))
+        try:  # inflated within a bound (a damaged blob may be a zlib bomb); one that does not decode has no labels
+            inflater = zlib.decompressobj()
+            raw = inflater.decompress(blob, LABELS_STATE_BYTES)
+            if not inflater.eof:
+                continue
+            snap = json.loads(raw)
             labels = snap.get("facts", {}).get("labels") or {}
-        except (zlib.error, ValueError, AttributeError):
+        except (zlib.error, ValueError, AttributeError, TypeError, RecursionError):
             continue
         if isinstance(labels, dict):
             out[run_id] = {str(k): str(v) for k, v in labels.items()}

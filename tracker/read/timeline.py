@@ -9,7 +9,7 @@ comes from the cluster is always wrapped in ``Text``, never parsed as rich marku
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 
 from rich.console import Group, RenderableType
@@ -19,6 +19,7 @@ from rich.text import Text
 from tracker.core.model import (
     FINAL_STATUSES,
     Attempt,
+    MetricPoint,
     MetricSummary,
     PendingSpan,
     Phase,
@@ -27,6 +28,7 @@ from tracker.core.model import (
     Transition,
 )
 from tracker.core.waits import GROWING, Wait
+from tracker.read.pods import EVICTED, FAILED, PodOutcome, attempt_lines, by_attempt, pod_outcomes
 from tracker.read.render import (
     BAR,
     BAR_MAX_WIDTH,
@@ -53,6 +55,7 @@ from tracker.read.render import (
     STEP_MARK,
     STOPPED_BAR,
     WAIT_BAR,
+    WHAT_RAN_ROWS,
     attempt_ledgers,
     attempt_wait,
     checkpoint_at,
@@ -66,6 +69,7 @@ from tracker.read.render import (
     reason_text,
     run_ledger,
     run_wait,
+    sparkline,
     step_text,
     time_span,
     utc,
@@ -77,13 +81,15 @@ MAX_FAILURES_SHOWN = 5  # pod failures listed per attempt; the rest are counted
 
 
 MAX_INPUTS_SHOWN = 10
+MAX_PARAMS_SHOWN = 6  # hyperparameters shown in the provenance grid; the rest are counted ("+N more")
+POD_STYLE = {FAILED: "red", EVICTED: "yellow"}  # a pod line's style by outcome (the others: dim)
 
 
 MAX_CHECKPOINTS_SAID = 8  # checkpoints said in words on the timeline's row (all are marked)
 
 
 def timeline(history: RunHistory, width: int, *, now: datetime | None = None,
-             resumed_by: Sequence[str] | None = None) -> RenderableType:
+             resumed_by: Sequence[str] | None = None, node_notes: Mapping[str, str] | None = None) -> RenderableType:
     """The run at a glance: one bar per (attempt, phase) on a shared time axis, its goodput ledger (checkpoints and
     the time lost on the same axis, then in figures), then provenance and metrics.
 
@@ -91,6 +97,8 @@ def timeline(history: RunHistory, width: int, *, now: datetime | None = None,
     succeeded, failed or stopped). Each bar spans from its phase's entry to the next entry. A Completion that is not
     the last entry is the time a run was stopped by a Kueue deactivation, until it was reactivated (drawn dashed).
     ``resumed_by``: the runs that resume this one (the index knows them, the history does not); None: not known.
+    ``node_notes``: what the index knows of the nodes the pods ran on (``tracker.read.nodeinfo.notes``: GPU model,
+    conditions), said with the pods by node.
     """
     run = history.run
     parts: list[RenderableType] = [_header(run)]
@@ -98,7 +106,7 @@ def timeline(history: RunHistory, width: int, *, now: datetime | None = None,
     if live_header.plain:
         parts.append(live_header)
     if history.transitions:
-        parts.extend(_bars(history, width, now))
+        parts.extend(_bars(history, width, now, node_notes))
     else:
         parts.append(Text("no phase transitions recorded yet", style="dim"))
     parts.append(Text(""))
@@ -107,7 +115,7 @@ def timeline(history: RunHistory, width: int, *, now: datetime | None = None,
     parts.append(_provenance(history, resumed_by))
     if history.metrics:
         parts.append(Text(""))
-        parts.append(_metrics(history.metrics))
+        parts.append(_metrics(history.metrics, history.metric_points or ()))
     return Group(*parts)
 
 
@@ -146,7 +154,8 @@ def _header_wait(run: RunRecord, now: datetime | None) -> Text:
     return t
 
 
-def _bars(history: RunHistory, width: int, now: datetime | None) -> list[Text]:
+def _bars(history: RunHistory, width: int, now: datetime | None,
+          node_notes: Mapping[str, str] | None = None) -> list[Text]:
     run = history.run
     trs = history.transitions
     start, end, span, live = time_span(history, now)
@@ -166,6 +175,7 @@ def _bars(history: RunHistory, width: int, now: datetime | None) -> list[Text]:
     lines.append(Text(lead + "├" + "─" * max(0, bar_w - 2) + "┤", style="dim"))
 
     attempts = {a.attempt: a for a in history.attempts}
+    pods = by_attempt(pod_outcomes(history))
     stopped_between = any(t.phase is Phase.COMPLETION for t in trs[:-1])
     groups: dict[int, list[int]] = {}
     for i, t in enumerate(trs):
@@ -183,6 +193,7 @@ def _bars(history: RunHistory, width: int, now: datetime | None) -> list[Text]:
         if a is not None:
             lines.extend(_pending_lines(a, end if live else None, col, bar_w, width))
             lines.extend(_attempt_end(a, [trs[i] for i in groups.get(n, [])], width))
+        lines.extend(_pod_lines(pods.get(n, []), width, node_notes))
     ledger_lines, ledger_legend = _ledger_lines(history, end if live else None, col, bar_w, width)
     lines.extend(ledger_lines)
     legend = f"{lead}{BAR} in phase   {WAIT_BAR} waiting for admission   {POINT} end of run"
@@ -429,12 +440,26 @@ def _attempt_end(a: Attempt, transitions: list[Transition], width: int) -> list[
     return lines
 
 
+def _pod_lines(pods: Sequence[PodOutcome], width: int, notes: Mapping[str, str] | None = None) -> list[Text]:
+    """The attempt's pods by node and outcome (tracker.read.pods): failed and evicted ones a line per group."""
+    lines = []
+    for text, outcome in attempt_lines(pods, notes=notes):
+        t = Text("   ↳ ", no_wrap=True, overflow="ellipsis")
+        t.append(text, style=POD_STYLE.get(outcome, "dim"))
+        t.truncate(width, overflow="ellipsis")
+        lines.append(t)
+    return lines
+
+
 def _provenance(history: RunHistory, resumed_by: Sequence[str] | None = None) -> Table:
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")
     grid.add_column()
-    for key, value in provenance_rows(history, max_inputs=MAX_INPUTS_SHOWN, resumed_by=resumed_by):
-        grid.add_row(Text(key), Text(value, style="dim" if value.strip("-/ ") == "" else ""))
+    rows = provenance_rows(history, max_inputs=MAX_INPUTS_SHOWN, max_params=MAX_PARAMS_SHOWN, resumed_by=resumed_by)
+    for key, value in rows:
+        line = key in WHAT_RAN_ROWS  # one line each, cut to the width with an ellipsis (show -o json has them whole)
+        grid.add_row(Text(key), Text(value, style="dim" if value.strip("-/ ") == "" else "", no_wrap=line,
+                                     overflow="ellipsis" if line else "fold"))
     return grid
 
 
@@ -520,10 +545,11 @@ def _checkpoints_said(history: RunHistory) -> str:
     return ", ".join(words)
 
 
-def _metrics(metrics: Sequence[MetricSummary]) -> Table:
+def _metrics(metrics: Sequence[MetricSummary], points: Sequence[MetricPoint] = ()) -> Table:
+    """Each metric's summary and its curve (``render.sparkline`` of the points the index keeps)."""
     table = Table(title="metrics", title_justify="left", header_style="bold")
-    for header in ("metric", "first → latest", "change", "min", "max", "points"):
-        table.add_column(header, justify="left" if header in ("metric", "first → latest") else "right")
+    for header in ("metric", "first → latest", "change", "min", "max", "points", "curve"):
+        table.add_column(header, justify="left" if header in ("metric", "first → latest", "curve") else "right")
     for m in metrics:
         delta = m.latest_value - m.first_value
         change = f"{delta:+.4g}"
@@ -532,5 +558,6 @@ def _metrics(metrics: Sequence[MetricSummary]) -> Table:
         table.add_row(Text(m.metric),
                       Text(f"{number_text(m.first_value)} @{m.first_step} → "
                            f"{number_text(m.latest_value)} @{m.latest_step}"),
-                      Text(change), Text(number_text(m.min_value)), Text(number_text(m.max_value)), Text(str(m.points)))
+                      Text(change), Text(number_text(m.min_value)), Text(number_text(m.max_value)), Text(str(m.points)),
+                      Text(sparkline((p.step, p.value) for p in points if p.metric == m.metric), no_wrap=True))
     return table

@@ -37,15 +37,14 @@ import yaml
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaError
-from kubernetes_asyncio.config import ConfigException
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from tracker.runtime.ops import configure_logging, log_deprecated_env
-from tracker.settings import KafkaSettings, Settings, SettingsError, load_settings, yaml_problem
+from tracker.settings import KafkaSettings, Settings, SettingsError, load_settings
 from tracker.shell import deadline, kafka, tasks
-from tracker.shell.kube import ApiError, KubeApi, Resource, discover, kube_client
+from tracker.shell.kube import FIX_KUBECONFIG, ApiError, KubeApi, KubeconfigError, Resource, discover, kube_client
 from tracker.shell.watch.resources import EVENTS_APIS, all_resources
 from tracker.shell.watch.visibility import GROUP as VISIBILITY_GROUP
 from tracker.shell.watch.visibility import VERSIONS as VISIBILITY_VERSIONS
@@ -256,12 +255,11 @@ async def kube_checks(opts: DoctorOptions) -> list[Check]:
                       "pass --rbac-file PATH (deploy/k8s/rbac/clusterrole.yaml of this tracker version)")]
     try:
         client = await asyncio.wait_for(kube_client(opts.kubeconfig, opts.context, connections=16), opts.timeout_s)
-    except (ConfigException, OSError, ValueError, TypeError, KeyError, TimeoutError, yaml.YAMLError) as exc:
-        # a YAML error quotes the offending line, which may hold a token: only where, and what is wrong
-        problem = f"not valid YAML: {yaml_problem(exc)}" if isinstance(exc, yaml.YAMLError) else str(exc)
-        return [Check("kube", "kubeconfig", "fail", f"no usable kubeconfig: {problem}",
-                      "pass --kubeconfig PATH (and --context), set KUBECONFIG, or run in a pod with a "
-                      "ServiceAccount token")]
+    except KubeconfigError as exc:
+        return [Check("kube", "kubeconfig", "fail", f"no usable kubeconfig ({exc.where}: {exc.why})", FIX_KUBECONFIG)]
+    except TimeoutError:
+        return [Check("kube", "kubeconfig", "fail", f"loading the kubeconfig took over {opts.timeout_s:g} s",
+                      FIX_KUBECONFIG)]
     async with client:
         if opts.impersonate:
             client.set_default_header("Impersonate-User", opts.impersonate)

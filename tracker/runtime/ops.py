@@ -2,7 +2,9 @@
 
 Logs are JSON lines on stderr (structlog), with whatever the code bound through ``structlog.contextvars``
 (``partition``, ``offset``, ``run_id``...) merged into each line; library logs (aiokafka) go through the same
-renderer. Metrics live in one registry per process and are served with ``/healthz`` (the process runs) and
+renderer, and every line through ``redact_log`` first: each string value in it (the event, the fields, nested
+values, a formatted traceback) has its secrets redacted as everything else the tracker writes (README "What is
+redacted"). Metrics live in one registry per process and are served with ``/healthz`` (the process runs) and
 ``/readyz`` (every component reports ready: partitions assigned and restored) on a small asyncio HTTP server.
 """
 
@@ -23,6 +25,7 @@ import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from tracker.core.redact import redact_value
 from tracker.settings import OpsSettings, Settings
 
 T = TypeVar("T")
@@ -54,12 +57,23 @@ def configure_logging(level: str = "INFO", fmt: str = "json") -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(structlog.stdlib.ProcessorFormatter(
         processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, structlog.processors.format_exc_info,
-                    renderer],
+                    redact_log, renderer],
         foreign_pre_chain=shared))
     handler.addFilter(_Repeats("aiokafka", window_s=10.0))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
+
+
+def redact_log(_logger: Any, _method: str, event_dict: Any) -> Any:
+    """structlog processor: every string value of a log line (at any depth of lists and dicts, tuples read as
+    lists) with its secrets redacted (``tracker.core.redact.redact_value``); other values as they are."""
+    for key, value in event_dict.items():
+        if value.__class__ is tuple:
+            value = list(value)
+        if isinstance(value, str | dict | list):
+            event_dict[key] = redact_value(value)
+    return event_dict
 
 
 def log_deprecated_env(settings: Settings) -> None:
@@ -290,8 +304,13 @@ class OpsServer:
 # ------------------------------------------------------------------------------------------ shutdown
 
 
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
 class Shutdown:
-    """The first SIGTERM or SIGINT asks for a graceful stop; a second one, or the timeout, exits at once.
+    """The first SIGTERM, SIGINT or SIGHUP asks for a graceful stop (the process then exits 0, or with the code of
+    the error that stopped it); a second one exits at once with 128 + its number, the timeout
+    (``ops.shutdown_timeout_s``) with 1. SIGHUP stops rather than reloads: nothing reloads its settings.
 
     A signal within ``REPEAT_S`` of the first counts as the same one: ``uv run`` forwards the terminal's Ctrl-C
     to a process that the terminal signals too, and ``timeout`` signals the whole process group."""
@@ -305,7 +324,7 @@ class Shutdown:
 
     def install(self) -> None:
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in STOP_SIGNALS:
             loop.add_signal_handler(sig, self._on_signal, sig)
 
     def _on_signal(self, sig: signal.Signals) -> None:

@@ -16,6 +16,7 @@ from typing import BinaryIO, Protocol, runtime_checkable
 
 from tracker import errors
 from tracker.core.model import DeadLetter, HistoryUpdate
+from tracker.core.nodes import NodeState
 from tracker.core.queues import QueuePosition, QueueState
 from tracker.core.reducer import Flushed, Reducer
 from tracker.settings import DEAD_LETTER_FILE_BYTES, DEAD_LETTER_FILES
@@ -44,8 +45,20 @@ class QueueStore(Protocol):
     def write_queues(self, queues: Sequence[QueueState], positions: Sequence[QueuePosition]) -> int: ...
 
 
+@runtime_checkable
+class NodeStore(Protocol):
+    """A sink that keeps the Nodes runs ran on (``ExperimentIndex.write_nodes``, ``AdxSink.write_nodes``)."""
+
+    def write_nodes(self, nodes: Sequence[NodeState]) -> int: ...
+
+
 class DeadLetterSink(Protocol):
     def write_dead_letters(self, letters: Sequence[DeadLetter]) -> None: ...
+
+
+# a synchronous source (a capture file read on the loop) gives the loop a turn at least this often: the reducer
+# runs, and a signal handler sets ``stop`` (a record is at most ``capture.MAX_VALUE_BYTES`` of input away)
+YIELD_EVERY_S = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,13 +179,17 @@ async def run_pipeline(
     """Fold ``records`` and write the histories of the runs they change to ``store`` (with the reducer's state
     for those runs, so that a later call continues from it) and to ``sinks``; dead letters to ``dead_letters``.
 
-    Once ``stop`` is set no further record is taken: what was taken is folded and written, and the report says
-    ``stopped`` and the source of the last record folded. ``on_flush`` is called after each flush of the reducer
+    Once ``stop`` is set no further record is taken from a synchronous source (an iterable: checked after each
+    record, and the loop gets a turn every ``YIELD_EVERY_S``); an asynchronous source is read to its end and must
+    end on ``stop`` itself (``tasks.in_thread(until=stop)`` hands what it read, then ends, even while its thread
+    waits on a quiet pipe). Every record taken is folded and written, and the report says ``stopped`` and the source
+    of the last record folded. ``on_flush`` is called after each flush of the reducer
     with what it flushed, the records folded since the previous flush and the reducer's watermark (metrics)."""
     lim = limits or PipelineLimits()
     changes: InProcessBus[Record | BadRecord] = InProcessBus(lim.change_queue)
     batches: InProcessBus[tuple[list[HistoryUpdate], list[DeadLetter], StateRows | None,
-                                tuple[list[QueueState], list[QueuePosition]]]] = InProcessBus(lim.history_queue)
+                                tuple[list[QueueState], list[QueuePosition], list[NodeState]]]] = \
+        InProcessBus(lim.history_queue)
     report = PipelineReport()
     state = StateTracker(reducer) if store is not None else None
 
@@ -184,10 +201,11 @@ async def run_pipeline(
         if on_flush is not None:
             on_flush(out, folded, reducer.watermark)
         folded = 0
-        rows = None if state is None else state.capture([*(u.run_id for u in out.updates), *out.retired])
-        if out.updates or out.dead_letters or out.queues or out.positions or \
+        rows = None if state is None else state.capture([*(u.run_id for u in out.updates), *out.retired],
+                                                        out.forgotten_seq)
+        if out.updates or out.dead_letters or out.queues or out.positions or out.nodes or \
                 (rows is not None and (rows.held is not None or rows.retired or rows.clock is not None)):
-            await batches.put((out.updates, out.dead_letters, rows, (out.queues, out.positions)))
+            await batches.put((out.updates, out.dead_letters, rows, (out.queues, out.positions, out.nodes)))
 
     def stopping() -> bool:
         if stop is not None and stop.is_set():
@@ -195,19 +213,22 @@ async def run_pipeline(
         return report.stopped
 
     async def source() -> None:
+        # a record taken from the source is always folded: stopping means taking no further one
         try:
             if isinstance(records, AsyncIterable):
-                async for rec in records:
+                async for rec in records:  # it ends by itself on ``stop`` (``tasks.in_thread(until=stop)``)
+                    await changes.put(rec)
+                stopping()
+            elif not stopping():
+                loop = asyncio.get_running_loop()
+                turn = loop.time() + YIELD_EVERY_S
+                for rec in records:
+                    await changes.put(rec)
+                    if loop.time() >= turn:  # let the reducer (and a stop request) run while the source is fast
+                        await asyncio.sleep(0)
+                        turn = loop.time() + YIELD_EVERY_S
                     if stopping():
                         break
-                    await changes.put(rec)
-            else:
-                for n, rec in enumerate(records, start=1):
-                    if stopping():
-                        break
-                    await changes.put(rec)
-                    if n % 1024 == 0:
-                        await asyncio.sleep(0)  # let the reducer (and a stop request) run while the source is fast
         finally:
             await changes.close()
 
@@ -232,7 +253,7 @@ async def run_pipeline(
             await batches.close()
 
     async def sink() -> None:
-        async for updates, letters, rows, (queues, positions) in batches:
+        async for updates, letters, rows, (queues, positions, nodes) in batches:
             if store is not None:
                 report.rows_changed += store.write(updates, state=rows)
             for s in sinks:
@@ -241,6 +262,10 @@ async def run_pipeline(
                 for q in dict.fromkeys([store, *sinks]):
                     if isinstance(q, QueueStore):
                         report.rows_changed += q.write_queues(queues, positions)
+            if nodes:  # Nodes: likewise
+                for n in dict.fromkeys([store, *sinks]):
+                    if isinstance(n, NodeStore):
+                        report.rows_changed += n.write_nodes(nodes)
             report.runs_written += len(updates)
             report.dead_letters += len(letters)
             if dead_letters is not None:

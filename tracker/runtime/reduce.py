@@ -138,10 +138,18 @@ class ReduceService:
         """Stop after the batch in hand (``drain``: once every assigned partition is caught up)."""
         self._drain.request(drain)
 
+    def stop_connecting(self) -> None:
+        """Give up a connection to Kafka not made yet (a signal while the broker does not answer): ``run`` returns."""
+        self._drain.give_up_connecting.set()
+
     async def run(self) -> None:
         rs = self.s.reduce
-        consumer, restorer = await kafka.retrying("connecting to Kafka", self._connect, retries=rs.max_retries,
-                                                  backoff_max_s=rs.retry_backoff_max_s)
+        clients = await kafka.retrying("connecting to Kafka", self._connect, retries=rs.max_retries,
+                                       backoff_max_s=rs.retry_backoff_max_s, stop=self._drain.give_up_connecting)
+        if clients is None:  # asked to stop while Kafka did not answer yet
+            log.info("reducer_stopped", before="connecting to Kafka")
+            return
+        consumer, restorer = clients
         try:
             consumer.subscribe([self.topics.changes], listener=kafka.Rebalance(self))
             log.info("reducer_started", group=rs.group_id, topic=self.topics.changes)

@@ -20,6 +20,10 @@ while a replay retires nothing unless ``--retire-after`` asks it to (a capture i
 stream, at a time: no event time holds for all of them, and runs retired too early would lose records;
 docs/limits.md).
 
+A replay of standard input or a pipe (``capture.is_stream``) reads it on a thread of its own (``tasks.in_thread``):
+a quiet pipe never holds the loop, so a signal stops the replay at once and what was read is committed; regular
+files are read on the loop, which gets a turn every ``pipeline.YIELD_EVERY_S``. README, "Signals and exit codes".
+
 Capture files are read by ``capture_records``, which slims each object to what the reducer reads as the watcher
 slims it before it publishes (``shell.slim``): folding slimmed objects gives the same histories, so a replay, a
 ``serve --from-capture`` and a watcher fold the same records.
@@ -38,10 +42,11 @@ from typing import TYPE_CHECKING
 
 from tracker import errors
 from tracker.core.reducer import Flushed, Reducer, ReducerLimits
+from tracker.read.store import IndexReader
 from tracker.runtime.pipeline import JsonlDeadLetters, PipelineLimits, PipelineReport, run_pipeline
 from tracker.settings import EmbeddedSettings, Settings, SettingsError, load_settings
-from tracker.shell import reducer_state
-from tracker.shell.capture import BadRecord, Capture, Record, capture_files, interleave
+from tracker.shell import reducer_state, tasks
+from tracker.shell.capture import STDIN, BadRecord, Capture, Record, capture_files, interleave, is_stream
 from tracker.shell.index import ExperimentIndex
 from tracker.shell.slim import slim_event
 
@@ -66,9 +71,13 @@ class ReplayError(errors.ConfigError):
 
 def reducer_limits(settings: Settings, *, retire_after_s: float | None) -> ReducerLimits:
     """The embedded reducer's bounds from ``settings``; it retires finished runs after ``retire_after_s`` of event
-    time, or never (None)."""
+    time, or never (None). Without retirement it frees a finished run's derivation once its history is written
+    (``ReducerLimits.keep_finished_derivations``): such a replay keeps every run it reads, and a finished run's
+    facts are then all it holds (bench/README.md, replay_memory.py). Retiring, it keeps them until the run retires:
+    a late record within the grace (a pod deleted after the run ended) stays incremental, however wide the run."""
     limits = settings.reduce.reducer_limits(settings.embedded.max_retired)
-    return replace(limits, retire_after_us=None if retire_after_s is None else round(retire_after_s * 1_000_000))
+    return replace(limits, retire_after_us=None if retire_after_s is None else round(retire_after_s * 1_000_000),
+                   keep_finished_derivations=retire_after_s is not None)
 
 
 def dead_letter_file(es: EmbeddedSettings, index_path: Path, *, on_drop: Callable[[int], None] | None = None
@@ -101,15 +110,19 @@ class Folded:
 
 
 def fold(records: Iterable[Record | BadRecord] | AsyncIterable[Record | BadRecord], *, index_path: Path,
-         settings: Settings, retire_after_s: float | None, stop_on_signals: bool = False,
+         settings: Settings, retire_after_s: float | None, stop_on_signals: bool = False, threaded: bool = False,
          on_progress: Callable[[int], None] | None = None, on_restored: Callable[[Reducer], None] | None = None,
          on_flush: Callable[[Flushed, int, int], None] | None = None,
-         on_dead_letters_dropped: Callable[[int], None] | None = None) -> Folded:
+         on_dead_letters_dropped: Callable[[int], None] | None = None, recorded: bool = False) -> Folded:
     """Fold ``records`` into the index at ``index_path``, continuing from the reducer state it keeps; bounds and
     the dead-letter file from ``settings``. Runs its own event loop (call it on a thread of its own from a loop).
 
     With ``stop_on_signals`` (and on the main thread) SIGINT, SIGTERM and SIGHUP stop the intake: what was taken
-    is folded and committed, and the report says so (``_until_signalled``)."""
+    is folded and committed, and the report says so (``_until_signalled``). ``threaded``: ``records`` (an
+    iterable) may block without end (standard input, a pipe): it is read on a thread of its own
+    (``tasks.in_thread``), so that a signal stops the fold while the read waits, and what the thread read before
+    the signal is folded and committed. ``recorded``: the index is a recording (``tracker replay``): readers read
+    it as of the latest time it holds (``ExperimentIndex.set_clock``)."""
     dead = dead_letter_file(settings.embedded, index_path, on_drop=on_dead_letters_dropped)
     identity = settings.index.identity(default_cluster=settings.adx.source_cluster)
     # the writer role is held from the restore to the last write: a second writer waits for it (or stops)
@@ -121,11 +134,15 @@ def fold(records: Iterable[Record | BadRecord] | AsyncIterable[Record | BadRecor
             on_restored(reducer)
 
         async def body(stop: asyncio.Event | None) -> PipelineReport:
-            return await run_pipeline(records, reducer, sinks=[], dead_letters=dead,
+            source = records
+            if threaded and not isinstance(records, AsyncIterable):
+                source = tasks.in_thread(records, name="capture-reader", until=stop)
+            return await run_pipeline(source, reducer, sinks=[], dead_letters=dead,
                                       limits=pipeline_limits(settings.embedded), on_progress=on_progress,
                                       store=index, stop=stop, on_flush=on_flush)
 
         report = asyncio.run(_until_signalled(body) if stop_on_signals else body(None))
+        index.set_clock(recorded=recorded)
     return Folded(report, dead, continued)
 
 
@@ -170,20 +187,24 @@ def replay(*, captures: Sequence[Path], index_path: Path, console: Console, sett
 
     try:
         folded = fold(capture_records(files), index_path=index_path, settings=settings, retire_after_s=retire_after_s,
-                      stop_on_signals=True, on_progress=on_progress, on_restored=started)
+                      stop_on_signals=True, threaded=any(is_stream(f) for f in files), on_progress=on_progress,
+                      on_restored=started, recorded=True)
     finally:
         if progress is not None:
             progress.stop()
     report, dead = folded.report, folded.dead_letters
     if report.stopped:
+        again = ("what standard input held after it was not read" if STDIN in files else
+                 "run the same replay again to finish (it continues from the index)")
         _fail(f"replay stopped by {_signal_name(report.stopped_by)} after {report.records} records (the last from "
-              f"{report.last_source or 'nowhere'}); everything folded is committed to {index_path}: run the same "
-              "replay again to finish (it continues from the index)")
+              f"{report.last_source or 'nowhere'}); everything folded is committed to {index_path}: {again}")
     if not quiet:
         continued = f" (continuing {folded.continued} run(s) it held)" if folded.continued else ""
+        with IndexReader(index_path) as reader:  # the runs it holds: what `tracker runs` lists next
+            held = sum(reader.counts_by_status().values())
         console.print(f"folded {report.records} records from {len(files)} file(s) ({total_bytes / 1e6:.1f} MB) "
-                      f"into [bold]{escape(str(index_path))}[/]{continued}: {report.runs_written} run histories "
-                      f"written, {report.rows_changed} rows changed")
+                      f"into [bold]{escape(str(index_path))}[/]{continued}: it holds {held} run(s) "
+                      f"({report.runs_written} history writes, {report.rows_changed} rows changed)")
         if report.dead_letters:
             rotated = f"; the {dead.dropped} oldest were dropped by rotation" if dead.dropped else ""
             console.print(f"[yellow]{report.dead_letters} dead letter(s)[/] with reasons in "

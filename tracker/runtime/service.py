@@ -106,7 +106,8 @@ async def run_process(settings: Settings, name: str, *, body: Body, fatal: Error
     server = OpsServer(settings.ops, metrics=metrics, health=health)
     shutdown = Shutdown(settings.ops.shutdown_timeout_s)
     shutdown.install()
-    log.info("starting", process=name, settings=redacted(settings))
+    log.info("starting", process=name, settings=redacted(settings, changed_only=True))
+    log.debug("settings", process=name, settings=redacted(settings))
     stopped_by: list[BaseException] = []
     try:
         try:
@@ -226,10 +227,15 @@ async def _serve_kafka(settings: Settings, opts: ServeOptions, intake: Source | 
         if intake_task is not None:
             intake_task.cancel()
             await asyncio.wait([intake_task])
+        signalled = shutdown.requested.is_set()  # a part still connecting to Kafka gives up: nothing to drain
         reducer.request_stop(drain=not failed)
+        if signalled:
+            reducer.stop_connecting()
         await asyncio.wait([reduce_task])
         for runner in runners:
             runner.request_stop(drain=not failed)
+            if signalled:
+                runner.stop_connecting()
         if sink_tasks:
             await asyncio.wait(sink_tasks)
     for task in (intake_task, reduce_task, *sink_tasks):

@@ -30,6 +30,7 @@ newest-wins upserts (the index) or newest by revision (ADX), so writing them aga
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -49,6 +50,7 @@ from tracker.runtime.ops import Health, Metrics
 from tracker.runtime.pipeline import HistorySink, QueueStore
 from tracker.settings import Settings
 from tracker.shell import kafka, transitions
+from tracker.shell.index_lock import WaitStopped
 
 if TYPE_CHECKING:
     from tracker.shell.adx import AdxSink
@@ -94,6 +96,7 @@ class SinkRunner:
         self._joined = False
         self._lock = asyncio.Lock()
         self._drain = kafka.Drain()
+        self.stopping = threading.Event()  # set by ``stop_connecting``: ends a wait of ``open_sink`` (index_lock)
         self._consumer: AIOKafkaConsumer | None = None
         self._setup_failures = 0
         self._retry_at = 0.0
@@ -104,8 +107,16 @@ class SinkRunner:
         return self._joined and not self._pending
 
     def request_stop(self, drain: bool = False) -> None:
-        """Stop after the batch in hand (``drain``: once caught up with the transitions written so far)."""
+        """Stop after the batch in hand (``drain``: once caught up with the transitions written so far); asked to
+        stop now (not to drain), a sink still waiting to open (for the index's writer role) stops waiting."""
         self._drain.request(drain)
+        if not drain:
+            self.stop_connecting()
+
+    def stop_connecting(self) -> None:
+        """Give up opening the sink and connecting to Kafka if neither is done yet (a signal): ``run`` returns."""
+        self._drain.give_up_connecting.set()
+        self.stopping.set()
 
     async def _call(self, fn: Callable[[], T]) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._thread, fn)
@@ -113,10 +124,19 @@ class SinkRunner:
     # ------------------------------------------------------------------------------------ lifecycle
     async def run(self) -> None:
         stack = ExitStack()
-        self._sink = await self._call(lambda: stack.enter_context(self.open_sink()))
+        try:
+            self._sink = await self._call(lambda: stack.enter_context(self.open_sink()))
+        except WaitStopped as exc:  # a stop request while it stood by for the index's writer role
+            self._thread.shutdown(wait=True)
+            log.info("sink_stopped", sink=self.name, detail=str(exc))
+            return
         try:
             consumer = await kafka.retrying("connecting to Kafka", self._connect, retries=self.s.sink.max_retries,
-                                            backoff_max_s=self.s.sink.retry_backoff_max_s)
+                                            backoff_max_s=self.s.sink.retry_backoff_max_s,
+                                            stop=self._drain.give_up_connecting)
+            if consumer is None:  # asked to stop while Kafka did not answer yet
+                log.info("sink_stopped", sink=self.name, before="connecting to Kafka")
+                return
             try:
                 consumer.subscribe([self.ks.topics.transitions], listener=kafka.Rebalance(self))
                 log.info("sink_started", sink=self.name, group=self.group,
@@ -341,12 +361,23 @@ def index_sink_runner(settings: Settings, *, metrics: Metrics, health: Health,
     if path is None:
         raise errors.ConfigError("no experiment index path (--index, or TRACKER_SINK__INDEX_PATH)")
     identity = settings.index.identity(default_cluster=settings.adx.source_cluster)
-    # one writer per index; a second sink on the same file stands by (waits without a bound) until the first exits
-    return SinkRunner("index", open_sink=lambda: ExperimentIndex(path, identity=identity, writer_wait_s=None,
-                                                                 on_wait=_standing_by),
-                      group=settings.sink.index_group,
-                      settings=settings, metrics=metrics, health=health,
-                      group_instance_id=settings.sink.group_instance_id)
+    # one writer per index; a second sink on the same file stands by (waits without a bound) until the first exits,
+    # or until it is asked to stop (``runner.stopping``: the first SIGTERM)
+    def open_sink() -> ExperimentIndex:
+        index = ExperimentIndex(path, identity=identity, writer_wait_s=None, on_wait=_standing_by,
+                                stop_waiting=runner.stopping).open()
+        try:
+            index.set_clock(recorded=False)  # a live writer: readers read it at the wall clock
+        except BaseException:
+            index.close()
+            raise
+        return index
+
+    runner = SinkRunner("index", open_sink=open_sink,
+                        group=settings.sink.index_group,
+                        settings=settings, metrics=metrics, health=health,
+                        group_instance_id=settings.sink.group_instance_id)
+    return runner
 
 
 def _standing_by(line: str) -> None:

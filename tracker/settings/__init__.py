@@ -261,6 +261,9 @@ class WatchSettings:
     visibility_timeout_s: float = Field(default=10.0, gt=0)  # one request to the visibility API, in total
     visibility_page_limit: int = Field(default=1_000, ge=1, le=100_000)  # pending workloads read per ClusterQueue
     visibility_max_cluster_queues: int = Field(default=200, ge=1)  # ClusterQueues polled per round (most pending)
+    # Nodes (tracker.core.nodes): watch them (read-only, cluster-wide) for the GPU model and conditions of the nodes
+    # runs ran on; where RBAC does not allow it the watcher says so once and goes on without them
+    nodes: bool = True
 
 
 LEASE_NAME = "tracker-watcher"
@@ -505,7 +508,9 @@ def yaml_problem(exc: BaseException) -> str:
 _QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
 
 
-def redacted(settings: Settings) -> dict[str, Any]:
-    """The settings as JSON-ready data for a start-up log line; secrets show as '**********'."""
-    data: dict[str, Any] = json.loads(settings.model_dump_json())
+def redacted(settings: Settings, *, changed_only: bool = False) -> dict[str, Any]:
+    """The settings as JSON-ready data for a start-up log line; secrets show as '**********'. ``changed_only``: only
+    the values that differ from the defaults (what the operator set), the start-up line at INFO; the whole tree is
+    for DEBUG (about 3.5 KB: too much for every start)."""
+    data: dict[str, Any] = json.loads(settings.model_dump_json(exclude_defaults=changed_only))
     return data

@@ -25,7 +25,8 @@ deduplicate by ``EventId`` and pick the newest ``Revision``. Row identity:
 ``AdxSink.write_queues`` does the same for Kueue's queues: a row of ``TaugridQueueState`` per change of a queue's
 newest state and of ``TaugridQueuePositions`` per change of a pending run's position (a memo of the digest last
 queued per queue and run), read through the newest-per-key views ``TaugridQueueStateLatest`` and
-``TaugridQueuePositionsLatest``.
+``TaugridQueuePositionsLatest``. ``AdxSink.write_nodes`` likewise: a row of ``TaugridNodeState`` per change of a
+Node's newest state (GPU model and count, conditions, cordon), read through ``TaugridNodeStateLatest``.
 """
 
 from __future__ import annotations
@@ -38,11 +39,12 @@ import re
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import structlog
 from azure.identity import WorkloadIdentityCredential
@@ -66,6 +68,7 @@ from azure.kusto.ingest.exceptions import KustoQueueError
 
 from tracker import errors
 from tracker.core.model import HistoryUpdate
+from tracker.core.nodes import NodeState
 from tracker.core.queues import QueuePosition, QueueState
 from tracker.settings import AdxSettings
 
@@ -74,6 +77,8 @@ from tracker.shell.adx_rows import ALL_TABLES as ALL_TABLES
 from tracker.shell.adx_rows import ATTEMPTS as ATTEMPTS
 from tracker.shell.adx_rows import CHECKPOINTS as CHECKPOINTS
 from tracker.shell.adx_rows import METRICS as METRICS
+from tracker.shell.adx_rows import NODE_TABLES as NODE_TABLES
+from tracker.shell.adx_rows import NODES as NODES
 from tracker.shell.adx_rows import PODS as PODS
 from tracker.shell.adx_rows import POINTS as POINTS
 from tracker.shell.adx_rows import POSITIONS as POSITIONS
@@ -87,6 +92,7 @@ from tracker.shell.adx_rows import Row as Row
 from tracker.shell.adx_rows import RowKey as RowKey
 from tracker.shell.adx_rows import history_rows as history_rows
 from tracker.shell.adx_rows import mapping_name as mapping_name
+from tracker.shell.adx_rows import node_rows as node_rows
 from tracker.shell.adx_rows import queue_rows as queue_rows
 from tracker.shell.adx_rows import row_digest, row_line, stamp_ingested
 from tracker.shell.adx_rows import update_rows as update_rows
@@ -109,8 +115,18 @@ def connection(settings: AdxSettings, uri: str) -> KustoConnectionStringBuilder:
         assert settings.client_secret is not None  # checked by AdxSettings (tracker.settings)
         return KustoConnectionStringBuilder.with_aad_application_key_authentication(
             uri, settings.client_id, settings.client_secret.get_secret_value(), settings.tenant_id)
-    credential = WorkloadIdentityCredential(client_id=settings.client_id or None,
-                                            tenant_id=settings.tenant_id or None)
+    try:
+        credential = WorkloadIdentityCredential(client_id=settings.client_id or None,
+                                                tenant_id=settings.tenant_id or None)
+    except ValueError:  # azure-identity's own message is a paragraph with a link; say what is missing, in one line
+        missing = [name for name, value in (
+            ("AZURE_TENANT_ID (or TRACKER_ADX__TENANT_ID)", settings.tenant_id or os.environ.get("AZURE_TENANT_ID")),
+            ("AZURE_CLIENT_ID (or TRACKER_ADX__CLIENT_ID)", settings.client_id or os.environ.get("AZURE_CLIENT_ID")),
+            ("AZURE_FEDERATED_TOKEN_FILE", os.environ.get("AZURE_FEDERATED_TOKEN_FILE"))) if not value]
+        raise errors.ConfigError(
+            "ADX auth workload-identity is not configured: missing " + (", ".join(missing) or "its settings") +
+            " (the AKS workload identity webhook sets them in the pod; or set adx.auth to managed-identity"
+            " or app-secret)") from None
     return KustoConnectionStringBuilder.with_azure_token_credential(uri, credential=credential)
 
 
@@ -335,9 +351,18 @@ class AdxSink:
     def write_queues(self, queues: Sequence[QueueState], positions: Sequence[QueuePosition]) -> int:
         """Queues a row per queue state and per position not sent before (``TaugridQueueState``,
         ``TaugridQueuePositions``; a bounded memo of the digest last queued per key); returns their number."""
+        return self._write_keyed(queue_rows(queues, positions, self.settings.source_cluster))
+
+    def write_nodes(self, nodes: Sequence[NodeState]) -> int:
+        """Queues a row per Node state not sent before (``TaugridNodeState``, the same memo as the queues');
+        returns their number."""
+        return self._write_keyed(node_rows(nodes, self.settings.source_cluster))
+
+    def _write_keyed(self, rows: Iterable[tuple[str, str, dict[str, Any]]]) -> int:
+        """Rows that are no part of a run, newest per (table, key): those whose digest changed are queued."""
         self._revision = max(self._revision + 1, time.time_ns() // 1_000)
         lines: list[tuple[str, bytes]] = []
-        for table, key, row in queue_rows(queues, positions, self.settings.source_cluster):
+        for table, key, row in rows:
             digest = row_digest(json.dumps(row, sort_keys=True, separators=(",", ":")))
             memo_key = (table, key)
             if self._queue_memo.get(memo_key) != digest:

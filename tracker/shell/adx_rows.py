@@ -1,5 +1,5 @@
 """The rows of the Azure Data Explorer sink: what a run's ``HistoryUpdate`` (and a queue's state, a pending run's
-position) becomes in the TauGrid tables (``schemas/kusto/010-tables.kql``), one JSON line per row.
+position, a Node's state) becomes in the TauGrid tables (``schemas/kusto/010-tables.kql``), one JSON line per row.
 
 Pure encoding, no I/O: ``tracker.shell.adx`` (the sink, which re-exports every name here) decides which rows are
 new (its memo of the digest last queued per row key) and delivers them. A row's key (``RowKey``) names the row a
@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from tracker.core.model import HistoryUpdate, MetricPoint, PodPlacement, RunHistory, RunRecord
+from tracker.core.nodes import NodeState
 from tracker.core.queues import QueuePosition, QueueState
 
 TRANSITIONS = "TaugridRunTransitions"
@@ -28,7 +29,9 @@ TABLES = (TRANSITIONS, ATTEMPTS, PODS, STATE, METRICS, POINTS, CHECKPOINTS)  # a
 QUEUES = "TaugridQueueState"
 POSITIONS = "TaugridQueuePositions"
 QUEUE_TABLES = (QUEUES, POSITIONS)  # Kueue's queues and pending runs' positions (``write_queues``)
-ALL_TABLES = TABLES + QUEUE_TABLES
+NODES = "TaugridNodeState"
+NODE_TABLES = (NODES,)  # the Nodes runs ran on (``write_nodes``)
+ALL_TABLES = TABLES + QUEUE_TABLES + NODE_TABLES
 
 def mapping_name(table: str) -> str:
     """The JSON ingestion mapping of a table (schemas/kusto/020-mappings.kql)."""
@@ -55,6 +58,8 @@ STATE_COLUMNS: dict[str, str] = {
     "quota_reserved_at": "QuotaReservedAt", "ledger_basis": "LedgerBasis", "ledger_gpu_hours_by": "LedgerGpuHoursBy",
     "ledger_wall_s_by": "LedgerWallSecBy", "ledger_until": "LedgerUntil", "ledger_open": "LedgerOpen", "ettr": "Ettr",
     "goodput": "Goodput", "resumed_from": "ResumedFrom", "checkpoints_saved": "CheckpointsSaved",
+    "images": "Images", "entrypoint": "Entrypoint", "hyperparameters": "Hyperparameters",
+    "hyperparameters_omitted": "HyperparametersOmitted",
 }
 # The GPU accounting of an attempt (schemas/gpu-accounting.md): the same columns as TaugridRunState's.
 _GPU_FIELDS = ("gpus", "gpu_hours", "lost_gpu_hours", "lost_gpu_hours_by", "gpus_open", "open_since")
@@ -172,6 +177,23 @@ def queue_rows(queues: Iterable[QueueState], positions: Iterable[QueuePosition],
             "ClusterQueue": p.cluster_queue, "LocalQueue": p.local_queue,
             "PositionInClusterQueue": p.position_in_cluster_queue,
             "PositionInLocalQueue": p.position_in_local_queue, "PolledAt": _us(p.polled_at)}
+
+
+def node_rows(nodes: Iterable[NodeState], cluster: str) -> Iterator[tuple[str, str, Row]]:
+    """(table, key, row without EventId/Revision/IngestedAt) of each Node's newest state, as the index keeps it
+    (``tracker.shell.index_nodes``)."""
+    for n in nodes:
+        ready = n.condition("Ready")
+        yield NODES, n.key, {
+            "Cluster": cluster, "Node": n.name, "Uid": n.uid, "ResourceVersion": n.resource_version,
+            "CreatedAt": _us(n.created_at), "UpdatedAt": _us(n.updated_at), "GpuProduct": n.gpu_product,
+            "GpuCount": n.gpu_count, "Ready": n.ready, "ReadySince": None if ready is None else _us(ready.since),
+            "Unschedulable": n.unschedulable, "Labels": dict(n.labels), "Capacity": dict(n.capacity),
+            "Allocatable": dict(n.allocatable),
+            "Conditions": [{"Type": c.type, "Status": c.status, "Reason": c.reason, "Message": c.message,
+                            "Since": _us(c.since)} for c in n.conditions],
+            "Taints": [{"Key": k, "Effect": e} for k, e in n.taints], "Deleted": n.deleted,
+            "DeletedAt": _us(n.deleted_at)}
 
 
 def _us(value: int | None) -> str | None:

@@ -11,7 +11,14 @@ recognised by its content, so a pipe may carry one too) is decompressed; ``-`` i
 the files named like captures (``.json``, ``.jsonl``, and those with ``.gz``) are read in name order; an entry named
 like one that is not a regular file (a FIFO, a socket, a device, a dangling symbolic link, a directory), or a file
 that cannot be opened or read to its end (permissions, a truncated gzip), is reported (a dead letter, and a warning
-naming it) and the rest is read. A path given by name may be a pipe (``<(zcat today.jsonl.gz)``).
+naming it) and the rest is read. A path given by name may be a regular file or a pipe (``<(zcat today.jsonl.gz)``);
+a device (``/dev/zero``, ``/dev/urandom``, a terminal) or a socket given by name is refused (``NotACapture``, exit 2).
+
+Bounded on any stream: a value (or a run of bytes without a line that starts a value, as NUL bytes from
+``/dev/zero`` on a pipe) longer than ``max_value_bytes`` is a bad record, and so is every further ``max_value_bytes``
+of it, so a caller always gets a record (and a chance to stop) within ``max_value_bytes`` of input. A read that may
+block without end (standard input, a pipe: ``is_stream``) is for the caller to put on a thread of its own
+(``tracker.shell.tasks.in_thread``), as ``tracker replay`` and ``tracker serve`` do.
 """
 
 from __future__ import annotations
@@ -67,6 +74,13 @@ class Unreadable:
 Capture = Path | Unreadable
 
 _decoder = json.JSONDecoder()
+
+
+class NotACapture(errors.ConfigError):
+    """A capture path given by name that is not a regular file, a pipe or ``-``: a device (``/dev/zero`` never ends)
+    or a socket (exit 2, as a command line that cannot work)."""
+
+    exit_code = 2
 
 
 class _ReadError(errors.InvalidInput):
@@ -199,7 +213,11 @@ def _values(fh: _Text, name: str, max_value_bytes: int) -> Iterator[Record | Bad
             reason = "value too large" if too_large else f"invalid JSON: {_json_error(exc)}"
             yield BadRecord(f"{name}:{line}", reason, buf[: min(256, nxt if nxt > 0 else 256)])
             if nxt < 0:
-                buf = _drain_to_line_start(fh) if too_large else ""
+                rest = _drain_to_line_start(fh, max_value_bytes) if too_large else ""
+                while rest is None:  # another max_value_bytes without a line that starts a value (/dev/zero)
+                    yield BadRecord(f"{name}:{line}", "value too large (still no line that starts a value)", "")
+                    rest = _drain_to_line_start(fh, max_value_bytes)
+                buf = rest
                 continue
             line += buf.count("\n", 0, nxt)
             buf = buf[nxt:]
@@ -227,15 +245,20 @@ def _next_start(buf: str, pos: int) -> int:
     return -1
 
 
-def _drain_to_line_start(fh: _Text) -> str:
-    """Skip input until a line that starts a JSON value; return the buffer from there."""
-    while True:
+def _drain_to_line_start(fh: _Text, limit: int) -> str | None:
+    """Skip input until a line that starts a JSON value; return the buffer from there ("" at the end), or None once
+    ``limit`` characters were skipped without one: the caller reports them, so that an endless stream without such a
+    line (NUL bytes from ``/dev/zero`` on a pipe) is a bad record every ``limit`` characters, not a silent spin."""
+    skipped = 0
+    while skipped < limit:
         chunk = fh.read()
         if not chunk:
             return ""
         i = _next_start("\n" + chunk, 1)
         if i >= 0:
             return str(chunk[i - 1:])
+        skipped += len(chunk)
+    return None
 
 
 def capture_files(paths: Sequence[Path]) -> list[Capture]:
@@ -256,7 +279,10 @@ def capture_files(paths: Sequence[Path]) -> list[Capture]:
             for q in entries:
                 problem = _not_a_capture_file(q)
                 out.append(q if problem is None else Unreadable(q, problem))
-        elif p.exists():  # a file, or a pipe or device named on purpose (e.g. <(zcat today.jsonl.gz))
+        elif p.exists():  # a file, or a pipe named on purpose (e.g. <(zcat today.jsonl.gz)); no device or socket
+            refused = _not_given_capture(p)
+            if refused is not None:
+                raise NotACapture(f"capture {p} is {refused}: give a regular file, a pipe or - (standard input)")
             out.append(p)
         elif p.is_symlink():
             raise FileNotFoundError(f"capture not found: {p} is a symbolic link to nothing")
@@ -267,6 +293,30 @@ def capture_files(paths: Sequence[Path]) -> list[Capture]:
 
 _KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a directory"))
+
+
+def _not_given_capture(path: Path) -> str | None:
+    """Why a path given by name cannot be read as a capture (None if it can: a regular file or a FIFO). A device
+    (``/dev/zero``, ``/dev/urandom``, a terminal) or a socket never ends, or is not a capture at all."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return None  # opening it reports why, as a bad record
+    if stat.S_ISREG(mode) or stat.S_ISFIFO(mode):
+        return None
+    return next((k for test, k in _KINDS if test(mode)), "not a regular file")
+
+
+def is_stream(path: Capture) -> bool:
+    """Whether reading ``path`` may block without end: standard input or a pipe (not a regular file)."""
+    if isinstance(path, Unreadable):
+        return False
+    if path == STDIN:
+        return True
+    try:
+        return not stat.S_ISREG(path.stat().st_mode)
+    except OSError:
+        return False
 
 
 def _not_a_capture_file(path: Path) -> str | None:

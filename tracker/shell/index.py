@@ -16,6 +16,7 @@ import dataclasses
 import json
 import math
 import sqlite3
+import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -39,13 +40,15 @@ from tracker.core.model import (
     field_names,
     iso,
 )
+from tracker.core.nodes import NodeState
 from tracker.core.queues import QueuePosition, QueueState
 from tracker.core.timefmt import ts
-from tracker.shell import index_queues
+from tracker.shell import index_nodes, index_queues
 from tracker.shell.index_lock import WriterLock
 from tracker.shell.index_schema import (
     IndexOpenError,
     check_database,
+    check_tables,
     migrate,
     stamp,
     transaction,
@@ -125,12 +128,13 @@ class _Encoded:
 
 @dataclass(frozen=True, slots=True)
 class ReducerState:
-    """The reducer state an index keeps (see ``ExperimentIndex.reducer_state``)."""
+    """The reducer state an index keeps (see ``ExperimentIndex.reducer_state``), as SQLite returns it: nothing is
+    checked here (``tracker.shell.reducer_state.restore`` checks every value, naming its table and row)."""
 
-    runs: list[tuple[str, bytes]]  # retired markers first, oldest retirement first; then the live runs
-    held: list[tuple[int, str, bytes]]
-    clock: list[int]  # the reducer's watermark state (``Reducer.marks``); empty for none
-    pods: dict[str, dict[str, bytes]] = field(default_factory=dict)  # run id -> uid -> the pod's encoded state
+    runs: list[tuple[Any, Any, Any]]  # (run_id, state, retired_seq): retired markers first, oldest first; then live
+    held: list[tuple[Any, Any, Any]]  # (seq, owner, record)
+    clock: Any  # meta's reducer_clock text (the reducer's watermark state, ``Reducer.marks``); None: not kept
+    pods: list[tuple[Any, Any, Any]] = field(default_factory=list)  # (run_id, uid, state) of every pod kept
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,12 +170,14 @@ class ExperimentIndex:
     """
 
     def __init__(self, path: Path | str, *, identity: Mapping[str, str] | None = None,
-                 writer_wait_s: float | None = 30.0, on_wait: Callable[[str], None] | None = None) -> None:
-        """``identity``: what a writer records in ``meta`` besides its version (``cluster``, ``workspace``)."""
+                 writer_wait_s: float | None = 30.0, on_wait: Callable[[str], None] | None = None,
+                 stop_waiting: threading.Event | None = None) -> None:
+        """``identity``: what a writer records in ``meta`` besides its version (``cluster``, ``workspace``);
+        ``stop_waiting``: set, it ends a wait for the writer role (``index_lock.WaitStopped``)."""
         self.path = Path(path)
         self.identity = dict(identity or {})
         self._conn: sqlite3.Connection | None = None
-        self._lock = WriterLock(self.path, wait_s=writer_wait_s, on_wait=on_wait)
+        self._lock = WriterLock(self.path, wait_s=writer_wait_s, on_wait=on_wait, stop=stop_waiting)
         self.refused_after_retirement = 0  # histories not written: their run was retired and then forgotten
 
     # ------------------------------------------------------------------------------------ lifecycle
@@ -206,6 +212,7 @@ class ExperimentIndex:
             conn.execute("PRAGMA synchronous = NORMAL")
             conn.execute("PRAGMA foreign_keys = ON")
             migrate(conn, self.path)
+            check_tables(conn, self.path)  # before anything is written: a damaged index stays as it was
             stamp(conn, self.identity)
         except sqlite3.OperationalError as exc:
             conn.close()
@@ -288,6 +295,14 @@ class ExperimentIndex:
         with transaction(self._db, "BEGIN IMMEDIATE"):
             return index_queues.write(self._db, queues, positions)
 
+    def write_nodes(self, nodes: Sequence[NodeState]) -> int:
+        """Store the newest state of Nodes (``tracker.shell.index_nodes``), in a transaction of their own; the number
+        of rows changed."""
+        if not nodes:
+            return 0
+        with transaction(self._db, "BEGIN IMMEDIATE"):
+            return index_nodes.write(self._db, nodes)
+
     def _retired_before(self, run_ids: Iterable[str]) -> set[str]:
         """The runs of ``run_ids`` that this index holds as retired."""
         live = list(run_ids)
@@ -363,27 +378,23 @@ class ExperimentIndex:
         return self._get(query)
 
     def reducer_state(self, max_retired: int | None = None) -> ReducerState:
-        """The stored reducer state: (run id, encoded state) of every live run kept and of the latest
-        ``max_retired`` retired ones (all when None; oldest retirement first), the held records and the
-        watermark state."""
+        """The stored reducer state, read in one transaction: (run id, encoded state, retired_seq) of every live run
+        kept and of the latest ``max_retired`` retired ones (all when None; oldest retirement first), the held
+        records, the watermark state and the pods' states, as stored (unchecked)."""
         conn = self._db
         with transaction(conn, "BEGIN"):
-            runs = [(r[0], r[1]) for r in conn.execute(
-                "SELECT run_id, state FROM reducer_runs WHERE retired_seq IS NULL ORDER BY run_id")]
-            retired = [(r[0], r[1]) for r in conn.execute(
-                "SELECT run_id, state FROM (SELECT run_id, state, retired_seq FROM reducer_runs "
+            runs = [(r[0], r[1], r[2]) for r in conn.execute(
+                "SELECT run_id, state, retired_seq FROM reducer_runs WHERE retired_seq IS NULL ORDER BY run_id")]
+            retired = [(r[0], r[1], r[2]) for r in conn.execute(
+                "SELECT run_id, state, retired_seq FROM (SELECT run_id, state, retired_seq FROM reducer_runs "
                 "WHERE retired_seq IS NOT NULL ORDER BY retired_seq DESC LIMIT ?) ORDER BY retired_seq",
                 (-1 if max_retired is None else max_retired,))]
-            held = [(r[0], r[1], r[2]) for r in conn.execute("SELECT seq, owner, record FROM reducer_held "
-                                                             "ORDER BY seq")]
+            held = [(r[0], r[1], r[2]) for r in conn.execute(
+                "SELECT seq, owner, record FROM reducer_held ORDER BY seq")]
             row = conn.execute("SELECT value FROM meta WHERE key = 'reducer_clock'").fetchone()
-            pods: dict[str, dict[str, bytes]] = {}
-            for run_id, uid, blob in conn.execute("SELECT run_id, uid, state FROM reducer_pods ORDER BY run_id, uid"):
-                pods.setdefault(run_id, {})[uid] = blob
-        clock = json.loads(row[0]) if row else []
-        if not (isinstance(clock, list) and all(isinstance(v, int) for v in clock)):
-            clock = []
-        return ReducerState(retired + runs, held, clock, pods)
+            pods = [(r[0], r[1], r[2]) for r in conn.execute(
+                "SELECT run_id, uid, state FROM reducer_pods ORDER BY run_id, uid")]
+        return ReducerState(retired + runs, held, None if row is None else row[0], pods)
 
     def runs_without_state(self) -> list[str]:
         """Runs whose reducer state this index does not keep (written by the Kafka sink, or before schema 2)."""
@@ -399,6 +410,30 @@ class ExperimentIndex:
         with transaction(self._db, "BEGIN IMMEDIATE"):
             self._db.execute("INSERT INTO meta (key, value) VALUES (?, ?) "
                              "ON CONFLICT (key) DO UPDATE SET value = excluded.value", (key, value))
+
+    def set_clock(self, *, recorded: bool) -> None:
+        """Say how readers read "now" in this index (``CLOCK_KEY``): a recording (written by ``tracker replay`` or
+        ``tracker demo`` only) is read as of the latest time it holds (``RECORDED_UNTIL_KEY``: of every transition,
+        attempt end and metric point), since a capture knows nothing after it; an index a live writer (``serve``, a
+        sink) wrote to is read at the wall clock."""
+        if not recorded:
+            if self.meta(CLOCK_KEY) != "live":
+                self.set_meta(CLOCK_KEY, "live")
+            return
+        row = self._db.execute(
+            "SELECT max(t) FROM (SELECT max(at) AS t FROM transitions UNION ALL SELECT max(ended_at) FROM attempts "
+            "UNION ALL SELECT max(at) FROM metric_points)").fetchone()
+        with transaction(self._db, "BEGIN IMMEDIATE"):
+            for key, value in ((CLOCK_KEY, "recorded"), (RECORDED_UNTIL_KEY, row[0] if row else None)):
+                if value is None:
+                    self._db.execute("DELETE FROM meta WHERE key = ?", (key,))
+                else:
+                    self._db.execute("INSERT INTO meta (key, value) VALUES (?, ?) "
+                                     "ON CONFLICT (key) DO UPDATE SET value = excluded.value", (key, value))
+
+CLOCK_KEY = "clock"  # meta: "recorded" (readers read as of RECORDED_UNTIL_KEY) or "live" (the wall clock)
+RECORDED_UNTIL_KEY = "recorded_until"
+
 
 # ------------------------------------------------------------------------------------------ encoding
 

@@ -12,7 +12,8 @@ never wait.
 A second writer waits up to ``index.writer_wait_s`` (one line on stderr says for whom), then goes on, or stops
 with ``WriterBusy``: one line naming the index and the writer that holds it, exit ``WRITER_BUSY_EXIT`` (75,
 EX_TEMPFAIL: try again later). ``tracker sink index`` waits without a bound: a second sink on one index file
-stands by until the first exits.
+stands by until the first exits. A wait is never deaf to a stop: its ``stop`` event (a SIGTERM to the standing-by
+sink sets it) ends it within ``_POLL_S`` (0.1 s) with ``WaitStopped``, and the process stops as asked.
 """
 
 from __future__ import annotations
@@ -22,13 +23,14 @@ import fcntl
 import os
 import socket
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from tracker import errors
 
-__all__ = ["WRITER_BUSY_EXIT", "WriterBusy", "WriterLock", "lock_path"]
+__all__ = ["WRITER_BUSY_EXIT", "WaitStopped", "WriterBusy", "WriterLock", "lock_path"]
 
 WRITER_BUSY_EXIT = 75  # EX_TEMPFAIL (sysexits.h): another writer holds the index; try again later
 _POLL_S = 0.1
@@ -38,6 +40,11 @@ class WriterBusy(errors.Fatal, RuntimeError):
     """Another writer holds the index and did not let go within ``index.writer_wait_s`` (exit 75)."""
 
     exit_code = WRITER_BUSY_EXIT
+
+
+class WaitStopped(errors.TrackerError):
+    """A wait for the writer role ended by its ``stop`` event (a SIGTERM to a standing-by ``tracker sink index``):
+    nothing was taken, the caller stops as it was asked to."""
 
 
 def lock_path(index_path: Path) -> Path:
@@ -54,14 +61,16 @@ class WriterLock:
     """The writer role of one index, taken by ``acquire`` and given back by ``release`` (or by the process's end).
 
     ``wait_s``: how long to wait for another writer (0: refuse at once; None: without a bound). ``on_wait``: told
-    once, in one line, that this writer waits (default: stderr)."""
+    once, in one line, that this writer waits (default: stderr). ``stop``: set (from another thread: a signal
+    handler's loop), it ends the wait within ``_POLL_S`` with ``WaitStopped``."""
 
     def __init__(self, index_path: Path, *, wait_s: float | None = 30.0,
-                 on_wait: Callable[[str], None] | None = None) -> None:
+                 on_wait: Callable[[str], None] | None = None, stop: threading.Event | None = None) -> None:
         self.path = lock_path(index_path)
         self.index_path = index_path
         self.wait_s = wait_s
         self.on_wait = on_wait or _say
+        self.stop = stop or threading.Event()
         self._fd: int | None = None
 
     def acquire(self) -> None:
@@ -95,7 +104,8 @@ class WriterLock:
                 bound = "" if deadline is None else f" (at most {self.wait_s:g} s, index.writer_wait_s)"
                 self.on_wait(f"waiting for the writer of {self.index_path} ({self._holder(fd)}) to finish{bound}")
                 said = True
-            time.sleep(_POLL_S if deadline is None else max(0.0, min(_POLL_S, deadline - time.monotonic())))
+            if self.stop.wait(_POLL_S if deadline is None else max(0.0, min(_POLL_S, deadline - time.monotonic()))):
+                raise WaitStopped(f"stopped waiting for the writer of {self.index_path} ({self._holder(fd)})")
 
     def _holder(self, fd: int) -> str:
         with contextlib.suppress(OSError):

@@ -10,9 +10,11 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from functools import lru_cache
 from pathlib import Path
 
 from tracker import errors
+from tracker.shell import index_ddl
 
 _V1 = """\
 CREATE TABLE meta (
@@ -398,9 +400,29 @@ _V9 = """\
 ALTER TABLE runs ADD COLUMN evictions_by TEXT; -- JSON object: reason -> evictions; NULL: written before version 9
 """
 
+_V10 = """\
+
+-- A run by the NAMESPACE/NAME of its Job or RayJob (schema 10): `tracker show`, `compare` and the web view find the
+-- latest run of a root by its namespace and name without reading every run.
+CREATE INDEX runs_by_name ON runs (namespace, name);
+"""
+
+_V11 = """
+-- What ran (schema 11, history/v5 with optional fields; tracker.core.provenance): each run's container images, its
+-- entrypoint and its hyperparameters. Rows written before version 11 read the defaults (nothing known) until their
+-- run is written again.
+ALTER TABLE runs ADD COLUMN images TEXT NOT NULL DEFAULT '[]'; -- JSON array of image references, in order
+ALTER TABLE runs ADD COLUMN entrypoint TEXT; -- command and args joined shell-style, or a RayJob's entrypoint
+ALTER TABLE runs ADD COLUMN hyperparameters TEXT NOT NULL DEFAULT '{}'; -- JSON object: name -> scalar (<= 64 names)
+ALTER TABLE runs ADD COLUMN hyperparameters_omitted INTEGER NOT NULL DEFAULT 0; -- names left out past the first 64
+"""
+
+_V12 = index_ddl.NODES  # the Nodes (issue 28): tracker.shell.index_ddl
+
 # Migration n turns a schema of version n - 1 into version n. A new version appends a migration here (and so
 # changes schemas/index/schema.sql, generated from SCHEMA_SQL) and updates the README.
-MIGRATIONS: Mapping[int, str] = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6, 7: _V7 + _V7_QUEUES, 8: _V8, 9: _V9}
+MIGRATIONS: Mapping[int, str] = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6, 7: _V7 + _V7_QUEUES, 8: _V8, 9: _V9,
+                                 10: _V10, 11: _V11, 12: _V12}
 SCHEMA_VERSION = max(MIGRATIONS)
 SCHEMA_SQL = f"""\
 -- TauGrid experiment index, schema version {SCHEMA_VERSION}.
@@ -421,14 +443,28 @@ class IndexOpenError(IndexSchemaError):
     """The index cannot be opened at all: missing, a directory, unreadable, or not an SQLite database."""
 
 
+READS = f"this tracker reads schema versions 1 to {SCHEMA_VERSION}"
+REBUILD = "replay the captures into a new index (tracker replay CAPTURE... --index NEW.sqlite)"
+
+
 def migrate(conn: sqlite3.Connection, path: Path) -> None:
+    """Bring the index to ``SCHEMA_VERSION`` in one transaction; IndexSchemaError (nothing changed) when its tables
+    are not those of the version its ``meta`` states, so that a migration cannot apply."""
     if schema_version(conn, path) == SCHEMA_VERSION:
         return
     with transaction(conn, "BEGIN IMMEDIATE"):  # re-read under the write lock: another process may migrate
         version = schema_version(conn, path)
         for target in range(version + 1, SCHEMA_VERSION + 1):
             for statement in statements(MIGRATIONS[target]):
-                conn.execute(statement)
+                try:
+                    conn.execute(statement)
+                except sqlite3.OperationalError as exc:
+                    if _not_schema(exc):
+                        raise
+                    raise IndexSchemaError(
+                        f"experiment index {path} states schema version {version} in meta, but its tables are not "
+                        f"those of version {version}: migrating it to {target} failed ({why(exc)}); {READS}. Nothing "
+                        f"was changed: {REBUILD}") from None
         conn.execute("INSERT INTO meta (key, value) VALUES ('schema_version', ?) "
                      "ON CONFLICT (key) DO UPDATE SET value = excluded.value", (str(SCHEMA_VERSION),))
 
@@ -478,13 +514,61 @@ def schema_version(conn: sqlite3.Connection, path: Path) -> int:
         return 0
     row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() \
         if "meta" in tables else None
-    if row is None or not str(row[0]).isdigit():
-        raise IndexSchemaError(f"{path} is not an experiment index (it has tables but no schema_version)")
-    version = int(row[0])
+    if row is None:
+        raise IndexSchemaError(f"{path} is not an experiment index (it has tables but no schema_version in a meta "
+                               f"table; {READS})")
+    text = str(row[0])
+    if not (text.isascii() and text.isdigit() and 1 <= len(text) <= 9 and int(text) >= 1):
+        raise IndexSchemaError(f"experiment index {path} has schema version {row[0]!r:.40} in meta, which is no "
+                               f"schema version; {READS}. {REBUILD[0].upper()}{REBUILD[1:]}")
+    version = int(text)
     if version > SCHEMA_VERSION:
         raise IndexSchemaError(f"experiment index {path} has schema version {version}, newer than this "
-                               f"tracker supports ({SCHEMA_VERSION}); upgrade the tracker to use it")
+                               f"tracker supports ({READS}); upgrade the tracker to use it")
     return version
+
+
+def _not_schema(exc: sqlite3.OperationalError) -> bool:
+    """Whether an error of a migration is the file's or the disk's (read-only, locked, full), not its tables'."""
+    text = str(exc).lower()
+    return any(w in text for w in ("readonly", "read-only", "locked", "busy", "disk", "i/o", "full"))
+
+
+def expected_columns() -> dict[str, tuple[str, ...]]:
+    """Each table of ``SCHEMA_VERSION`` and its columns, in order (its migrations run in memory, once)."""
+    return _columns_of("".join(MIGRATIONS[v] for v in sorted(MIGRATIONS) if v <= SCHEMA_VERSION))
+
+
+@lru_cache(maxsize=4)
+def _columns_of(script: str) -> dict[str, tuple[str, ...]]:
+    mem = sqlite3.connect(":memory:")
+    try:
+        mem.executescript(script)
+        return _columns(mem)
+    finally:
+        mem.close()
+
+
+def _columns(conn: sqlite3.Connection) -> dict[str, tuple[str, ...]]:
+    names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
+    return {n: tuple(str(c[1]) for c in conn.execute(f"PRAGMA table_info(\"{n}\")")) for n in names}
+
+
+def check_tables(conn: sqlite3.Connection, path: Path) -> None:
+    """IndexSchemaError unless every table of ``SCHEMA_VERSION`` is there with its columns (other tables are left
+    alone): an index of this version whose tables were dropped or changed."""
+    have = _columns(conn)
+    for table, columns in expected_columns().items():
+        found = have.get(table)
+        if found is None:
+            raise IndexSchemaError(f"experiment index {path} (schema version {SCHEMA_VERSION}) has no table {table}; "
+                                   f"nothing was changed: {REBUILD}")
+        if found != columns:
+            missing = [c for c in columns if c not in found] or "none"
+            extra = [c for c in found if c not in columns] or "none"
+            raise IndexSchemaError(f"experiment index {path} (schema version {SCHEMA_VERSION}): table {table} has "
+                                   f"other columns than version {SCHEMA_VERSION} (missing: {missing}, not of it: "
+                                   f"{extra}); nothing was changed: {REBUILD}")
 
 
 def statements(script: str) -> Iterator[str]:

@@ -16,6 +16,7 @@ all of these, OAUTHBEARER excepted, against a real broker.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ssl
 import time
 from collections.abc import Awaitable, Callable, Iterable
@@ -76,10 +77,37 @@ def backoff_s(attempt: int, cap_s: float) -> float:
     return float(min(cap_s, 0.2 * 2 ** (attempt - 1)))
 
 
-async def retrying(what: str, attempt: Callable[[], Awaitable[T]], *, retries: int, backoff_max_s: float) -> T:
+async def retrying(what: str, attempt: Callable[[], Awaitable[T]], *, retries: int, backoff_max_s: float,
+                   stop: asyncio.Event | None = None) -> T | None:
     """``attempt()``, tried again after Kafka errors and timeouts with exponential backoff, ``retries`` times at
     most (errors of the tracker's own, such as a wrong topic layout, and refused credentials or certificates,
-    KafkaSecurityError, are not retried)."""
+    KafkaSecurityError, are not retried). ``stop``: once it is set (a SIGTERM while Kafka does not answer), the
+    attempt in flight is cancelled (``start`` closes the client it was starting) and the result is None."""
+    if stop is None:
+        return await _retrying(what, attempt, retries=retries, backoff_max_s=backoff_max_s)
+    return await unless_set(stop, _retrying(what, attempt, retries=retries, backoff_max_s=backoff_max_s))
+
+
+async def unless_set(stop: asyncio.Event, call: Awaitable[T]) -> T | None:
+    """``call``'s result, or None if ``stop`` is set first (``call`` is then cancelled and awaited)."""
+    task = asyncio.ensure_future(call)
+    waiter = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:
+        task.cancel()
+        raise
+    finally:
+        waiter.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    return None
+
+
+async def _retrying(what: str, attempt: Callable[[], Awaitable[T]], *, retries: int, backoff_max_s: float) -> T:
     tries = 0
     while True:
         tries += 1
@@ -347,9 +375,14 @@ class Drain:
     def __init__(self) -> None:
         self.requested: Literal["now", "drain"] | None = None
         self.targets: dict[TopicPartition, int] | None = None
+        # ends a wait for Kafka at start (``retrying(stop=)``): set by a request to stop now, or by ``give_up``
+        # (a signal to a process that drains on its way out); a drain alone connects, to catch up
+        self.give_up_connecting = asyncio.Event()
 
     def request(self, drain: bool) -> None:
         self.requested = "drain" if drain else "now"
+        if not drain:
+            self.give_up_connecting.set()
 
     async def done(self, consumer: AIOKafkaConsumer, ks: KafkaSettings, *, joined: bool,
                    settled: Callable[[dict[TopicPartition, int]], bool]) -> bool:

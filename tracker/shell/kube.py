@@ -10,6 +10,8 @@ to ``kubernetes_asyncio.watch.Watch`` (which retries a 410 once with the same, s
 from __future__ import annotations
 
 import json
+import logging
+import os
 import random
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -18,10 +20,12 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import yaml
 from kubernetes_asyncio.client import ApiClient, Configuration
 from kubernetes_asyncio.config import ConfigException, load_incluster_config, load_kube_config
 
 from tracker import errors
+from tracker.settings import yaml_problem
 from tracker.shell import jsonio
 
 MAX_EVENT_BYTES = 4 * 1024 * 1024  # an object is at most ~1.5 MiB in etcd; a watch line adds little
@@ -178,15 +182,58 @@ class Backoff:
         self.failures = 0
 
 
+class KubeconfigError(errors.ConfigError):
+    """No usable kubeconfig: the file is missing or does not read, or names no usable context."""
+
+    def __init__(self, where: str, why: str) -> None:
+        super().__init__(f"no usable kubeconfig ({where}: {why}): {FIX_KUBECONFIG}")
+        self.where, self.why = where, why
+
+
+FIX_KUBECONFIG = "pass --kubeconfig PATH (and --context), set KUBECONFIG, or run in a pod with a ServiceAccount token"
+
+
+def _which_kubeconfig(kubeconfig: Path | None) -> str:
+    """Where the kubeconfig was looked for, for the one-line error."""
+    if kubeconfig is not None:
+        return str(kubeconfig)
+    env = os.environ.get("KUBECONFIG")
+    return f"KUBECONFIG={env}" if env else "~/.kube/config (KUBECONFIG is not set; not in a pod)"
+
+
 async def kube_client(kubeconfig: Path | None, context: str | None, *, connections: int) -> ApiClient:
-    """An ApiClient from ``kubeconfig``; without one, the in-cluster service account, else ~/.kube/config."""
+    """An ApiClient from ``kubeconfig``; without one, the in-cluster service account, else ~/.kube/config.
+
+    No usable configuration is one ``KubeconfigError`` line saying where it was looked for and how to give one
+    (kubernetes_asyncio's own warning, which says less, is not logged)."""
     cfg = Configuration()
-    if kubeconfig is None:
-        try:
-            load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]  # untyped upstream
-        except ConfigException:
-            await load_kube_config(context=context, client_configuration=cfg)
-    else:
-        await load_kube_config(config_file=str(kubeconfig), context=context, client_configuration=cfg)
+    logging.getLogger("kubernetes_asyncio.config.kube_config").setLevel(logging.ERROR)
+    try:
+        if kubeconfig is None:
+            try:
+                load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]  # untyped upstream
+            except ConfigException:
+                await load_kube_config(context=context, client_configuration=cfg)
+        else:
+            await load_kube_config(config_file=str(kubeconfig), context=context, client_configuration=cfg)
+    except (ConfigException, OSError, ValueError, TypeError, KeyError, yaml.YAMLError) as exc:
+        # (a file that is not a kubeconfig raises any of these; a YAML error quotes the offending line, which may
+        # hold a token: only where, and what is wrong)
+        if not _any_file(kubeconfig):
+            why = "no such file"
+        elif isinstance(exc, yaml.YAMLError):
+            why = f"not valid YAML: {yaml_problem(exc)}"
+        else:
+            why = (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise KubeconfigError(_which_kubeconfig(kubeconfig), why) from exc
     cfg.connection_pool_maxsize = max(cfg.connection_pool_maxsize, connections)  # one connection per watch
     return ApiClient(cfg)
+
+
+def _any_file(kubeconfig: Path | None) -> bool:
+    """Whether any of the files the kubeconfig is read from exists."""
+    if kubeconfig is not None:
+        return kubeconfig.exists()
+    env = os.environ.get("KUBECONFIG")
+    paths = env.split(os.pathsep) if env else [os.path.expanduser("~/.kube/config")]
+    return any(Path(p).exists() for p in paths if p)

@@ -10,6 +10,12 @@ the same histories as folding the originals.
 A value of an unexpected type is copied as it is, so that a malformed object stays malformed and the
 reducer dead-letters it with its reason instead of this module hiding the problem.
 
+The slimmed object's free text is redacted (``tracker.core.redact.redact_object``: messages, reasons, notes,
+eviction causes, annotation and label values; README "What is redacted"), with the same rules the extractor reads
+it with: what the watcher publishes on the objects topic, keeps in its checkpoint, and what a replay folds and
+holds, never carries a credential the object's text had. Redaction is idempotent, so folding a slimmed object
+still gives the history folding the original gives.
+
 Pure functions only: no I/O.
 """
 
@@ -20,6 +26,8 @@ from typing import Any
 
 from tracker.core.correlate import ROOT_KINDS
 from tracker.core.model import LABEL_CONTROLLER_UID, LABEL_JOB_UID, LABEL_RAY_CLUSTER, LABEL_RAY_NODE_TYPE
+from tracker.core.nodes import NODE_LABELS
+from tracker.core.redact import redact_intake, redact_object
 
 Shape = Mapping[str, Any]  # key -> True | Shape | [Shape]
 
@@ -40,13 +48,18 @@ _FLAVOR_TOTALS = [{"name": True, "resources": [{"name": True, "total": True}]}]
 _QUEUE_STATUS: Shape = {"pendingWorkloads": True, "reservingWorkloads": True, "admittedWorkloads": True,
                         "flavorsReservation": _FLAVOR_TOTALS, "conditions": _CONDITIONS}
 
+# A root's pod templates: what ran (tracker.core.provenance), redacted by redact_object (COMMAND_KEYS)
+_TEMPLATE: Shape = {"spec": {"containers": [{"image": True, "command": True, "args": True}]}}
+
 SHAPES: Mapping[str, Shape] = {
     "Job": {
-        "spec": {"parallelism": True, "completions": True},
+        "spec": {"parallelism": True, "completions": True, "template": _TEMPLATE},
         "status": {"conditions": _CONDITIONS, "failed": True, "startTime": True, "completionTime": True},
     },
     "RayJob": {
-        "spec": {"rayClusterSpec": {"workerGroupSpecs": [{"replicas": True, "numOfHosts": True}]}},
+        "spec": {"entrypoint": True, "rayClusterSpec": {
+            "headGroupSpec": {"template": _TEMPLATE},
+            "workerGroupSpecs": [{"replicas": True, "numOfHosts": True, "template": _TEMPLATE}]}},
         "status": {
             "startTime": True, "endTime": True, "completionTime": True, "rayClusterName": True, "failed": True,
             "rayJobInfo": {"startTime": True, "endTime": True}, "jobDeploymentStatus": True, "jobStatus": True,
@@ -103,6 +116,13 @@ SHAPES: Mapping[str, Shape] = {
         "spec": {"clusterQueue": True, "stopPolicy": True},
         "status": {**_QUEUE_STATUS, "flavorUsage": _FLAVOR_TOTALS, "flavorsUsage": _FLAVOR_TOTALS},
     },
+    # Nodes (tracker.core.nodes): cordon, taints' keys and effects (not values), conditions without their heartbeat
+    # (which changes every few seconds); capacity and allocatable are cut to extended resources by ``_node``, labels
+    # to NODE_LABELS by ``_metadata``
+    "Node": {
+        "spec": {"unschedulable": True, "taints": [{"key": True, "effect": True}]},
+        "status": {"capacity": True, "allocatable": True, "conditions": _CONDITIONS},
+    },
 }
 
 
@@ -125,7 +145,8 @@ def project(value: Any, shape: Shape) -> Any:
 
 
 def slim(obj: dict[str, Any]) -> dict[str, Any]:
-    """``obj`` reduced to what the reducer reads. ``obj`` must carry ``kind`` (one of ``SHAPES``)."""
+    """``obj`` reduced to what the reducer reads, its free text redacted. ``obj`` must carry ``kind`` (one of
+    ``SHAPES``)."""
     kind = obj.get("kind")
     shape = SHAPES.get(kind) if isinstance(kind, str) else None
     if shape is None:
@@ -135,7 +156,22 @@ def slim(obj: dict[str, Any]) -> dict[str, Any]:
     out["kind"] = kind
     meta = obj.get("metadata")
     out["metadata"] = _metadata(meta, root=kind in ROOT_KINDS) if isinstance(meta, dict) else meta
-    return out
+    if kind == "Node":
+        _node(out, meta)
+    return redact_object(out)
+
+
+def _node(out: dict[str, Any], meta: Any) -> None:
+    """A Node's labels (``meta``'s) cut to ``NODE_LABELS``, its capacity and allocatable to extended resources
+    (named with a domain, ``nvidia.com/gpu``: the reducer keeps those it counts as GPUs), in ``out``."""
+    labels = meta.get("labels") if isinstance(meta, dict) else None
+    if isinstance(labels, dict) and isinstance(out.get("metadata"), dict):
+        out["metadata"]["labels"] = {k: v for k, v in labels.items() if k in NODE_LABELS}
+    status = out.get("status")
+    for key in ("capacity", "allocatable"):
+        res = status.get(key) if isinstance(status, dict) else None
+        if isinstance(res, dict):
+            status[key] = {k: v for k, v in res.items() if isinstance(k, str) and "/" in k}  # type: ignore[index]
 
 
 def _metadata(meta: dict[str, Any], *, root: bool) -> dict[str, Any]:
@@ -156,10 +192,13 @@ def _metadata(meta: dict[str, Any], *, root: bool) -> dict[str, Any]:
 
 
 def slim_event(value: Any) -> Any:
-    """A watch event (``{"type", "object"}``) with its object slimmed; any other value (an intake event, a
-    bookmark, an object of no known kind) as it is, for the reducer to fold or dead-letter."""
+    """A watch event (``{"type", "object"}``) with its object slimmed; an intake event with its free text and URLs
+    redacted (``redact.redact_intake``); any other value (a bookmark, an object of no known kind) as it is, for
+    the reducer to fold or dead-letter."""
     if not isinstance(value, dict):
         return value
+    if "schema" in value:
+        return redact_intake(value)
     obj = value.get("object")
     kind = obj.get("kind") if isinstance(obj, dict) else None
     if not isinstance(obj, dict) or not isinstance(kind, str) or kind not in SHAPES:

@@ -33,14 +33,24 @@ async def all_of(coros: Iterable[Coroutine[Any, Any, T]]) -> list[T]:
 _END = object()
 
 
-async def in_thread(items: Iterable[T], *, buffer: int = 1024, name: str = "reader") -> AsyncIterator[T]:
+async def in_thread(items: Iterable[T], *, buffer: int = 1024, name: str = "reader",
+                    until: asyncio.Event | None = None) -> AsyncIterator[T]:
     """The items of a blocking iterator, read on a daemon thread of their own, at most ``buffer`` ahead of the
     consumer. The iterator's error is raised here. When the consumer stops (or is cancelled), the thread stops at its
-    next item; a thread blocked in a read that never returns is a daemon and does not hold up the process's exit."""
+    next item; a thread blocked in a read that never returns is a daemon and does not hold up the process's exit.
+
+    Once ``until`` is set the thread hands nothing more, and the iteration ends after the items it handed before
+    (at most ``buffer``), even while the thread sits in a read of a quiet pipe: every item handed is consumed (what
+    the iterator had read towards its next item, a value not yet complete, is not)."""
     loop = asyncio.get_running_loop()
     got: asyncio.Queue[tuple[object, BaseException | None]] = asyncio.Queue()
     room = threading.Semaphore(buffer)
     stop = threading.Event()
+
+    async def end_when_set(event: asyncio.Event) -> None:
+        await event.wait()
+        stop.set()
+        got.put_nowait((_END, None))  # after every item handed so far
 
     def hand(item: object, exc: BaseException | None = None) -> bool:
         try:
@@ -65,6 +75,7 @@ async def in_thread(items: Iterable[T], *, buffer: int = 1024, name: str = "read
             hand(_END)
 
     threading.Thread(target=read, name=name, daemon=True).start()
+    ender = None if until is None else asyncio.ensure_future(end_when_set(until))
     try:
         while True:
             item, exc = await got.get()
@@ -76,3 +87,5 @@ async def in_thread(items: Iterable[T], *, buffer: int = 1024, name: str = "read
             yield item  # type: ignore[misc]
     finally:
         stop.set()
+        if ender is not None:
+            ender.cancel()

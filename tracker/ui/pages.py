@@ -1,5 +1,6 @@
-"""The web view's HTML pages: the runs table (the filters of ``tracker runs``, stuck runs first), a run's page
-(timeline, GPU figures, attempts, goodput ledger, provenance and lineage, metrics) and the error pages.
+"""The web view's HTML pages: the runs table (the filters of ``tracker runs``, stuck runs first; a box a row to
+tick runs to compare), a run's page (timeline, GPU figures, attempts, pods and their nodes, goodput ledger,
+provenance and lineage, metrics and their curves) and the error pages.
 
 Every value is escaped with ``markup.esc`` (``markup.path_part`` in a link's path); the pages load one stylesheet and
 no script.
@@ -17,6 +18,7 @@ from tracker.core.gpu import held_hours
 from tracker.core.model import Attempt, CheckpointRecord, MetricSummary, RunHistory, RunRecord
 from tracker.core.vocab import PHASES, STATUSES
 from tracker.read.filters import SORT_KEYS, RunFilter
+from tracker.read.pods import EVICTED, FAILED, OUTCOMES, by_attempt, groups_text, node_groups, pod_outcomes
 from tracker.read.render import (
     NO_PROGRESS,
     attempt_ledgers,
@@ -35,19 +37,26 @@ from tracker.read.runs import GOODPUT_CATEGORIES, PRODUCTIVE, age_seconds, displ
 from tracker.read.runs import share_text as share
 from tracker.read.runs import wait_text as row_wait_text
 from tracker.read.store import IndexReader, Run
+from tracker.ui.compare_page import compare_href
+from tracker.ui.curves import run_curves
 from tracker.ui.markup import clock, esc, path_part
 from tracker.ui.timeline import timeline_svg
 
 DEFAULT_LIMIT = 500  # runs on one page when the query string sets no limit
 REASON_CHARS = 200  # of a stuck run's reason and message in the table
+MAX_PODS_LISTED = 200  # pods in a run page's table (failed and evicted ones first); the rest are counted
 
 
-def layout(title: str, body: str, *, index_name: str, now: datetime) -> str:
-    return ('<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
+def layout(title: str, body: str, *, index_name: str, now: datetime, refresh: int = 0) -> str:
+    """The page around ``body``; ``refresh``: seconds after which the browser loads it again (a
+    ``<meta http-equiv="refresh">``: no script), 0 for never."""
+    reload = f'<meta http-equiv="refresh" content="{int(refresh)}">' if refresh > 0 else ""
+    every = f" · reloads every {refresh} s" if refresh > 0 else ""
+    return ('<!doctype html>\n<html lang="en"><head><meta charset="utf-8">' + reload +
             '<meta name="viewport" content="width=device-width, initial-scale=1">'
             f'<title>{esc(title)} · tracker</title><link rel="stylesheet" href="/static/ui.css"></head>'
             f'<body><header class="top"><a href="/">tracker</a><span class="meta">read-only view of '
-            f'<code>{esc(index_name)}</code> · times in UTC · now {esc(clock(now))}</span></header>'
+            f'<code>{esc(index_name)}</code> · times in UTC · now {esc(clock(now))}{esc(every)}</span></header>'
             f'<main>{body}</main></body></html>\n')
 
 
@@ -98,6 +107,7 @@ def _filter_form(values: Mapping[str, Sequence[str]]) -> str:
             + text("workspace", "workspace", "") + text("project", "project", "")
             + select("sort-by", "sort by", SORT_KEYS) + text("limit", "limit", str(DEFAULT_LIMIT))
             + text("now", "now", "ISO-8601 time")
+            + "".join(f'<input type="hidden" name="refresh" value="{esc(v)}">' for v in values.get("refresh", ())[-1:])
             + '<button type="submit">Filter</button> <a href="/">clear</a></form>')
 
 
@@ -123,12 +133,16 @@ def runs_page(reader: IndexReader, query: RunFilter, *, values: Mapping[str, Seq
         summary += f" · {len(stuck)} stuck before running for more than {stuck_label} (listed first)"
     if cut:
         summary += f" · showing the first {limit}: set a larger limit for more"
-    head = "".join(f'<th{" class=num" if num else ""}>{esc(h)}</th>' for h, num in (
+    head = '<th title="tick 2 to 8 runs to compare">cmp</th>' + "".join(
+        f'<th{" class=num" if num else ""}>{esc(h)}</th>' for h, num in (
         ("run", False), ("namespace", False), ("workload", False), ("status", False), ("att", True),
         ("retry", True), ("evict", True), ("queue", False), ("wait", True), ("age", True), ("GPUs", True),
         ("GPU-h", True), ("created", False), ("reason", False)))
-    table = (f'<table class="runs"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
-             if rows else '<p class="note">No runs found.</p>')
+    keep_now = f'<input type="hidden" name="now" value="{esc(now_param)}">' if now_param else ""
+    table = ('<form class="compare" method="get" action="/compare">'
+             f'<table class="runs"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+             f'{keep_now}<p><button type="submit">Compare the runs ticked</button> <span class="note">2 to 8 runs'
+             '</span></p></form>' if rows else '<p class="note">No runs found.</p>')
     body = (f'<h1>Runs</h1>{_filter_form(values)}<p class="note summary">{esc(summary)}</p>{table}')
     return body
 
@@ -161,7 +175,9 @@ def _run_row(run: Run, held: dict[str, Any], *, now: datetime, short: dict[str, 
         f'<td class="mono" title="{esc(d.get("created_at") or "")}">{esc(_created(d.get("created_at")))}</td>',
         f'<td class="reason"{title}>{reason_cell}</td>',
     )
-    return f'<tr class="{"stuck" if stuck else "run"} {esc(status)}">{"".join(cells)}</tr>'
+    pick = (f'<td class="pick"><input type="checkbox" name="run" value="{esc(run.run_id)}" '
+            f'title="compare {esc(run.run_id)}"></td>')
+    return f'<tr class="{"stuck" if stuck else "run"} {esc(status)}">{pick}{"".join(cells)}</tr>'
 
 
 def _created(text: str | None) -> str:
@@ -174,7 +190,8 @@ def _created(text: str | None) -> str:
 
 
 def run_page(history: RunHistory, *, now: datetime, note: str | None, waiting: dict[str, Any] | None = None,
-             resumed_by: Sequence[str] | None = None, now_param: str | None = None) -> str:
+             resumed_by: Sequence[str] | None = None, now_param: str | None = None,
+             node_notes: Mapping[str, str] | None = None) -> str:
     """``waiting``: what the run waits behind in Kueue's queues (``tracker.read.queues.queue_context``), when known;
     ``resumed_by``: the runs that resume it (``IndexReader.resumed_by``); ``now_param``: the page's own ``now=``,
     kept in its links to other runs."""
@@ -202,6 +219,9 @@ def run_page(history: RunHistory, *, now: datetime, note: str | None, waiting: d
     parts.append("<h2>Attempts</h2>")
     parts.append(_attempts(history.attempts, run, now) if history.attempts
                  else '<p class="note">No attempt yet.</p>')
+    if history.pods:
+        parts.append("<h2>Pods and nodes</h2>")
+        parts.append(_pods(history, now_param, node_notes or {}))
     if any(a.pending or a.admission_steps for a in history.attempts):
         parts.append("<h2>Pending, by reason</h2>")
         parts.append(_pending(history, now))
@@ -211,9 +231,11 @@ def run_page(history: RunHistory, *, now: datetime, note: str | None, waiting: d
         parts.append(_checkpoints(history.checkpoints))
     parts.append("<h2>Provenance</h2>")
     parts.append(_provenance(history, resumed_by, now_param))
-    if history.metrics:
-        parts.append("<h2>Metrics</h2>")
-        parts.append(_metrics(history.metrics))
+    if history.metrics or history.metric_points:
+        parts.append('<h2 id="metrics">Metrics</h2>')
+        if history.metrics:
+            parts.append(_metrics(history.metrics))
+        parts.append(run_curves(history.metric_points))
     return "".join(parts)
 
 
@@ -263,14 +285,20 @@ def _figures(run: RunRecord, now: datetime) -> str:
 
 
 def _lineage(history: RunHistory, resumed_by: Sequence[str] | None, now_param: str | None) -> str:
-    """``resume of <run> (from <checkpoint>) · resumed by <run>, <run>``, each run a link to its page; '' when the
-    run is neither."""
+    """``resume of <run> (from <checkpoint>) · resumed by <run>, <run>``, each run a link to its page, then a link
+    to compare it with each of them; '' when the run is neither."""
     words = []
     if resumes(history):
         words.append("resume of " + _resume_of(history, now_param))
     if resumed_by:
         words.append("resumed by " + _runs_links(resumed_by, now_param))
-    return f'<p class="lineage">{" · ".join(words)}</p>' if words else ""
+    if not words:
+        return ""
+    me = history.run.run_id
+    compare = ", ".join(f'<a href="{esc(compare_href([me, other], now_param))}" title="{esc(other)}">'
+                        f'compare with {esc(other)}</a>' for other in [*resumes(history), *(resumed_by or ())])
+    return f'<p class="lineage">{" · ".join(words)}</p><p class="lineage compare">{compare}</p>'
+
 
 
 def _resume_of(history: RunHistory, now_param: str | None) -> str:
@@ -328,6 +356,39 @@ def _ledger_table(history: RunHistory, now: datetime) -> str:
         ("category", False), ("GPU-h", True), ("share", True), ("wall", True),
         *((f"attempt {a.attempt} GPU-h", True) for a in history.attempts)))
     return f'<table class="ledger"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+
+
+def _node_link(node: str | None, now_param: str | None) -> str:
+    """A node, linked to the runs with a pod on it (the runs page's ``node=`` filter)."""
+    if not node:
+        return '<span class="dim">-</span>'
+    query = urlencode({"node": node, **({"now": now_param} if now_param else {})})
+    return f'<a href="/?{esc(query)}" title="runs with a pod on {esc(node)}">{esc(node)}</a>'
+
+
+def _pods(history: RunHistory, now_param: str | None, node_notes: Mapping[str, str]) -> str:
+    """The run's pods by attempt (tracker.read.pods): a line per attempt grouping its failed and evicted pods by node,
+    then a table of the pods (at most ``MAX_PODS_LISTED``, the worst first; the rest counted), each node with what the
+    index knows of it (``node_notes``: GPU model and count, NotReady since, cordoned)."""
+    pods = pod_outcomes(history)
+    said = []
+    for attempt, those in by_attempt(pods).items():
+        bad = [g for g in node_groups(those) if g.outcome in (FAILED, EVICTED)]
+        if bad:
+            said.append(f'<p class="error">attempt {attempt}: {esc(groups_text(bad, notes=node_notes))}</p>')
+    ranked = sorted(pods, key=lambda p: (OUTCOMES.index(p.outcome), p.attempt))[:MAX_PODS_LISTED]
+    rows = "".join(
+        f'<tr><td class="num">{p.attempt}</td><td class="mono">{esc(p.pod)}</td>'
+        f'<td class="mono">{_node_link(p.node, now_param)}</td>'
+        f'<td class="reason">{esc(node_notes.get(p.node or "", "-"))}</td>'
+        f'<td class="{"error" if p.outcome in (FAILED, EVICTED) else "dim"}">{esc(p.outcome)}</td>'
+        f'<td class="reason">{esc(p.reason or "-")}</td><td class="mono">{esc(clock(p.at))}</td></tr>'
+        for p in sorted(ranked, key=lambda p: (p.attempt, OUTCOMES.index(p.outcome), p.node or "", p.pod)))
+    more = (f'<p class="note">… and {len(pods) - MAX_PODS_LISTED} more pods (tracker show {esc(history.run.run_id)} '
+            '-o json lists them all).</p>' if len(pods) > MAX_PODS_LISTED else "")
+    return ("".join(said) + '<table class="pods"><thead><tr><th class="num">attempt</th><th>pod</th><th>node</th>'
+            '<th>node GPUs, state</th><th>outcome</th><th>reason</th><th>at</th></tr></thead>'
+            f'<tbody>{rows}</tbody></table>' + more)
 
 
 def _checkpoints(checkpoints: Sequence[CheckpointRecord]) -> str:

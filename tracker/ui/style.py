@@ -41,8 +41,11 @@ td.reason { white-space: normal; min-width: 14rem; max-width: 42rem; overflow-wr
 td.workload { white-space: nowrap; }
 td.workload .kind { color: var(--dim); font-size: 12px; }
 table.kv td, table.attempts td.reason { white-space: normal; overflow-wrap: anywhere; }
+/* the attempts table has 13 columns: its times wrap between date and time, so that it fits 1400 px with "ended by" */
+table.attempts td.mono { white-space: normal; min-width: 5.5rem; }
+table.attempts td.reason { min-width: 10rem; }
 tr.stuck td { background: #fff8c5; }
-tr.stuck td.run { border-left: 4px solid var(--admission); }
+tr.stuck td.pick { border-left: 4px solid var(--admission); }
 .badge { display: inline-block; padding: 0 7px; border-radius: 10px; font-size: 12px; font-weight: 600;
   color: #fff; white-space: nowrap; }
 .badge.pending { background: var(--pending); } .badge.running { background: var(--running); }
@@ -98,4 +101,32 @@ table.ledger td.wasted-progress { color: var(--failed); font-weight: 600; }
 table.ledger td.infrastructure-recovery { color: #a16207; font-weight: 600; }
 table.ledger tr.total td { font-weight: 700; }
 table.checkpoints td.uri { white-space: normal; overflow-wrap: anywhere; }
+form.compare button { font: inherit; padding: 3px 14px; border-radius: 4px; border: 1px solid #0969da;
+  background: #0969da; color: #fff; }
+td.pick { text-align: center; }
+table.compare caption { caption-side: bottom; text-align: left; color: var(--dim); padding-top: .3rem; }
+table.compare td { white-space: normal; overflow-wrap: anywhere; min-width: 10rem; }
+table.compare th { text-transform: none; letter-spacing: 0; font-size: 13px; color: var(--fg); }
+table.compare tr.section th { background: #ffffff; color: var(--dim); font-size: 12px; text-transform: uppercase;
+  padding-top: .8rem; }
+table.compare td.mark, table.compare th.mark { width: 1.2rem; min-width: 1.2rem; text-align: center;
+  font-weight: 700; color: #9a6700; }
+table.compare tr.differs th, table.compare tr.differs td.mark { background: #fff8c5; }
+div.curves { display: flex; flex-wrap: wrap; gap: .6rem 1rem; margin: .6rem 0; }
+figure.curve { margin: 0; border: 1px solid var(--line); border-radius: 6px; padding: .3rem; }
+svg.curve { display: block; font-family: system-ui, "DejaVu Sans", sans-serif; }
+svg.curve text { font-size: 11px; fill: var(--dim); }
+svg.curve text.metric { font-size: 12px; font-weight: 600; fill: var(--fg); }
+svg.curve text.legend { fill: var(--fg); }
+svg.curve rect.plot { fill: var(--band); stroke: var(--line); }
+svg.curve polyline, svg.curve line { fill: none; stroke-width: 2; stroke-linejoin: round; }
+svg.curve circle { stroke: none; }
+svg.curve .curve-0 { stroke: #2563eb; } svg.curve circle.curve-0 { fill: #2563eb; }
+svg.curve .curve-1 { stroke: #e8590c; } svg.curve circle.curve-1 { fill: #e8590c; }
+svg.curve .curve-2 { stroke: #2f9e44; } svg.curve circle.curve-2 { fill: #2f9e44; }
+svg.curve .curve-3 { stroke: #ae3ec9; } svg.curve circle.curve-3 { fill: #ae3ec9; }
+svg.curve .curve-4 { stroke: #1098ad; } svg.curve circle.curve-4 { fill: #1098ad; }
+svg.curve .curve-5 { stroke: #e03131; } svg.curve circle.curve-5 { fill: #e03131; }
+svg.curve .curve-6 { stroke: #66a80f; } svg.curve circle.curve-6 { fill: #66a80f; }
+svg.curve .curve-7 { stroke: #495057; } svg.curve circle.curve-7 { fill: #495057; }
 """

@@ -44,6 +44,10 @@ What is watched (``resources()``), cluster-wide or per configured namespace:
 - Kueue ``Workloads`` at the served version found by discovery (the group's preferred one of v1beta2/v1beta1),
   KubeRay ``RayJobs`` and ``RayClusters`` (``ray.io/v1``). A resource that is not served (CRD not installed)
   or not allowed (RBAC) is reported once and looked for again with a capped backoff; the other streams run.
+- Kueue's ClusterQueues and LocalQueues, keyed by queue (``tracker.core.queues``), and ``v1`` Nodes, cluster-wide and
+  keyed by node (``node:<name>``, ``tracker.core.nodes``): no parts of a run, they say what a pending run waits behind
+  and what a run's pods ran on (GPU model, conditions). Nodes are listed last; a watcher RBAC does not allow to list
+  them says so once and runs without them (``watch.nodes`` false: not watched at all).
 
 Checkpoint
 ----------

@@ -9,6 +9,7 @@ from typing import Any
 
 from tracker.core import extract as x
 from tracker.core.correlate import KINDS, Correlator, Held, link
+from tracker.core.nodes import NODE_KINDS, node_key
 from tracker.core.queues import QUEUE_KINDS, queue_key
 from tracker.shell.capture import BadRecord, Record
 
@@ -102,13 +103,18 @@ class RunKeyer:
             run_id = value.get("run_id")
             return [(item, run_id if isinstance(run_id, str) and run_id else None)]
         etype, obj = value.get("type"), value.get("object")
-        if etype is None and "object" not in value and value.get("kind") in (*QUEUE_KINDS, "List"):
-            return _bare_queues(item)  # ``kubectl get clusterqueues,localqueues -o json``: no watch event
+        if etype is None and "object" not in value and value.get("kind") in (*QUEUE_KINDS, *NODE_KINDS, "List"):
+            return _bare_queues(item)  # ``kubectl get clusterqueues,localqueues,nodes -o json``: no watch event
         if etype in ("BOOKMARK", "ERROR"):
             return []
         if isinstance(obj, dict) and isinstance(obj.get("kind"), str) and obj["kind"] in QUEUE_KINDS:  # by queue
             try:
                 return [(item, queue_key(obj))]
+            except x.Malformed:
+                return [(item, None)]
+        if isinstance(obj, dict) and isinstance(obj.get("kind"), str) and obj["kind"] in NODE_KINDS:  # by node
+            try:
+                return [(item, node_key(obj))]
             except x.Malformed:
                 return [(item, None)]
         if etype not in ("ADDED", "MODIFIED", "DELETED") or not isinstance(obj, dict) \
@@ -134,8 +140,8 @@ class RunKeyer:
 
 
 def _bare_queues(item: Record) -> list[KeyedRecord]:
-    """A bare queue object keyed by its queue; a List, each of its items apart (a queue object keyed by its queue,
-    anything else unkeyed, for the reducer to dead-letter as it does in a replay)."""
+    """A bare queue or Node object keyed by its queue or node; a List, each of its items apart (a queue or Node
+    object keyed so, anything else unkeyed, for the reducer to dead-letter as it does in a replay)."""
     value = item.value
     items = value.get("items") if value.get("kind") == "List" else [value]
     if not isinstance(items, list):
@@ -144,7 +150,8 @@ def _bare_queues(item: Record) -> list[KeyedRecord]:
     for obj in items:
         rec = item if obj is value else Record(item.source, obj)
         try:
-            out.append((rec, queue_key(obj) if isinstance(obj, dict) and obj.get("kind") in QUEUE_KINDS else None))
+            kind = obj.get("kind") if isinstance(obj, dict) else None
+            out.append((rec, queue_key(obj) if kind in QUEUE_KINDS else node_key(obj) if kind in NODE_KINDS else None))
         except x.Malformed:
             out.append((rec, None))
     return out

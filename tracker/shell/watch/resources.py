@@ -15,6 +15,10 @@ CLUSTERQUEUES = Resource("clusterqueues", "kueue.x-k8s.io", ("v1beta2", "v1beta1
                          tier=0, cluster_scoped=True)
 LOCALQUEUES = Resource("localqueues", "kueue.x-k8s.io", ("v1beta2", "v1beta1"), "localqueues", "LocalQueue", tier=0)
 QUEUE_RESOURCES = (CLUSTERQUEUES, LOCALQUEUES)
+# Nodes are no part of a run either: keyed by node (``tracker.core.nodes.node_key``), they say what a run's pods ran
+# on (GPU model and count, conditions). Cluster-scoped, listed cluster-wide whatever namespaces are watched; read-only;
+# listed last (with Events), after the objects of runs.
+NODES = Resource("nodes", "", ("v1",), "nodes", "Node", tier=3, cluster_scoped=True)
 RAYCLUSTERS = Resource("rayclusters", "ray.io", ("v1",), "rayclusters", "RayCluster", tier=1)
 # Pods are narrowed to the two kinds a run has; label selectors cannot express OR, hence two disjoint
 # streams: Job pods carry the Job controller's uid label, KubeRay pods their cluster's name.
@@ -34,8 +38,9 @@ def resources(events_api: str = "events.k8s.io/v1") -> tuple[Resource, ...]:
     return (JOBS, RAYJOBS, WORKLOADS, RAYCLUSTERS, JOB_PODS, RAY_PODS, EVENTS_APIS[events_api])
 
 
-def all_resources(events_api: str = "events.k8s.io/v1", *, queues: bool = True) -> tuple[Resource, ...]:
+def all_resources(events_api: str = "events.k8s.io/v1", *, queues: bool = True,
+                  nodes: bool = True) -> tuple[Resource, ...]:
     """What the watcher lists and watches: ``resources`` and, with ``queues``, Kueue's ClusterQueues and
-    LocalQueues."""
-    return resources(events_api) + (QUEUE_RESOURCES if queues else ())
+    LocalQueues, with ``nodes`` the Nodes."""
+    return resources(events_api) + (QUEUE_RESOURCES if queues else ()) + ((NODES,) if nodes else ())
 

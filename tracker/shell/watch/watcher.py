@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,7 @@ from tracker.core import extract as x
 from tracker.core import redact
 from tracker.core.correlate import link
 from tracker.core.model import EXCERPT_MAX, DeadLetter
+from tracker.core.nodes import NODE_KINDS, node_key
 from tracker.core.queues import QUEUE_KINDS, queue_key
 from tracker.settings import WatchSettings
 from tracker.shell import jsonio
@@ -51,7 +52,8 @@ class Watcher:
         namespaces = self.config.namespaces or (None,)
         self.streams = [Stream(res, ns, api=api, config=self.config, stats=self.stats, rng=self.rng, emit=self.emit,
                                dead_letter=self.dead_letter, wait_room=self.outbox.wait_room)
-                        for res in all_resources(self.config.events_api, queues=self.config.queues)
+                        for res in all_resources(self.config.events_api, queues=self.config.queues,
+                                               nodes=self.config.nodes)
                         for ns in ((None,) if res.cluster_scoped else namespaces)]
         # for the visibility poller: each ClusterQueue's pending count, each Workload's run (bounded by max_known)
         self.cq_pending: dict[str, int] = {}
@@ -71,6 +73,9 @@ class Watcher:
             return  # an Event's expiry is no lifecycle fact, and the reducer ignores it
         if isinstance(obj.get("kind"), str) and obj["kind"] in QUEUE_KINDS:
             self.emit_queue(etype, obj, source)
+            return
+        if isinstance(obj.get("kind"), str) and obj["kind"] in NODE_KINDS:
+            self.emit_node(etype, obj, source)
             return
         try:
             keyed = self.keys.key(etype, obj, source=source)
@@ -97,13 +102,8 @@ class Watcher:
 
     def emit_queue(self, etype: str, obj: dict[str, Any], source: str) -> None:
         """A ClusterQueue or LocalQueue: keyed by queue (one key, one partition, one writer per queue)."""
-        try:
-            key = queue_key(obj)
-        except x.Malformed as exc:
-            self.stats.malformed += 1
-            self.dead_letter(source, f"malformed {obj.get('kind')}", str(exc), obj)
+        if not self._emit_keyed(queue_key, etype, obj, source):
             return
-        self.outbox.put_nowait(key, {"type": etype, "object": obj}, source=source)
         if obj.get("kind") == "ClusterQueue":
             name = str(obj["metadata"]["name"])
             status = obj.get("status")
@@ -112,6 +112,23 @@ class Watcher:
                 self.cq_pending.pop(name, None)
             elif isinstance(pending, int) and not isinstance(pending, bool):
                 self.cq_pending[name] = pending
+
+    def emit_node(self, etype: str, obj: dict[str, Any], source: str) -> None:
+        """A Node: keyed by node (``node:<name>``), no part of a run."""
+        self._emit_keyed(node_key, etype, obj, source)
+
+    def _emit_keyed(self, key_of: Callable[[dict[str, Any]], str], etype: str, obj: dict[str, Any],
+                    source: str) -> bool:
+        """Publish an object that is no part of a run under its own key (``key_of``); a dead letter when it has none
+        (False)."""
+        try:
+            key = key_of(obj)
+        except x.Malformed as exc:
+            self.stats.malformed += 1
+            self.dead_letter(source, f"malformed {obj.get('kind')}", str(exc), obj)
+            return False
+        self.outbox.put_nowait(key, {"type": etype, "object": obj}, source=source)
+        return True
 
     def note_workload(self, etype: str, obj: dict[str, Any], run: str) -> None:
         meta = obj.get("metadata")
