@@ -31,10 +31,12 @@ import uuid
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 from xml.etree import ElementTree
+
+from tests.support.quiet_http import QuietHTTPServer
 
 ROUTES = ("ingest", "mgmt", "query", "blob", "queue")
 
@@ -69,7 +71,7 @@ class KustoStandIn:
     _blobs: dict[str, bytes] = field(default_factory=dict)
     _connections: set[socket.socket] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
-    _server: ThreadingHTTPServer | None = None
+    _server: QuietHTTPServer | None = None
     _thread: threading.Thread | None = None
 
     # ------------------------------------------------------------------------------------ control
@@ -102,8 +104,7 @@ class KustoStandIn:
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer((self.host, self.port), Handler)
-        self._server.daemon_threads = True
+        self._server = QuietHTTPServer((self.host, self.port), Handler)
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(target=self._server.serve_forever, name="kusto-standin", daemon=True)
         self._thread.start()

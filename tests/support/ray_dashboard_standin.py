@@ -31,11 +31,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from tests.support.quiet_http import QuietHTTPServer
 
 #: Ray's own wording (ray/dashboard/modules/job/job_manager.py), so KubeRay copies realistic messages.
 MESSAGES = {
@@ -192,7 +194,7 @@ class RayDashboardStandIn:
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
-        server = ThreadingHTTPServer((host, int(port)), Handler)
+        server = QuietHTTPServer((host, int(port)), Handler)
         thread = threading.Thread(target=server.serve_forever, name="ray-dashboard-standin", daemon=True)
         thread.start()
         try:
