@@ -15,6 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sim.lifecycles import generate_stream
+from tests.core.test_nodes import node
 from tests.core.test_queues import cq, lq, position
 from tests.core.test_reducer_laws import law_settings
 from tests.support.histories import stored
@@ -30,8 +31,10 @@ from tracker.core.model import (
     Transition,
     adapter,
 )
+from tracker.core.nodes import NodeBook
 from tracker.core.publish import (
     HISTORY,
+    NODE,
     POD,
     POINTS,
     POSITION,
@@ -41,6 +44,7 @@ from tracker.core.publish import (
     RunShell,
     advance,
     content_hash,
+    node_value,
     position_value,
     queue_value,
     record_key,
@@ -335,3 +339,60 @@ def test_a_queue_record_too_large_is_a_dead_letter() -> None:
     assert decided.publish == [] and decided.queue_state == []
     [letter] = decided.dead_letters
     assert (letter.source, letter.reason) == ("tt:queue:gpu-cq", "queue record too large to publish")
+
+
+# ------------------------------------------------------------------------------------------ Nodes
+
+
+def test_nodes_are_published_once_per_content_kept_in_run_state_and_restored() -> None:
+    book = NodeBook()
+    book.apply("ADDED", node("aks-h100-0", 10))
+    book.apply("ADDED", node("aks-h100-1", 11, ready="False"))
+    nodes = book.take()
+    policy = PartitionPolicy()
+    first = policy.decide(Flushed(nodes=nodes), LIMITS, now_us=None)
+    assert [(p.kind, p.key) for p in first.publish] == [(NODE, "node:aks-h100-0"), (NODE, "node:aks-h100-1")]
+    assert [p.value for p in first.publish] == [node_value(n) for n in nodes]
+    assert all(p.digest == content_hash(p.value or b"") for p in first.publish)
+    assert [(k, kind) for k, kind, _ in first.queue_state] == [(p.key, p.kind) for p in first.publish]
+    assert first.touched == [] and first.queue_state_gone == []
+    assert policy.decide(Flushed(nodes=nodes), LIMITS, now_us=None).publish == []  # the same content again
+
+    # a new owner reads the state records back: the same hashes (nothing published again), the same book
+    restored, book2 = PartitionPolicy(), NodeBook()
+    for key, _, doc in first.queue_state:
+        book2.restore(restored.restore_node_record(key, doc))
+    assert book2.nodes == book.nodes and book2.take() == []
+    assert restored.node_hashes == policy.node_hashes
+    assert restored.decide(Flushed(nodes=nodes), LIMITS, now_us=None).publish == []
+    assert not book2.apply("MODIFIED", node("aks-h100-0", 9))  # an older version than the restored one: ignored
+    for key, doc in (("node:x", {}), ("node:x", {"hash": "h", NODE: []}),
+                     ("node:x", {"hash": "h", NODE: nodes[0].to_json()})):  # the last: another node's state
+        with pytest.raises(ValueError, match="run-state record 'node:x'"):
+            restored.restore_node_record(key, doc)
+
+    # a deletion is a state of its own (its tombstone), published once
+    book2.apply("DELETED", node("aks-h100-1", 12))
+    [gone] = restored.decide(Flushed(nodes=book2.take()), LIMITS, now_us=None).publish
+    assert gone.key == "node:aks-h100-1" and gone.value is not None and b'"deleted":true' in gone.value
+
+
+def test_a_node_record_reads_back_as_the_state_published_and_a_wrong_one_is_refused() -> None:
+    from tracker.core import wire
+    from tracker.shell.transitions import BadTransition, decode_node, is_node_record, is_queue_record
+
+    book = NodeBook()
+    book.apply("ADDED", node("aks-h100-0", 10))
+    [state] = book.take()
+    [p] = PartitionPolicy().decide(Flushed(nodes=[state]), LIMITS, now_us=None).publish
+    headers = list(wire.kind_headers(p.kind, p.digest))
+    assert is_node_record(headers) and not is_queue_record(headers)
+    assert decode_node(p.key.encode(), p.value, headers) == state
+    for key, value, kind, why in [
+            (b"node:aks-h100-1", p.value, NODE, "keyed 'node:aks-h100-1' holds 'node:aks-h100-0'"),
+            (p.key.encode(), None, NODE, "a tombstone of a node record"),
+            (p.key.encode(), b"[1]", NODE, "not a JSON object"),
+            (p.key.encode(), b'{"key": "node:aks-h100-0"}', NODE, "that is not one"),
+            (p.key.encode(), p.value, QUEUE, "not a node record")]:
+        with pytest.raises(BadTransition, match=why):
+            decode_node(key, value, list(wire.kind_headers(kind)))

@@ -283,15 +283,14 @@ def http_get(port: int, path: str) -> tuple[int, str]:
         return exc.code, exc.read().decode()
 
 
-def index_rows(path: Path, *, nodes: bool = True) -> dict[str, list[tuple[Any, ...]]]:
+def index_rows(path: Path) -> dict[str, list[tuple[Any, ...]]]:
     """Every table's rows (updated_seq, consumer offsets and the reducer state a replay keeps excluded: they are
-    bookkeeping, not content); without ``nodes`` the Node states are left out, for the Kafka path, which does not carry
-    them to the sinks yet (only the embedded pipeline writes them: a known gap, docs/limits.md, issue 28)."""
+    bookkeeping, not content)."""
     out: dict[str, list[tuple[Any, ...]]] = {}
     with sqlite3.connect(path) as db:
         tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT IN "
                                            "('meta', 'consumer_offsets', 'reducer_runs', 'reducer_held', "
-                                           "'reducer_pods') ORDER BY name") if nodes or r[0] != "nodes"]
+                                           "'reducer_pods') ORDER BY name")]
         for table in tables:
             cols = [r[1] for r in db.execute(f"PRAGMA table_info({table})") if r[1] != "updated_seq"]
             columns = ", ".join(f'"{c}"' for c in cols)  # identifiers: double quotes (single ones are literals)
@@ -323,7 +322,7 @@ def check_transitions(transitions: Sequence[ConsumerRecord], expected: dict[str,
     duplicates = []
     for rec in sorted(transitions, key=lambda r: (r.partition, r.offset)):
         headers = dict(rec.headers)
-        if CONTENT_HASH_HEADER in headers:  # a history or its metric points: published by content
+        if CONTENT_HASH_HEADER in headers:  # a history, its metric points, a queue, a Node: published by content
             digest = headers[CONTENT_HASH_HEADER].decode()
             assert digest == hashlib.sha256(rec.value).hexdigest(), f"bad hash at {rec.partition}@{rec.offset}"
             if previous.get(rec.key) == digest:
@@ -331,6 +330,8 @@ def check_transitions(transitions: Sequence[ConsumerRecord], expected: dict[str,
             previous[rec.key] = digest
         else:
             assert headers[wire.KIND_HEADER] == b"pod", f"{rec.partition}@{rec.offset}"
+        if transitions_codec.is_node_record(rec.headers) or transitions_codec.is_queue_record(rec.headers):
+            continue  # no part of a run (the index comparison checks what the sink made of them)
         u = transitions_codec.decode(rec.key, rec.value, rec.headers)
         updates[u.run_id] = updates[u.run_id].then(u) if u.run_id in updates else u
     assert not duplicates, f"{len(duplicates)} duplicated transitions records, e.g. {duplicates[:5]}"
@@ -558,9 +559,10 @@ async def test_reduce_and_index_sink_processes_equal_replay(kafka_bootstrap: str
 
     await asyncio.to_thread(replay, captures=captures, index_path=tmp_path / "replay.sqlite",
                             console=Console(file=io.StringIO()), quiet=True)
-    rows = index_rows(index, nodes=False)
+    rows = index_rows(index)
     assert rows["runs"], "no runs reached the index"
-    assert rows == index_rows(tmp_path / "replay.sqlite", nodes=False)
+    assert rows["nodes"] or not has_demo, "the demo's Nodes did not reach the index"
+    assert rows == index_rows(tmp_path / "replay.sqlite")
     check_transitions(transitions, index_histories(tmp_path / "replay.sqlite"))
     replay_dead = tmp_path / "replay.dead-letters.jsonl"
     expected_dead = Counter(json.loads(line)["reason"] for line in replay_dead.read_text().splitlines()) \

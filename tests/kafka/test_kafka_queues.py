@@ -43,7 +43,7 @@ from tracker.runtime.replay import replay
 from tracker.runtime.sinks import adx_sink_runner
 from tracker.settings import Settings, load_settings
 from tracker.shell import transitions as transitions_codec
-from tracker.shell.adx import POSITIONS, QUEUES
+from tracker.shell.adx import NODES, POSITIONS, QUEUES
 
 RUN = "qwen-rm-5vt2j"  # pending in Admission at the end of the demo capture
 
@@ -64,11 +64,11 @@ def queue_capture(path: Path, records: list[dict[str, Any]]) -> Path:
 
 
 async def queue_records(settings: Settings) -> list[tuple[str, str, bytes, dict[str, str]]]:
-    """(kind, key, value, headers) of every queue and position record on transitions, in offset order."""
+    """(kind, key, value, headers) of every queue, position and Node record on transitions, in offset order."""
     out = []
     for rec in await read_topic(settings, settings.kafka.topics.transitions, PARTITIONS):
         headers = {k: v.decode() for k, v in rec.headers or ()}
-        if headers.get(wire.KIND_HEADER) in (QUEUE, POSITION):
+        if headers.get(wire.KIND_HEADER) in (QUEUE, POSITION, wire.NODE):
             assert rec.key is not None and rec.value is not None
             out.append((headers[wire.KIND_HEADER], rec.key.decode(), rec.value, headers))
     return out
@@ -81,6 +81,15 @@ def adx_queues(standin: KustoStandIn) -> dict[str, tuple[Any, ...]]:
         if r["Key"] not in newest or r["Revision"] > newest[r["Key"]]["Revision"]:
             newest[r["Key"]] = r
     return {k: (r["Cluster"], r["ResourceVersion"], r["Pending"], r["Stopped"]) for k, r in newest.items()}
+
+
+def adx_nodes(standin: KustoStandIn) -> dict[str, tuple[Any, ...]]:
+    """The newest TaugridNodeState row per node (by Revision, as TaugridNodeStateLatest keeps them)."""
+    newest: dict[str, dict[str, Any]] = {}
+    for r in standin.tables[NODES]:
+        if r["Node"] not in newest or r["Revision"] > newest[r["Node"]]["Revision"]:
+            newest[r["Node"]] = r
+    return {k: (r["Cluster"], r["ResourceVersion"], r["GpuProduct"], r["GpuCount"]) for k, r in newest.items()}
 
 
 def adx_position(standin: KustoStandIn) -> tuple[Any, ...] | None:
@@ -109,9 +118,14 @@ async def test_queues_and_positions_go_through_reduce_and_the_index_sink(
 
     records = await queue_records(settings)
     newest = {key: (kind, value) for kind, key, value, _ in records}
-    assert set(newest) == {"queue:gpu-cq", "queue:team-a/team-a-lq", f"{RUN}/position"}
+    nodes = {key for key in newest if key.startswith("node:")}
+    assert len(nodes) == 8, nodes  # the demo's nodes.json
+    assert set(newest) == {"queue:gpu-cq", "queue:team-a/team-a-lq", f"{RUN}/position", *nodes}
     for kind, key, value, headers in records:
         assert headers[CONTENT_HASH_HEADER] == hashlib.sha256(value).hexdigest()
+        if kind == wire.NODE:
+            assert transitions_codec.decode_node(key.encode(), value, [(wire.KIND_HEADER, b"node")]).key == key
+            continue
         item = transitions_codec.decode_queue(key.encode(), value, [(wire.KIND_HEADER, kind.encode())])
         assert isinstance(item, QueueState if kind == QUEUE else QueuePosition)
     gpu_cq = QueueState.from_json(json.loads(newest["queue:gpu-cq"][1]))
@@ -124,23 +138,29 @@ async def test_queues_and_positions_go_through_reduce_and_the_index_sink(
         by_key.setdefault(key, []).append(headers[CONTENT_HASH_HEADER])
     assert all(len(hashes) == len(set(hashes)) for hashes in by_key.values()), by_key
 
-    # the same queues and position again, folded by a new reducer (the partition restored from run-state): the
-    # content hashes it restored say nothing changed, so nothing is published
-    assert await service.publish(service.capture_source([first], settings.source.max_held), settings) > 0
+    # the same queues, position and Nodes again, folded by a new reducer (the partition restored from run-state):
+    # the content hashes it restored say nothing changed, so nothing is published
+    assert await service.publish(service.capture_source([first, DEMO / "nodes.json"], settings.source.max_held),
+                                 settings) > 0
     await drain_reducer(settings)
     assert await queue_records(settings) == records
     run_state = await read_topic(settings, settings.kafka.topics.run_state, PARTITIONS)
     kept = {r.key.decode(): json.loads(r.value) for r in run_state
             if r.key is not None and r.value is not None and dict(r.headers or ()).get("kind") in (b"queue",
-                                                                                                   b"position")}
+                                                                                                   b"position",
+                                                                                                   b"node")}
     assert set(kept) == set(newest)
     assert kept["queue:gpu-cq"]["hash"] == hashlib.sha256(newest["queue:gpu-cq"][1]).hexdigest()
+    some_node = sorted(nodes)[0]
+    assert kept[some_node]["hash"] == hashlib.sha256(newest[some_node][1]).hexdigest()
 
     # a newer poll: one position record more, nothing else
     later = queue_capture(tmp_path / "queues-2.jsonl", [position(at="2026-08-20T12:59:30Z", pos=1)])
     await service.publish(service.capture_source([later], settings.source.max_held), settings)
     await drain_reducer(settings)
-    added = (await queue_records(settings))[len(records):]
+    added = await queue_records(settings)  # in partition order: what is new is what was not there before
+    for old in records:
+        added.remove(old)
     assert [(kind, key) for kind, key, _, _ in added] == [(POSITION, f"{RUN}/position")]
 
     # the index sink writes them: the index equals the embedded replay's, queues and positions included
@@ -150,9 +170,9 @@ async def test_queues_and_positions_go_through_reduce_and_the_index_sink(
     assert sink.terminate() == 0
     await asyncio.to_thread(replay, captures=[*captures, later], index_path=tmp_path / "replay.sqlite",
                             console=Console(file=io.StringIO()), quiet=True)
-    rows = index_rows(index, nodes=False)
-    assert rows["runs"] and len(rows["queues"]) == 2 and len(rows["queue_positions"]) == 1
-    assert rows == index_rows(tmp_path / "replay.sqlite", nodes=False)
+    rows = index_rows(index)
+    assert rows["runs"] and len(rows["queues"]) == 2 and len(rows["queue_positions"]) == 1 and rows["nodes"]
+    assert rows == index_rows(tmp_path / "replay.sqlite")
     assert [r[:4] for r in rows["queues"]] == [("queue:gpu-cq", "ClusterQueue", None, "gpu-cq"),
                                                 ("queue:team-a/team-a-lq", "LocalQueue", "team-a", "team-a-lq")]
 
@@ -174,7 +194,7 @@ async def test_queues_and_positions_go_through_reduce_and_the_index_sink(
         task = asyncio.create_task(runner.run())
         async with asyncio.timeout(60):
             while not (standin.tables["TaugridRunState"] and len(adx_queues(standin)) == 2
-                       and adx_position(standin) is not None):
+                       and adx_position(standin) is not None and len(adx_nodes(standin)) == len(rows["nodes"])):
                 assert not task.done(), task.exception()
                 await asyncio.sleep(0.1)
         runner.request_stop(drain=True)
@@ -184,4 +204,7 @@ async def test_queues_and_positions_go_through_reduce_and_the_index_sink(
     assert adx_queues(standin) == {"queue:gpu-cq": ("aks-east-1", 12, 3, True),
                                    "queue:team-a/team-a-lq": ("aks-east-1", 11, 2, False)}
     assert adx_position(standin) == (RUN, 1, 1, "2026-08-20T12:59:30Z")
+    # the Nodes too: the newest row per node is the index's (name, resourceVersion, GPU model and count)
+    assert {name: rest[1:] for name, rest in adx_nodes(standin).items()} == {
+        r[0]: (r[2], r[5], r[6]) for r in rows["nodes"]}
     assert standin.tables["TaugridRunState"], "and the runs' rows"

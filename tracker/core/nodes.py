@@ -266,6 +266,13 @@ class NodeBook:
             del self.nodes[n.key]
             self.dirty.discard(n.key)
 
+    def restore(self, state: NodeState) -> None:
+        """Keep ``state`` as the node's newest, as published before (a new owner of a partition restoring it): not
+        flushed again."""
+        self.nodes[state.key] = state
+        if state.deleted:
+            self._bound_tombstones()
+
     def take(self) -> list[NodeState]:
         """What changed since the last ``take``, sorted by key."""
         out = [self.nodes[k] for k in sorted(self.dirty) if k in self.nodes]

@@ -25,7 +25,11 @@ partition from ``run-state``); every decision it takes about what to write is ma
   and so is each pending run's newest position (kind ``position``, key ``<run id>/position``), published when its
   content hash differs from the one last published for the key. Each is kept in run-state too (the same key: the
   state and its hash), so a new owner of the partition restores them; a retired run's position record there gets a
-  tombstone (its transitions record stays, as its history does).
+  tombstone (its transitions record stays, as its history does);
+- **Nodes** (``tracker.core.nodes``): likewise, the newest kept state of each Node the batch changed (kind ``node``,
+  key ``node:<name>``, a deletion included: it is the node's tombstone state, not a Kafka tombstone), published when
+  its content hash changed and kept in run-state, so the sinks write the index's ``nodes`` and ADX's
+  ``TaugridNodeState`` as the embedded pipeline does.
 
 ``RunShell`` is what is kept per run beside the reducer's facts; ``PartitionPolicy.shell_doc`` and
 ``PartitionPolicy.restore_shell`` are its form in a run-state record (the ``shell`` field).
@@ -51,12 +55,13 @@ from tracker.core.model import (
     Status,
     adapter,
 )
+from tracker.core.nodes import NodeState
 from tracker.core.queues import QueuePosition, QueueState
 from tracker.core.reducer import Flushed
 from tracker.core.stuck import Clock, Stuck, StuckRunAlert
 from tracker.core.timefmt import ts
 from tracker.core.waits import pending_by_category
-from tracker.core.wire import HISTORY, POD, POINTS, POSITION, POSITION_SUFFIX, QUEUE, record_key
+from tracker.core.wire import HISTORY, NODE, POD, POINTS, POSITION, POSITION_SUFFIX, QUEUE, record_key
 
 
 def content_hash(value: bytes) -> str:
@@ -96,8 +101,14 @@ def position_value(p: QueuePosition) -> bytes:
     return json.dumps(p.to_json(), sort_keys=True, separators=(",", ":")).encode()
 
 
+def node_value(n: NodeState) -> bytes:
+    """The JSON of a Node's record (``NodeState.to_json``), keys sorted."""
+    return json.dumps(n.to_json(), sort_keys=True, separators=(",", ":")).encode()
+
+
 def queue_state_doc(kind: str, value: bytes, digest: str) -> dict[str, Any]:
-    """The run-state record kept for a queue or a position: its published value (``kind`` the field) and hash."""
+    """The run-state record kept for a queue, a position or a Node: its published value (``kind`` the field) and
+    hash."""
     return {kind: json.loads(value), "hash": digest}
 
 
@@ -105,8 +116,8 @@ def queue_state_doc(kind: str, value: bytes, digest: str) -> dict[str, Any]:
 class Publication:
     """A record to publish on ``transitions``: its kind, key, JSON (None: a tombstone) and the content hash of it."""
 
-    run_id: str  # a queue's record: its queue key
-    kind: str  # HISTORY, POINTS, POD, QUEUE or POSITION
+    run_id: str  # a queue's record: its queue key; a Node's: its node key
+    kind: str  # HISTORY, POINTS, POD, QUEUE, POSITION or NODE
     key: str
     value: bytes | None
     digest: str | None
@@ -134,7 +145,8 @@ class Decisions:
     phases: Counter[str] = field(default_factory=Counter)  # phase entries to count
     pending: dict[str, float] = field(default_factory=dict)  # ended pending seconds to count, by category
     finished: Counter[str] = field(default_factory=Counter)  # retired runs, by final status
-    # run-state records of queues and positions: (key, kind, value) of those published; keys whose record goes
+    # run-state records of queues, positions and Nodes: (key, kind, value) of those published; positions whose
+    # record goes
     queue_state: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
     queue_state_gone: list[str] = field(default_factory=list)
 
@@ -159,6 +171,7 @@ class PartitionPolicy:
     watermark_us: int = 0
     queue_hashes: dict[str, str] = field(default_factory=dict)  # queue key -> hash of its record last published
     position_hashes: dict[str, str] = field(default_factory=dict)  # run id -> hash of its position last published
+    node_hashes: dict[str, str] = field(default_factory=dict)  # node key -> hash of its record last published
 
     # ------------------------------------------------------------------------------------ one batch
     def decide(self, flushed: Flushed, limits: Limits, *, now_us: int | None) -> Decisions:
@@ -216,13 +229,15 @@ class PartitionPolicy:
             out.publish.append(Publication(run_id, POD, record_key(run_id, POD, uid), None, None))
 
     def _publish_queues(self, flushed: Flushed, limits: Limits, out: Decisions) -> None:
-        """Each queue's newest state and each run's newest position that the batch changed, when its content hash
-        differs from the one last published for its key (a retired run's position is not published)."""
+        """Each queue's newest state, each run's newest position and each Node's newest state that the batch changed,
+        when its content hash differs from the one last published for its key (a retired run's position is not
+        published)."""
         retired = set(flushed.retired)
         items: list[tuple[str, str, bytes, dict[str, str]]] = [
             (q.key, QUEUE, queue_value(q), self.queue_hashes) for q in flushed.queues]
         items += [(p.run_id, POSITION, position_value(p), self.position_hashes)
                   for p in flushed.positions if p.run_id not in retired]
+        items += [(n.key, NODE, node_value(n), self.node_hashes) for n in flushed.nodes]
         for name, kind, value, hashes in items:
             digest = content_hash(value)
             if hashes.get(name) == digest:
@@ -247,6 +262,19 @@ class PartitionPolicy:
             raise ValueError(f"run-state record {key[:200]!r} is not a queue's or a position's: {exc!r}") from exc
         self.queue_hashes[q.key] = digest
         return q
+
+    def restore_node_record(self, key: str, doc: Mapping[str, Any]) -> NodeState:
+        """Read back the run-state record of a Node (key ``node:<name>``): the hash last published is remembered, the
+        state returned (for the reducer's ``NodeBook``). Raises ValueError when the record is not one."""
+        try:
+            digest = doc["hash"]
+            n = NodeState.from_json(doc[NODE])
+        except (KeyError, TypeError, AttributeError, ValueError) as exc:
+            raise ValueError(f"run-state record {key[:200]!r} is not a Node's: {exc!r}") from exc
+        if n.key != key or not isinstance(digest, str):
+            raise ValueError(f"run-state record {key[:200]!r} holds the Node {n.key[:200]!r}")
+        self.node_hashes[n.key] = digest
+        return n
 
     @staticmethod
     def _add(out: Decisions, limits: Limits, p: Publication) -> bool:

@@ -12,14 +12,15 @@ is written here once, so that a change of key layout is one change, and the modu
   (``SOURCE_HEADER``): where the change was read (``watch:<stream>``, ``path:line``), so a dead letter can name it.
 - ``transitions`` (``tracker.core.publish`` decides, ``tracker reduce`` writes, the sinks read): a run's parts as
   records of their own, told apart by the header ``kind`` (``HISTORY``, ``POINTS``, ``POD``, ``QUEUE``,
-  ``POSITION``) and keyed so that compaction keeps the latest of each part (``record_key``): ``<run id>``,
+  ``POSITION``, ``NODE``) and keyed so that compaction keeps the latest of each part (``record_key``): ``<run id>``,
   ``<run id>/points``, ``<run id>/pod/<uid>`` (a tombstone: the pod is no longer the run's), ``<run id>/position``,
-  and ``queue:<ClusterQueue>`` or ``queue:<namespace>/<LocalQueue>`` for a queue. A history and its points carry
-  their content hash (``CONTENT_HASH_HEADER``, the sha256 of the value). A record without ``kind`` is a whole
-  history as a tracker before the split published it. A run id is a label value or a uid: it holds no ``/``.
+  ``queue:<ClusterQueue>`` or ``queue:<namespace>/<LocalQueue>`` for a queue, ``node:<name>`` for a Node. A history
+  and its points carry their content hash (``CONTENT_HASH_HEADER``, the sha256 of the value). A record without
+  ``kind`` is a whole history as a tracker before the split published it. A run id is a label value or a uid: it
+  holds no ``/`` and no ``:``.
 - ``run-state`` (``tracker reduce`` writes and restores from it): a run's snapshot keyed by its run id, each of its
-  pods keyed ``<run id>/pod/<uid>`` with header ``kind: pod`` (``POD_STATE_HEADERS``), a queue's or a position's
-  state under its transitions key with its ``kind``; a tombstone for what was forgotten.
+  pods keyed ``<run id>/pod/<uid>`` with header ``kind: pod`` (``POD_STATE_HEADERS``), a queue's, a position's or
+  a Node's state under its transitions key with its ``kind``; a tombstone for what was forgotten.
 - ``alerts``: a stuck-run alert keyed by its run id (``alert_key``). ``dead-letters``: no key, no header.
 
 Pure: the standard library only (headers are ``(name, bytes)`` pairs as aiokafka takes and gives them).
@@ -53,11 +54,12 @@ def change_source(headers: Headers | None) -> str | None:
 
 # ------------------------------------------------------------------------------------------ transitions
 
-KIND_HEADER = "kind"  # of a transitions record: history, points, pod, queue or position; of a run-state one: pod,
-# queue or position
+KIND_HEADER = "kind"  # of a transitions record: history, points, pod, queue, position or node; of a run-state one:
+# pod, queue, position or node
 CONTENT_HASH_HEADER = "content-hash"  # of a history or points record: the sha256 of its value, hex
 HISTORY, POINTS, POD = "history", "points", "pod"  # the kinds of a run's records on transitions
 QUEUE, POSITION = "queue", "position"  # Kueue's queues: a queue's newest state, a pending run's newest position
+NODE = "node"  # a Kubernetes Node's newest state (``tracker.core.nodes``)
 POINTS_SUFFIX = "/points"
 POSITION_SUFFIX = "/position"
 POD_KEY = "/pod/"  # a pod's key: <run id>/pod/<uid>
@@ -67,9 +69,9 @@ NODE_KEY_PREFIX = "node:"  # a Node's key on changes: node:<name> (``tracker.cor
 
 def record_key(run_id: str, kind: str, uid: str = "") -> str:
     """The key of a transitions record: the run id for its history, ``<run id>/points``, ``<run id>/pod/<uid>``,
-    ``<run id>/position``; a queue's is its queue key (``queue:...``, passed as ``run_id``). Compaction keeps the
-    latest record of each."""
-    if kind in (HISTORY, QUEUE):
+    ``<run id>/position``; a queue's is its queue key (``queue:...``), a Node's its node key (``node:<name>``), each
+    passed as ``run_id``. Compaction keeps the latest record of each."""
+    if kind in (HISTORY, QUEUE, NODE):
         return run_id
     if kind == POINTS:
         return f"{run_id}{POINTS_SUFFIX}"
@@ -87,6 +89,11 @@ def pod_of_key(key: str) -> tuple[str, str] | None:
 def is_queue_key(key: str) -> bool:
     """Whether a key is a queue's (``queue:...``) or a position's (``<run id>/position``), not a run's part."""
     return key.startswith(QUEUE_KEY_PREFIX) or key.endswith(POSITION_SUFFIX)
+
+
+def is_node_key(key: str) -> bool:
+    """Whether a key is a Node's (``node:<name>``)."""
+    return key.startswith(NODE_KEY_PREFIX)
 
 
 def kind_headers(kind: str, digest: str | None = None) -> tuple[tuple[str, bytes], ...]:

@@ -9,9 +9,10 @@ one partition are folded, and then ONE transaction carries everything they cause
   the sha256 of the value); a run folded without any change of content produces nothing;
 - ``run-state``: ``Reducer.snapshot_run`` of every run the records touched, plus the shell's own per-run state
   (``shell``: last content hash, alerts already sent, the partition's event-time watermark);
-- Kueue's queues: the newest state of each queue and each pending run's newest position that changed, on
-  ``transitions`` (kinds ``queue`` and ``position``) and in ``run-state`` (the same keys, with their hash), so a
-  new owner restores the partition's queues with its runs;
+- Kueue's queues and the Nodes: the newest state of each queue, each pending run's newest position and each
+  Node's newest state that changed, on ``transitions`` (kinds ``queue``, ``position`` and ``node``) and in
+  ``run-state`` (the same keys, with their hash), so a new owner restores the partition's queues and Nodes with its
+  runs;
 - ``dead-letters`` and ``alerts``;
 - the offsets, through ``send_offsets_to_transaction``.
 
@@ -287,6 +288,9 @@ class ReduceService:
             if wire.is_queue_key(text):  # a queue's, a position's
                 part.reducer.queues.restore(part.policy.restore_queue_record(text, jsonio.loads(value)))
                 continue
+            if wire.is_node_key(text):  # a Node's
+                part.reducer.nodes.restore(part.policy.restore_node_record(text, jsonio.loads(value)))
+                continue
             pod = wire.pod_of_key(text)
             if pod is not None:
                 pods.setdefault(pod[0], {})[pod[1]] = jsonio.loads(value)
@@ -412,8 +416,8 @@ class ReduceService:
         return out
 
     def _queue_state_records(self, decided: Decisions, partition: int, dead: list[DeadLetter]) -> list[_Out]:
-        """The run-state records of the queues and positions published (their state and hash, header ``kind``), and
-        a tombstone for each position the reducer forgot (its run retired)."""
+        """The run-state records of the queues, positions and Nodes published (their state and hash, header
+        ``kind``), and a tombstone for each position the reducer forgot (its run retired)."""
         topic = self.topics.run_state
         out = [_Out(topic, partition, key.encode(), None, wire.kind_headers(wire.POSITION))
                for key in decided.queue_state_gone]

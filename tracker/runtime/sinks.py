@@ -25,6 +25,7 @@ Kueue's queues travel on the same topic (a queue's newest state, a pending run's
 ``tracker.shell.transitions.decode_queue``). A sink that keeps them (``QueueStore``: the index, ADX) gets a batch's
 newest of each through ``write_queues`` before its histories; a sink that does not skips them. Their rows are
 newest-wins upserts (the index) or newest by revision (ADX), so writing them again after a restart changes nothing.
+The Nodes' newest states travel and are written the same way (``decode_node``; ``NodeStore.write_nodes``).
 """
 
 from __future__ import annotations
@@ -45,9 +46,10 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from tracker import errors
 from tracker.core.model import HistoryUpdate
+from tracker.core.nodes import NodeState
 from tracker.core.queues import QueuePosition, QueueState
 from tracker.runtime.ops import Health, Metrics
-from tracker.runtime.pipeline import HistorySink, QueueStore
+from tracker.runtime.pipeline import HistorySink, NodeStore, QueueStore
 from tracker.settings import Settings
 from tracker.shell import kafka, transitions
 from tracker.shell.index_lock import WaitStopped
@@ -240,6 +242,7 @@ class SinkRunner:
         updates: list[HistoryUpdate] = []
         queues: dict[str, QueueState] = {}  # the newest of each queue and position in the batch (partition order)
         positions: dict[str, QueuePosition] = {}
+        nodes: dict[str, NodeState] = {}  # likewise, of each Node
         offsets: dict[TopicPartition, int] = {}
         for tp, records in batches.items():
             if tp in self._pending or tp not in self._positions:
@@ -247,6 +250,10 @@ class SinkRunner:
             fresh = [r for r in records if r.offset >= self._positions[tp]]
             for rec in fresh:
                 try:
+                    if transitions.is_node_record(rec.headers):
+                        node = transitions.decode_node(rec.key, rec.value, rec.headers)
+                        nodes[node.key] = node
+                        continue
                     if transitions.is_queue_record(rec.headers):
                         item = transitions.decode_queue(rec.key, rec.value, rec.headers)
                         if isinstance(item, QueueState):
@@ -265,7 +272,7 @@ class SinkRunner:
             return
         stored = {(self.group, tp.topic, tp.partition): off for tp, off in offsets.items()}
         combined = transitions.combine(updates)
-        changed = await self._write_queues(list(queues.values()), list(positions.values()))
+        changed = await self._write_queues(list(queues.values()), list(positions.values()), list(nodes.values()))
         changed += await self._write_with_retries(combined, stored if self._stores_offsets else {})
         if not self._stores_offsets:
             try:
@@ -305,20 +312,28 @@ class SinkRunner:
             self.metrics.sink_write_seconds.labels(self.name).observe(time.perf_counter() - started)
             return changed
 
-    async def _write_queues(self, queues: list[QueueState], positions: list[QueuePosition]) -> int:
-        """Queues and positions to a sink that keeps them (before the histories and offsets: a repeat after a crash
-        is a newest-wins upsert), with the retries of histories; an ``errors.InvalidInput`` skips them (counted as bad
-        records)."""
+    async def _write_queues(self, queues: list[QueueState], positions: list[QueuePosition],
+                            nodes: list[NodeState]) -> int:
+        """Queues, positions and Nodes to a sink that keeps them (before the histories and offsets: a repeat after a
+        crash is a newest-wins upsert), with the retries of histories; an ``errors.InvalidInput`` skips them (counted
+        as bad records)."""
         sink = self._sink
-        if not (queues or positions) or not isinstance(sink, QueueStore):
+        keeps_queues = bool(queues or positions) and isinstance(sink, QueueStore)
+        keeps_nodes = bool(nodes) and isinstance(sink, NodeStore)
+        if not (keeps_queues or keeps_nodes):
             return 0
+
+        def write() -> int:
+            n = sink.write_queues(queues, positions) if keeps_queues and isinstance(sink, QueueStore) else 0
+            return n + (sink.write_nodes(nodes) if keeps_nodes and isinstance(sink, NodeStore) else 0)
+
         attempt = 0
         while True:
             attempt += 1
             try:
-                return await self._call(lambda: sink.write_queues(queues, positions))
+                return await self._call(write)
             except errors.InvalidInput as exc:
-                self.metrics.sink_bad_records.labels(self.name).inc(len(queues) + len(positions))
+                self.metrics.sink_bad_records.labels(self.name).inc(len(queues) + len(positions) + len(nodes))
                 log.error("queues_refused", sink=self.name, error=str(exc)[:500])
                 return 0
             except Exception as exc:

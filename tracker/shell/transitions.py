@@ -11,7 +11,9 @@ skips it and goes on); any other error is a bug and stops the sink. The keys and
 
 Kueue's queues travel on the same topic (``tracker.core.publish``): a queue's newest state (kind ``queue``, key
 ``queue:...``) and a pending run's newest position (kind ``position``, key ``<run id>/position``); ``decode_queue``
-reads them (``is_queue_record`` tells them apart), for the sinks that keep queues (``write_queues``).
+reads them (``is_queue_record`` tells them apart), for the sinks that keep queues (``write_queues``). So do the
+Nodes' newest states (kind ``node``, key ``node:<name>``): ``is_node_record``, ``decode_node``, for the sinks that
+keep Nodes (``write_nodes``).
 """
 
 from __future__ import annotations
@@ -32,8 +34,9 @@ from tracker.core.model import (
     load,
     load_json,
 )
+from tracker.core.nodes import NodeState
 from tracker.core.queues import QueuePosition, QueueState
-from tracker.core.wire import HISTORY, POD, POINTS, POSITION, QUEUE, QUEUE_KEY_PREFIX, record_key
+from tracker.core.wire import HISTORY, NODE, NODE_KEY_PREFIX, POD, POINTS, POSITION, QUEUE, QUEUE_KEY_PREFIX, record_key
 from tracker.shell import jsonio
 
 
@@ -78,6 +81,32 @@ def decode_queue(key: bytes | None, value: bytes | None,
     if text_key != expected:
         raise BadTransition(f"a {kind} record keyed {text_key[:200]!r} holds {expected!r}")
     return item
+
+
+def is_node_record(headers: Sequence[tuple[str, bytes]] | None) -> bool:
+    """Whether a transitions record is a Node's state (``decode_node``), not a run's part."""
+    return _kind(headers) == NODE
+
+
+def decode_node(key: bytes | None, value: bytes | None, headers: Sequence[tuple[str, bytes]] | None) -> NodeState:
+    """A Node's newest state; BadTransition if the record is not one, or its key is not the node's."""
+    text_key = key.decode(errors="replace") if key is not None else ""
+    if _kind(headers) != NODE:
+        raise BadTransition(f"not a node record: kind {_kind(headers)!r}")
+    if value is None:
+        raise BadTransition(f"a tombstone of a node record (key {text_key[:200]!r}): a deleted Node is a state")
+    try:
+        doc = jsonio.loads(value)
+        if not isinstance(doc, dict):
+            raise BadTransition("not a JSON object")
+        node = NodeState.from_json(doc)
+    except BadTransition:
+        raise
+    except (KeyError, TypeError, AttributeError, ValueError) as exc:  # not JSON, or not a Node's state
+        raise BadTransition(f"a node record (key {text_key[:200]!r}) that is not one: {exc!r}") from exc
+    if not node.key.startswith(NODE_KEY_PREFIX) or text_key != node.key:
+        raise BadTransition(f"a node record keyed {text_key[:200]!r} holds {node.key[:200]!r}")
+    return node
 
 
 def decode(key: bytes | None, value: bytes | None, headers: Sequence[tuple[str, bytes]] | None) -> HistoryUpdate:
