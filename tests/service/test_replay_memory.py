@@ -48,18 +48,19 @@ def fold(cap: Path, index: Path, *, flush_every: int) -> tuple[Reducer, list[Flu
     return kept[0], flushes
 
 
-def finished_for_good(red: Reducer, run_id: str) -> bool:
-    h = Derivation().update(red.runs[run_id])
-    return h.run.status in FINAL_STATUSES and not may_reopen(red.runs[run_id], h.run)
+def finished(red: Reducer, run_id: str) -> bool:
+    return Derivation().update(red.runs[run_id]).run.status in FINAL_STATUSES
 
 
 def test_a_replay_keeps_the_derivations_of_live_runs_only(tmp_path: Path) -> None:
     red, _ = fold(capture(tmp_path), tmp_path / "index.sqlite", flush_every=5_000)
-    finished = {k for k in red.runs if finished_for_good(red, k)}
-    assert len(red.runs) == RUNS and len(finished) > RUNS // 2  # most generated runs end
-    assert set(red.derivations) == set(red.runs) - finished
+    finished_runs = {k for k in red.runs if finished(red, k)}
+    reopenable = {k for k in finished_runs if may_reopen(red.runs[k], Derivation().update(red.runs[k]).run)}
+    assert len(red.runs) == RUNS and len(finished_runs) > RUNS // 2  # most generated runs end
+    assert reopenable, "the generator stops some runs by a deactivation while their Job exists"
+    assert set(red.derivations) == set(red.runs) - finished_runs  # the reopenable ones' freed too
     # reading a finished run derives it on the side: nothing is kept again
-    some = min(finished)
+    some = min(finished_runs)
     assert red.history(some) is not None and red.current(some) is not None
     assert some not in red.derivations
 
@@ -85,3 +86,30 @@ def test_freed_derivations_write_the_index_keeping_them_writes(tmp_path: Path,
     assert set(kept.derivations) == set(kept.runs)
     assert contents(tmp_path / "freed.sqlite") == contents(tmp_path / "kept.sqlite")
     assert {k: red.history(k) for k in red.runs} == {k: kept.history(k) for k in kept.runs}
+
+
+def test_a_run_reactivated_after_its_derivation_was_freed_reads_as_if_it_was_kept() -> None:
+    """A run stopped by a deactivation while its Job exists looks finished: its derivation is freed like any finished
+    run's; the reactivation that reopens it derives it again from the facts (a full update), to the same history."""
+    from tests.core.test_scenarios import SCENARIOS, _writes
+
+    [run_id] = SCENARIOS["reactivated"].run_ids
+    freed, kept = Reducer(ReducerLimits(keep_finished_derivations=False)), Reducer()
+    freed_at: list[int] = []
+    reopened_at: list[int] = []
+    for i, w in enumerate(_writes("reactivated")):
+        for red in (freed, kept):
+            red.apply(w.record, "t")
+        a, b = freed.flush(), kept.flush()
+        assert [u.run_id for u in a.updates] == [u.run_id for u in b.updates], i
+        # an update of a freed run is full (its history again where the kept one says "unchanged"): what a sink
+        # holds after it is the same
+        assert all(u.history == v.history or (v.history is None and u.full)
+                   for u, v in zip(a.updates, b.updates, strict=True))
+        assert freed.history(run_id) == kept.history(run_id), i
+        if a.updates and run_id not in freed.derivations:
+            freed_at.append(i)
+        elif freed_at and run_id in freed.derivations:
+            reopened_at.append(i)  # derived again, and kept while the run is live again
+    assert freed_at and reopened_at and freed_at[0] < reopened_at[0], "freed, then reopened by the reactivation"
+    assert freed.history(run_id) == kept.history(run_id)

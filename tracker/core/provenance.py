@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from sys import intern
 from typing import Any
 
 from tracker.core.redact import REDACTED, redact_argv, redact_hyperparameter, redact_inline
@@ -135,12 +136,13 @@ def merged(root: Workload | None, intake_image: Any, intake_entrypoint: Any) -> 
 def intake_data(data: dict[str, Any]) -> dict[str, Any]:
     """A Resolution or Rendering event's fields as the run's facts keep them (``RunFacts.intake``): what ran bounded
     (an image, an entrypoint, the hyperparameters and how many of them were left out), and the fields a Rendering
-    event leaves null dropped (so that an event without them is kept as before they existed)."""
-    out = {k: v for k, v in data.items() if not (k in _WHAT_RAN and v is None)}
+    event leaves null dropped (so that an event without them is kept as before they existed). Its strings are
+    interned (every run of a project repeats its workspace, target, image and entrypoint)."""
+    out = {k: intern(v) if v.__class__ is str else v for k, v in data.items() if not (k in _WHAT_RAN and v is None)}
     if isinstance(out.get("image"), str):
-        out["image"] = _cut(out["image"], IMAGE_MAX)
+        out["image"] = intern(_cut(out["image"], IMAGE_MAX))
     if isinstance(out.get("entrypoint"), str):
-        out["entrypoint"] = _cut(out["entrypoint"], ENTRYPOINT_MAX)
+        out["entrypoint"] = intern(_cut(out["entrypoint"], ENTRYPOINT_MAX))
     hp = out.pop("hyperparameters", None)
     if isinstance(hp, dict) and hp:
         out["hyperparameters"], out["hyperparameters_omitted"] = hyperparameters(hp)

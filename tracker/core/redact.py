@@ -56,6 +56,7 @@ import re
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
+from sys import intern
 from typing import Any, get_args
 
 from pydantic import BaseModel, SecretStr
@@ -257,8 +258,11 @@ def redact_hyperparameters(value: Any) -> Any:
 
 def label(key: str, value: Any) -> Any:
     """A label's value as the tracker keeps it: ``IDENTITY_LABELS`` as they are, others with the secret shapes inside
-    redacted (a label value is short and plain: token-likeness is not a sign, project names look like that)."""
-    return value if key in IDENTITY_LABELS or value.__class__ is not str else redact_inline(value)
+    redacted (a label value is short and plain: token-likeness is not a sign, project names look like that); interned,
+    as ``extract.str_at``'s strings are."""
+    if value.__class__ is not str:
+        return value
+    return intern(value if key in IDENTITY_LABELS else redact_inline(value))
 
 
 def _object(obj: dict[str, Any], depth: int) -> dict[str, Any]:

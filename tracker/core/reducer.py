@@ -32,7 +32,7 @@ from tracker.core import extract as x
 from tracker.core import provenance
 from tracker.core import validate as v
 from tracker.core.correlate import KINDS, ROOT_KINDS, Correlator, Link, link, lost_key, taken_run_id
-from tracker.core.derive import Derivation, may_reopen
+from tracker.core.derive import Derivation
 from tracker.core.facts import METRIC_POINTS_PER_RUN, MetricFacts, RunFacts
 from tracker.core.gpu import ACCELERATOR_RESOURCES, Accelerators
 from tracker.core.model import (
@@ -75,9 +75,10 @@ class ReducerLimits:
     # Metric points kept per run, downsampled over all its metrics (``facts.MetricPoints``); 0 keeps none.
     metric_points_per_run: int = METRIC_POINTS_PER_RUN
     # Keep a finished run's derivation (``derive.Derivation``: its last history and pod rows, about half of what a
-    # run holds) after the flush that wrote it. False frees it there (a run whose final status may still change,
-    # ``derive.may_reopen``, keeps it): a late record of the run derives it again from its facts, as a restored run
-    # is, and its update is ``full`` (every pod row again). A replay without retirement passes False (it keeps every
+    # run holds) after the flush that wrote it. False frees it there, a run that may still reopen included (stopped by
+    # a deactivation while its Job exists, ``derive.may_reopen``: about 5% of runs, which a reactivation may never
+    # come to): a late record of the run derives it again from its facts, as a restored run is, and its update is
+    # ``full`` (every pod row again). A replay without retirement passes False (it keeps every
     # run it read; ``runtime.replay.reducer_limits``); retiring reducers (Kafka, serve) keep them until retirement.
     keep_finished_derivations: bool = True
 
@@ -478,7 +479,7 @@ class Reducer(Snapshots):
         for k in self.dirty:
             h = self._update(k)
             updates[k] = self.derivations[k].take()
-            if not keep and h.run.status in FINAL_STATUSES and not may_reopen(self.runs[k], h.run):
+            if not keep and h.run.status in FINAL_STATUSES:
                 del self.derivations[k]  # derived again from the facts if a late record changes the run
         updates.update(self._retired_updates)
         queues, positions = self.queues.take()
