@@ -97,7 +97,7 @@ def cut_text(text: str, limit: int) -> str:
 
 
 _TS_CACHE: dict[str, int] = {}
-_TS_CACHE_MAX = 200_000
+_TS_CACHE_MAX = 32_768  # a timestamp recurs in the versions of its object, which come close together: 4 MiB at most
 
 
 def time_at(obj: dict[str, Any], key: str) -> int | None:
