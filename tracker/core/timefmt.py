@@ -20,7 +20,7 @@ class BadTimestamp(errors.InvalidInput):
     """Not an ISO-8601 UTC timestamp."""
 
 
-@lru_cache(maxsize=65536)
+@lru_cache(maxsize=8192)  # behind extract.time_at's memo: a bound on memory (an entry is ~200 B)
 def _parse(text: str) -> int:
     try:
         dt = datetime.fromisoformat(text)
