@@ -11,7 +11,8 @@ A run is retired (``Retirement.retire``: its facts freed, its id and owner bindi
   (an entry is stale unless it matches the run's quiet time: a run that changed again was pushed again);
 - after each record (not at flushes, whose timing varies, so the same records retire the same runs at the same
   points however they are split into calls) the runs due are derived; a final one that cannot reopen is retired,
-  a live one waits for a record to touch it again.
+  a live one waits for a record to touch it again, its derivation freed meanwhile (derived again from its facts
+  when a record touches it).
 
 ``Retirement`` is a part of ``tracker.core.reducer.Reducer`` (a mixin: it shares the reducer's state, declared
 below, which ``Reducer.__init__`` sets). Pure, as the reducer is.
@@ -116,8 +117,13 @@ class Retirement:
                 self.stats.retired += 1
             else:
                 # quiet but live: nothing changes its history (a function of its facts) until a record touches it,
-                # which schedules it again
+                # which schedules it again. Its derivation (its last history and pod rows, about two thirds of what
+                # a live run holds) is freed meanwhile: the record that touches it derives it again from the facts,
+                # as after a restore, and its update is ``full``. Runs that never end in a capture, and runs stopped
+                # by a deactivation while their Job exists, no longer keep one each (bench/README.md).
                 del self.quiet[run_id]
+                if run_id not in self.dirty:
+                    del self.derivations[run_id]
 
     @property
     def watermark(self) -> int:
