@@ -12,16 +12,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from rich.console import Console
 
 from tests.core.test_gpu import EXPECTED, _s
 from tests.core.test_scenarios import fold_scenario
 from tests.read.test_cli_runs import NOW, run
 from tracker.cli import main
-from tracker.cli.args import DEMO_CAPTURES
 from tracker.core import gpu
 from tracker.read.audit import LOST_REASONS, NOT_OBSERVED, eviction_reasons
-from tracker.runtime.replay import replay
 
 # GPU-seconds held and lost of every bundled run (tests/core/test_gpu.py's EXPECTED, checked there against the reducer)
 HELD = {run_id: exp[1] for runs in EXPECTED.values() for run_id, exp in runs.items()}
@@ -48,13 +45,6 @@ def ledger_ettr(runs: tuple[str, ...]) -> float:
     assert all(r.ledger_open != "productive" for r in progress)
     return sum(r.ledger_wall_s_by.get("productive", 0.0) for r in progress) / \
         (sum(sum(r.ledger_wall_s_by.values()) for r in progress) + sum(growing))
-
-
-@pytest.fixture(scope="module")
-def index(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("idx") / "index.sqlite"
-    replay(captures=[DEMO_CAPTURES], index_path=path, console=Console(quiet=True), quiet=True)
-    return path
 
 
 @pytest.fixture(autouse=True)

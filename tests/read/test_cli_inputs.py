@@ -6,18 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-from rich.console import Console
 
 from tracker.cli import main
-from tracker.cli.args import DEMO_CAPTURES
-from tracker.runtime.replay import replay
-
-
-@pytest.fixture(scope="module")
-def index(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("idx") / "index.sqlite"
-    replay(captures=[DEMO_CAPTURES], index_path=path, console=Console(quiet=True), quiet=True)
-    return path
 
 
 def one_error_line(err: str) -> str:

@@ -35,13 +35,6 @@ NOW = "2026-08-20T13:00:00Z"  # the end of the bundled capture's day
 UUID_RUN = "e55428ce-5266-4f6d-8b5d-2ae542ca77c4"  # Job team-a/eval-hotfix-0820
 
 
-@pytest.fixture(scope="module")
-def index(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("idx") / "index.sqlite"
-    replay(captures=[DEMO_CAPTURES], index_path=path, console=Console(quiet=True), quiet=True)
-    return path
-
-
 @pytest.fixture(autouse=True)
 def _no_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("TRACKER_INDEX", raising=False)

@@ -10,12 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from rich.console import Console
 
 from tracker.cli import main
-from tracker.cli.args import DEMO_CAPTURES
 from tracker.read.jsonpath import JsonPathError, parse_columns, parse_template
-from tracker.runtime.replay import replay
 
 DOC = {"kind": "List", "items": [
     {"run_id": "a", "status": "failed", "attempts": 2, "ok": False, "labels": {"team": "x", "k-8": "v"},
@@ -77,13 +74,6 @@ def test_custom_columns_align_and_say_none_for_missing() -> None:
                                          "b     <none>   Done\n")
     with pytest.raises(JsonPathError, match="cannot read the column 'RUN'"):
         parse_columns("RUN")
-
-
-@pytest.fixture(scope="module")
-def index(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("idx") / "index.sqlite"
-    replay(captures=[DEMO_CAPTURES], index_path=path, console=Console(quiet=True), quiet=True)
-    return path
 
 
 def test_runs_and_show_take_jsonpath_and_custom_columns(index: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -11,22 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rich.console import Console
 
 from tracker.cli import main
-from tracker.cli.args import DEMO_CAPTURES
 from tracker.read.filters import FILTERS, LIST_FILTERS, FilterError, run_filter
-from tracker.runtime.replay import replay
 
 NOW = "2026-08-20T13:00:00Z"  # the end of the bundled capture's day
 EVICTIONS = ("PodEvicted", "Preempted", "PodsReadyTimeout", "Evicted")  # tracker.read.pods.EVICTION_LOSSES
-
-
-@pytest.fixture(scope="module")
-def index(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("idx") / "index.sqlite"
-    replay(captures=[DEMO_CAPTURES], index_path=path, console=Console(quiet=True), quiet=True)
-    return path
 
 
 @pytest.fixture(autouse=True)

@@ -12,15 +12,12 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from rich.console import Console
 
 from tests.read.test_cli_runs import HEAVY, imported
 from tracker.cli import main
-from tracker.cli.args import DEMO_CAPTURES
 from tracker.core import model
 from tracker.read import history as history_rows
 from tracker.read.store import IndexReader
-from tracker.runtime.replay import replay
 
 NOW = "2026-08-20T13:00:00Z"
 # pairs of runs compare is asked about: a preemption and a success, a live run and a failed one, a resume lineage
@@ -28,13 +25,6 @@ PAIRS = (("vit-l-9hx4d", "bert-pt-2c5nw"), ("qwen-rm-5vt2j", "sd-xl-3rp6f"), ("g
 # what show and compare must never import: pydantic, the reducer and its derivation, the settings models
 NEVER = ("pydantic", "tracker.core.reducer", "tracker.core.derive", "tracker.core.pending", "tracker.core.facts",
          "tracker.core.intake", "tracker.core.dead_letter", "tracker.settings")
-
-
-@pytest.fixture(scope="module")
-def index(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("idx") / "index.sqlite"
-    replay(captures=[DEMO_CAPTURES], index_path=path, console=Console(quiet=True), quiet=True)
-    return path
 
 
 @pytest.fixture(scope="module")
