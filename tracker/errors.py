@@ -41,7 +41,7 @@ checks the picture against the classes, both ways::
     │   ├── core.timefmt.BadTimestamp          the sinks skip (and commit past) this branch and nothing else
     │   ├── shell.capture._ReadError           a capture's bytes do not read
     │   ├── shell.transitions.BadTransition    a transitions record that is not what its kind and key say
-    │   ├── shell.index.RefusedUpdate          an update the index cannot store as it is
+    │   ├── shell.index_rows.RefusedUpdate     an update the index cannot store as it is
     │   ├── read.filters.FilterError           a filter value that cannot work (the CLI: a usage error; the web: 400)
     │   │   └── read.filters.TimeRangeError    a time outside the years 1 to 9999 in UTC
     │   ├── read.jsonpath.JsonPathError    a -o jsonpath= template or custom-columns= spec that does not parse

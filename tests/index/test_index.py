@@ -316,6 +316,29 @@ def test_replacing_a_history_deletes_rows_it_no_longer_has(index: ExperimentInde
     assert conn.execute("SELECT attempt, pod FROM pod_placements").fetchall() == [(1, "train-0-a")]
 
 
+def test_many_runs_shrinking_in_one_write_end_as_when_written_one_at_a_time(tmp_path: Path) -> None:
+    # one write looks up the rows it may delete for all of its runs at once (a query per table); a run given twice in
+    # the write is looked up as it goes, so its second update sees what the first wrote
+    histories = all_histories()
+    shrunk = [replace(h, transitions=h.transitions[:1], attempts=h.attempts[:1], pods=(h.pods or [])[:1],
+                      metrics=h.metrics[:1]) for h in histories]
+    # run 0 grows and shrinks again within the second write; runs 1 and 2 shrink together in the third
+    writes = [shrunk, [*histories, shrunk[0]], shrunk[1:]]
+    with ExperimentIndex(tmp_path / "batched.sqlite") as batched, ExperimentIndex(tmp_path / "one.sqlite") as one:
+        for w in writes:
+            assert batched.write(ups(w)) > 0
+            for h in w:
+                one.write(ups([h]))
+    got, want = dump(tmp_path / "batched.sqlite"), dump(tmp_path / "one.sqlite")
+    seq = [r[1] for r in sqlite3.connect(tmp_path / "one.sqlite").execute("PRAGMA table_info(runs)")].index(
+        "updated_seq")
+    for rows in (got["runs"], want["runs"]):  # write counters: three writes against eight
+        rows[:] = sorted(((*r[:seq], *r[seq + 1:]) for r in rows), key=repr)
+    assert got == want
+    reader = IndexReader(tmp_path / "batched.sqlite").open()
+    assert [reader.history(h.run.run_id) for h in histories] == shrunk
+
+
 def test_placements_are_the_pods_rows(index: ExperimentIndex) -> None:
     index.write(ups([finished_two_attempts()]))
     rows = sqlite3.connect(index.path).execute(
@@ -437,11 +460,11 @@ def test_a_database_error_in_a_later_run_rolls_back_the_earlier_ones(index: Expe
     real = ExperimentIndex._write_run
     calls = []
 
-    def fail_second(self: ExperimentIndex, e: Any, seq: int) -> int:
+    def fail_second(self: ExperimentIndex, e: Any, seq: int, existing: Any) -> int:
         calls.append(e.run_id)
         if len(calls) == 2:
             raise sqlite3.IntegrityError("boom")
-        return real(self, e, seq)
+        return real(self, e, seq, existing)
 
     monkeypatch.setattr(ExperimentIndex, "_write_run", fail_second)
     with pytest.raises(sqlite3.IntegrityError):

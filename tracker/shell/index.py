@@ -12,39 +12,40 @@ a test checks it).
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import math
 import sqlite3
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from enum import Enum
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
-from tracker import errors
-from tracker.core.model import (
-    Attempt,
-    CheckpointRecord,
-    HistoryUpdate,
-    LedgerSpan,
-    MetricPoint,
-    MetricSummary,
-    PodPlacement,
-    ResumeLink,
-    RunRecord,
-    Transition,
-    field_names,
-    iso,
-)
+from tracker.core.model import HistoryUpdate
 from tracker.core.nodes import NodeState
 from tracker.core.queues import QueuePosition, QueueState
-from tracker.core.timefmt import ts
 from tracker.shell import index_nodes, index_queues
 from tracker.shell.index_lock import WriterLock
+from tracker.shell.index_rows import (
+    ATTEMPT,
+    CHILDREN,
+    OFFSETS,
+    PLACEMENTS,
+    POD,
+    POINTS,
+    RUNS,
+    UID,
+    Encoded,
+    OffsetKey,
+    Row,
+    SqlValue,
+    Table,
+    delete_stale,
+    encode,
+    many,
+    offset_rows,
+)
 from tracker.shell.index_schema import (
     IndexOpenError,
     check_database,
@@ -55,76 +56,10 @@ from tracker.shell.index_schema import (
     why,
 )
 
+_IN_CHUNK = 500  # run ids bound in one `run_id IN (...)` query
 BUSY_TIMEOUT_MS = 10_000  # how long a writer waits for another writer's lock before failing
 
-SqlValue = str | int | float | bytes | None
 _T = TypeVar("_T")
-Row = tuple[SqlValue, ...]
-OffsetKey = tuple[str, str, int]  # (consumer group, topic, partition)
-
-@dataclass(frozen=True, slots=True)
-class _Table:
-    """One table's columns, its primary key (run_id first, except consumer_offsets) and its statements."""
-
-    name: str
-    columns: tuple[str, ...]
-    key: tuple[str, ...]
-    upsert: str  # insert, or update only when the content differs (unchanged rows count no change)
-    delete: str  # one row by key
-    run_keys: str  # the keys, without run_id, of one run's rows
-
-
-def _table(name: str, columns: tuple[str, ...], key: tuple[str, ...],
-           unversioned: tuple[str, ...] = (), nullable: tuple[str, ...] = ()) -> _Table:
-    """``unversioned``: columns that are not content (written, but a difference alone is no change). ``nullable``:
-    key columns that may be NULL, one value for the key (the table's unique index has ``ifnull(column, '')``)."""
-    target = ", ".join(f"ifnull(\"{c}\", '')" if c in nullable else f'"{c}"' for c in key)
-    head = f"INSERT INTO {name} ({_names(columns)}) VALUES ({', '.join('?' for _ in columns)}) " \
-           f"ON CONFLICT ({target})"
-    values = [c for c in columns if c not in key]
-    assign = ", ".join(f'"{c}" = excluded."{c}"' for c in values)
-    differs = " OR ".join(f'{name}."{c}" IS NOT excluded."{c}"' for c in values if c not in unversioned)
-    return _Table(
-        name, columns, key,
-        upsert=f"{head} DO UPDATE SET {assign} WHERE {differs}" if values else f"{head} DO NOTHING",
-        delete=f"DELETE FROM {name} WHERE " + " AND ".join(f'"{c}" {"IS" if c in nullable else "="} ?' for c in key),
-        run_keys=f"SELECT {_names(key[1:])} FROM {name} WHERE run_id = ?",
-    )
-
-
-def _names(columns: Sequence[str]) -> str:
-    return ", ".join(f'"{c}"' for c in columns)
-
-
-_RUNS = _table("runs", (*field_names(RunRecord), "updated_seq"), ("run_id",), unversioned=("updated_seq",))
-_TRANSITIONS = _table("transitions", (*field_names(Transition), "ordinal"), ("run_id", "attempt", "phase"))
-_ATTEMPTS = _table("attempts", field_names(Attempt), ("run_id", "attempt"))
-_PLACEMENTS = _table("pod_placements", field_names(PodPlacement), ("run_id", "uid"))  # keyed by uid since schema 6
-_METRICS = _table("metric_summaries", field_names(MetricSummary), ("run_id", "metric"))
-_LINKS = _table("resume_links", field_names(ResumeLink), ("run_id", "resume_of"))
-_POINTS = _table("metric_points", field_names(MetricPoint), ("run_id", "metric", "step"))  # since schema 5
-# since schema 8: a run's checkpoints (a save's start may be unknown) and ledger spans, children of its history
-_CHECKPOINTS = _table("checkpoints", ("run_id", *field_names(CheckpointRecord)),
-                      ("run_id", "kind", "step", "uri", "started_at"), nullable=("started_at",))
-_SPANS = _table("ledger_spans", ("run_id", *field_names(LedgerSpan)), ("run_id", "category", "start"))
-_OFFSETS = _table("consumer_offsets", ("consumer_group", "topic", "partition", "next_offset"),
-                  ("consumer_group", "topic", "partition"))
-# A run's rows that its history replaces, beside its runs row (parents before children: deletes run in reverse).
-_CHILDREN = (_TRANSITIONS, _ATTEMPTS, _METRICS, _LINKS, _CHECKPOINTS, _SPANS)
-
-
-@dataclass(frozen=True, slots=True)
-class _Encoded:
-    """One run's update as table rows, ready to write."""
-
-    run_id: str
-    run: Row | None  # without updated_seq; None: the history did not change (not in the update)
-    children: tuple[list[Row], ...]  # aligned with _CHILDREN
-    points: list[Row] | None  # None: unchanged
-    pods: list[Row]  # changed pod rows
-    removed: list[str]  # uids of pods no longer the run's
-    full: bool  # pods (and points) are all of the run's
-
 
 @dataclass(frozen=True, slots=True)
 class ReducerState:
@@ -179,6 +114,7 @@ class ExperimentIndex:
         self._conn: sqlite3.Connection | None = None
         self._lock = WriterLock(self.path, wait_s=writer_wait_s, on_wait=on_wait, stop=stop_waiting)
         self.refused_after_retirement = 0  # histories not written: their run was retired and then forgotten
+        self._v5_pods: bool | None = None  # pod rows of schema 5 left (None: not asked yet on this connection)
 
     # ------------------------------------------------------------------------------------ lifecycle
     def open(self) -> ExperimentIndex:
@@ -232,6 +168,7 @@ class ExperimentIndex:
                 self._conn.close()
             finally:
                 self._conn = None
+                self._v5_pods = None
                 self._lock.release()
 
     def __enter__(self) -> ExperimentIndex:
@@ -273,12 +210,13 @@ class ExperimentIndex:
                 state = StateRows({k: v for k, v in state.runs.items() if k not in refused or k in state.retired},
                                   state.held, state.retired, state.clock,
                                   {k: v for k, v in state.pods.items() if k[0] not in refused})
-        encoded = [_encode(u) for u in updates]
-        offset_rows = _offset_rows(offsets or {})
+        encoded = [encode(u) for u in updates]
+        offsets_rows = offset_rows(offsets or {})
         with transaction(conn, "BEGIN IMMEDIATE"):
             seq = int(conn.execute("SELECT COALESCE(MAX(updated_seq), 0) + 1 FROM runs").fetchone()[0])
-            changed = sum(self._write_run(e, seq) for e in encoded)
-            changed += self._write_offsets(offset_rows)
+            existing = self._existing_keys(encoded)
+            changed = sum(self._write_run(e, seq, existing) for e in encoded)
+            changed += self._write_offsets(offsets_rows)
             if state is None:
                 gone = [(r,) for r in dict.fromkeys(e.run_id for e in encoded)]
                 conn.executemany("DELETE FROM reducer_runs WHERE run_id = ?", gone)
@@ -305,14 +243,14 @@ class ExperimentIndex:
 
     def _retired_before(self, run_ids: Iterable[str]) -> set[str]:
         """The runs of ``run_ids`` that this index holds as retired."""
-        live = list(run_ids)
-        found: set[str] = set()
-        for i in range(0, len(live), 500):
-            chunk = live[i:i + 500]
-            found.update(r[0] for r in self._db.execute(
-                f"SELECT run_id FROM reducer_runs WHERE retired_seq IS NOT NULL AND run_id IN "
-                f"({', '.join('?' * len(chunk))})", chunk))
-        return found
+        return {r[0] for r in self._rows_of_runs(
+            "SELECT run_id FROM reducer_runs WHERE retired_seq IS NOT NULL AND run_id IN ", list(run_ids))}
+
+    def _rows_of_runs(self, select: str, run_ids: Sequence[str]) -> Iterator[sqlite3.Row]:
+        """The rows of ``select`` (which ends in ``run_id IN ``) for ``run_ids``, ``_IN_CHUNK`` runs a query."""
+        for i in range(0, len(run_ids), _IN_CHUNK):
+            chunk = run_ids[i:i + _IN_CHUNK]
+            yield from self._db.execute(f"{select}({', '.join('?' * len(chunk))})", chunk)
 
     def _write_state(self, state: StateRows) -> None:
         conn = self._db
@@ -340,33 +278,72 @@ class ExperimentIndex:
             conn.executemany("INSERT INTO reducer_held (seq, owner, record) VALUES (?, ?, ?) "
                              "ON CONFLICT (seq) DO NOTHING", state.held)
 
-    def _write_run(self, e: _Encoded, seq: int) -> int:
+    def _existing_keys(self, encoded: Sequence[Encoded]) -> dict[tuple[str, str], set[tuple[SqlValue, ...]]]:
+        """(table, run id) -> the keys (without run_id) of the rows the index holds, for every table whose stale rows
+        ``_write_run`` deletes for these updates: a query per table and 500 runs instead of one per table and run.
+        Only for runs with one update in the write (a second update of a run must see what the first wrote)."""
+        wanted = {r for r, n in Counter(e.run_id for e in encoded).items() if n == 1}
+        per_table: dict[str, list[str]] = {t.name: [] for t in (*CHILDREN, POINTS, PLACEMENTS)}
+        for e in encoded:
+            if e.run_id not in wanted:
+                continue
+            if e.run is not None:
+                for t in CHILDREN:
+                    per_table[t.name].append(e.run_id)
+            if e.points is not None:
+                per_table[POINTS.name].append(e.run_id)
+            if e.full:
+                per_table[PLACEMENTS.name].append(e.run_id)
+        found: dict[tuple[str, str], set[tuple[SqlValue, ...]]] = {}
+        for table in (*CHILDREN, POINTS, PLACEMENTS):
+            runs = per_table[table.name]
+            for run_id in runs:
+                found[table.name, run_id] = set()
+            for row in self._rows_of_runs(table.runs_keys, runs):
+                found[table.name, row[0]].add(tuple(row[1:]))
+        return found
+
+    def _write_run(self, e: Encoded, seq: int, existing: Mapping[tuple[str, str], set[tuple[SqlValue, ...]]]) -> int:
         conn = self._db
         run_changed = 0
         changed = 0
+
+        def stale(table: Table, kept: set[tuple[SqlValue, ...]]) -> int:
+            return delete_stale(conn, table, e.run_id, kept, existing.get((table.name, e.run_id)))
+
         if e.run is not None:
-            run_changed = conn.execute(_RUNS.upsert, (*e.run, seq)).rowcount
-            for table, rows in reversed(list(zip(_CHILDREN, e.children, strict=True))):
-                changed += _delete_stale(conn, table, e.run_id, {r[1:len(table.key)] for r in rows})
-            for table, rows in zip(_CHILDREN, e.children, strict=True):
-                changed += conn.executemany(table.upsert, rows).rowcount
+            run_changed = conn.execute(RUNS.upsert, (*e.run, seq)).rowcount
+            for table, rows in reversed(list(zip(CHILDREN, e.children, strict=True))):
+                changed += stale(table, {r[1:len(table.key)] for r in rows})
+            for table, rows in zip(CHILDREN, e.children, strict=True):
+                changed += many(conn, table.upsert, rows)
         if e.points is not None:
-            changed += _delete_stale(conn, _POINTS, e.run_id, {r[1:3] for r in e.points})
-            changed += conn.executemany(_POINTS.upsert, e.points).rowcount
+            changed += stale(POINTS, {r[1:3] for r in e.points})
+            changed += many(conn, POINTS.upsert, e.points)
         if e.full:
-            changed += _delete_stale(conn, _PLACEMENTS, e.run_id, {(r[_UID],) for r in e.pods})
-        changed += conn.executemany(_PLACEMENTS.delete, [(e.run_id, uid) for uid in e.removed]).rowcount
-        # a pod's row migrated from an index of schema 5 (uid 'v5:<attempt>:<pod>') gives way to its row with its uid
-        changed += conn.executemany(_PLACEMENTS.delete, [(e.run_id, f"v5:{r[_ATTEMPT]!s}:{r[_POD]!s}")
-                                                         for r in e.pods]).rowcount
-        changed += conn.executemany(_PLACEMENTS.upsert, e.pods).rowcount
+            changed += stale(PLACEMENTS, {(r[UID],) for r in e.pods})
+        changed += many(conn, PLACEMENTS.delete, [(e.run_id, uid) for uid in e.removed])
+        if self._has_v5_pods():
+            # a pod's row migrated from an index of schema 5 (uid 'v5:<attempt>:<pod>') gives way to its row with
+            # its uid
+            changed += many(conn, PLACEMENTS.delete, [(e.run_id, f"v5:{r[ATTEMPT]!s}:{r[POD]!s}")
+                                                        for r in e.pods])
+        changed += many(conn, PLACEMENTS.upsert, e.pods)
         if changed and not run_changed:
             run_changed = conn.execute("UPDATE runs SET updated_seq = ? WHERE run_id = ?",
                                        (seq, e.run_id)).rowcount
         return run_changed + changed
 
+    def _has_v5_pods(self) -> bool:
+        """Whether the index still holds pod rows migrated from schema 5 (asked once a connection: this writer
+        never writes one, and it is the only writer while it holds the role)."""
+        if self._v5_pods is None:
+            self._v5_pods = self._db.execute(
+                "SELECT EXISTS (SELECT 1 FROM pod_placements WHERE uid LIKE 'v5:%')").fetchone()[0] == 1
+        return self._v5_pods
+
     def _write_offsets(self, rows: list[Row]) -> int:
-        return self._db.executemany(_OFFSETS.upsert, rows).rowcount
+        return self._db.executemany(OFFSETS.upsert, rows).rowcount
 
     # ------------------------------------------------------------------------------------ read
     def offsets(self, group: str) -> dict[tuple[str, int], int]:
@@ -433,127 +410,3 @@ class ExperimentIndex:
 
 CLOCK_KEY = "clock"  # meta: "recorded" (readers read as of RECORDED_UNTIL_KEY) or "live" (the wall clock)
 RECORDED_UNTIL_KEY = "recorded_until"
-
-
-# ------------------------------------------------------------------------------------------ encoding
-
-
-def _aware(dt: datetime) -> datetime:
-    """A naive datetime is UTC (the core's convention for timestamps)."""
-    return dt if dt.tzinfo is not None else dt.replace(tzinfo=UTC)
-
-
-def _when(dt: datetime | None) -> str | None:
-    """The index's time text: ISO-8601 UTC with a Z, microseconds only when not zero (``model.iso``'s form)."""
-    if dt is None:
-        return None
-    if dt.tzinfo is UTC:  # the rows' own times: datetime's isoformat is that form, with +00:00 for the Z
-        return dt.isoformat()[:-6] + "Z"
-    return iso(ts(_aware(dt)))
-
-
-def _plain(value: Any) -> Any:
-    """A row value as JSON-ready data, with times in the index's text format."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, datetime):
-        return _when(value)
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    return value
-
-
-class RefusedUpdate(errors.InvalidInput):
-    """An update the index cannot store as it is (rows of other runs, a key twice, a NaN inside a JSON column, a
-    consumer offset that is not one): a sink skips it and goes on."""
-
-
-def _dumps(value: Any) -> str:
-    try:
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    except ValueError as exc:  # NaN or infinity: JSON has no such number
-        raise RefusedUpdate(f"cannot store {exc}") from exc
-
-
-def _json(items: list[Any]) -> str:
-    return _dumps(_plain(items))
-
-
-def _cell(value: object) -> SqlValue:
-    if value is None or isinstance(value, int):
-        return value
-    if isinstance(value, Enum):
-        return str(value.value)
-    if isinstance(value, str):
-        return value
-    if isinstance(value, float):
-        return None if math.isnan(value) else value
-    if isinstance(value, datetime):
-        return _when(value)
-    if isinstance(value, list):
-        return _json(value)
-    if isinstance(value, dict):
-        return _dumps(value)
-    raise TypeError(f"cannot store a {type(value).__name__} in the experiment index")
-
-
-def _row(value: Any, columns: Sequence[str]) -> Row:
-    return tuple(_cell(getattr(value, c)) for c in columns)
-
-
-_UID, _ATTEMPT, _POD = (_PLACEMENTS.columns.index(c) for c in ("uid", "attempt", "pod"))
-
-
-def _encode(u: HistoryUpdate) -> _Encoded:
-    """An update as rows; RefusedUpdate if it is not one run's consistent update."""
-    run_id = u.run_id
-    h = u.history
-    owners = [*(p.run_id for p in u.points or ()), *(p.run_id for p in u.pods)]
-    if h is not None:
-        owners += [h.run.run_id, *(t.run_id for t in h.transitions), *(a.run_id for a in h.attempts),
-                   *(m.run_id for m in h.metrics), *(link.run_id for link in h.resume_links)]
-    foreign = sorted({o for o in owners if o != run_id})
-    if foreign:
-        raise RefusedUpdate(f"update of run {run_id!r} holds rows of other runs: {foreign[:5]}")
-    children: tuple[list[Row], ...] = ()
-    run = None
-    if h is not None:
-        children = ([(*_row(t, field_names(Transition)), i) for i, t in enumerate(h.transitions)],
-                    [_row(a, _ATTEMPTS.columns) for a in h.attempts],
-                    [_row(m, _METRICS.columns) for m in h.metrics],
-                    [_row(link, _LINKS.columns) for link in h.resume_links],
-                    [(run_id, *_row(c, _CHECKPOINTS.columns[1:])) for c in h.checkpoints],
-                    [(run_id, *_row(sp, _SPANS.columns[1:])) for sp in h.ledger])
-        run = _row(h.run, _RUNS.columns[:-1])
-    points = None if u.points is None else [_row(p, _POINTS.columns) for p in u.points]
-    pods = [_row(p, _PLACEMENTS.columns) for p in u.pods]
-    for table, table_rows in (*zip(_CHILDREN, children, strict=False), (_POINTS, points or []),
-                              (_PLACEMENTS, pods)):
-        width = len(table.key)
-        keys = [r[:width] for r in table_rows]
-        if len(set(keys)) != len(keys):
-            dup = next(k for k in keys if keys.count(k) > 1)
-            raise RefusedUpdate(f"update of run {run_id!r} has two {table.name} rows with key {dup[1:]}")
-    return _Encoded(run_id, run, children, points, pods, list(u.removed_pods), u.full)
-
-
-def _delete_stale(conn: sqlite3.Connection, table: _Table, run_id: str, kept: set[tuple[SqlValue, ...]]) -> int:
-    """Delete the run's rows of ``table`` whose key (without run_id) is not in ``kept``."""
-    stale = sorted({tuple(r) for r in conn.execute(table.run_keys, (run_id,))} - kept)
-    return conn.executemany(table.delete, [(run_id, *k) for k in stale]).rowcount
-
-
-def _offset_rows(offsets: Mapping[OffsetKey, int]) -> list[Row]:
-    rows: list[Row] = []
-    for key, offset in offsets.items():
-        group, topic, partition = key
-        if not (isinstance(group, str) and group and isinstance(topic, str) and topic
-                and _natural(partition) and _natural(offset)):
-            raise RefusedUpdate(f"consumer offset must map (group, topic, partition >= 0) to an int >= 0, "
-                             f"got {key!r}: {offset!r}")
-        rows.append((group, topic, partition, offset))
-    return rows
-
-
-def _natural(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
