@@ -46,7 +46,9 @@ class Artifact:
     name: str
     version: str
     description: str
-    #: Shown before a cold build so nobody mistakes a long compile for a hang (measured on 2 cores).
+    #: Shown before a cold build so nobody mistakes a long compile for a hang: the range measured on machines of 2
+    #: cores, idle to busy, with empty Go (or Maven) caches (tests/infra/README.md, "Measured times"); a warm
+    #: ``GOCACHE`` builds in seconds (``_WARM_NOTE``). The heartbeat then says how long it has taken.
     estimate: str
     build: Callable[[Path, Path], None]
 
@@ -70,7 +72,10 @@ class Artifact:
             shutil.rmtree(staging, ignore_errors=True)
             staging.mkdir()
             build_log = staging / "build.log"
-            log(f"building {self.description} (first run only, {self.estimate}); log: {build_log}")
+            log(
+                f"building {self.description} (first run only; {self.estimate}; load average now {_load()}); "
+                f"log: {build_log}"
+            )
             started = time.monotonic()
             self.build(staging, build_log)
             (staging / ".complete").write_text(datetime.now(UTC).isoformat() + "\n")
@@ -78,6 +83,17 @@ class Artifact:
             staging.rename(self.path)
             log(f"built {self.path.name} in {format_duration(time.monotonic() - started)}")
         return self.path
+
+
+_WARM_NOTE = " from empty build caches; seconds with warm ones"
+
+
+def _load() -> str:
+    """The 1-minute load average, as uptime shows it (a busy machine builds several times slower)."""
+    try:
+        return f"{os.getloadavg()[0]:.1f}"
+    except OSError:
+        return "unknown"
 
 
 def _run_logged(argv: Sequence[str | Path], *, build_log: Path, cwd: Path, env: dict[str, str] | None = None) -> str:
@@ -356,11 +372,20 @@ def _build_promtool(out: Path, build_log: Path) -> None:
     _, minor, patch = PROMTOOL_VERSION.split(".")
     src = out / "src"
     src.mkdir()
-    (src / "go.mod").write_text(f"module local/promtool-testenv\n\ngo 1.23.0\n\n"
-                                f"require github.com/prometheus/prometheus v0.{minor}.{patch}\n")
+    (src / "go.mod").write_text(
+        f"module local/promtool-testenv\n\ngo 1.23.0\n\nrequire github.com/prometheus/prometheus v0.{minor}.{patch}\n"
+    )
     _run_logged(
-        ["go", "build", "-trimpath", "-ldflags", f"-s -w -X github.com/prometheus/common/version.Version="
-         f"{PROMTOOL_VERSION}", "-o", out / "bin" / "promtool", "github.com/prometheus/prometheus/cmd/promtool"],
+        [
+            "go",
+            "build",
+            "-trimpath",
+            "-ldflags",
+            f"-s -w -X github.com/prometheus/common/version.Version={PROMTOOL_VERSION}",
+            "-o",
+            out / "bin" / "promtool",
+            "github.com/prometheus/prometheus/cmd/promtool",
+        ],
         build_log=build_log,
         cwd=src,
         env={**_GO_BUILD_ENV, "GOFLAGS": "-mod=mod"},
@@ -404,21 +429,23 @@ _KAFKA_POM = """\
 </project>
 """
 
-KAFKA = Artifact("kafka", KAFKA_VERSION, f"Kafka {KAFKA_VERSION} broker jars (Maven)", "~10 s", _build_kafka)
+KAFKA = Artifact("kafka", KAFKA_VERSION, f"Kafka {KAFKA_VERSION} broker jars (Maven)", "measured 10-30 s", _build_kafka)
 KUBERNETES = Artifact(
     "kubernetes",
     KUBERNETES_VERSION,
     f"Kubernetes {KUBERNETES_VERSION} kube-apiserver, kube-controller-manager, kube-scheduler, kubectl (Go)",
-    "5 min on 2 idle cores, 15 on busy ones",
+    "measured 4.5-43 min on 2 cores: 5-6 on idle ones, 13-15 on busy ones, 43 on the slowest cold run",
     _build_kubernetes,
 )
-ETCD = Artifact("etcd", ETCD_VERSION, f"etcd {ETCD_VERSION} (Go)", "~1 min", _build_etcd)
-KWOK = Artifact("kwok", KWOK_VERSION, f"kwok {KWOK_VERSION} and its stage manifests (Go)", "2-4 min", _build_kwok)
+ETCD = Artifact("etcd", ETCD_VERSION, f"etcd {ETCD_VERSION} (Go)", "measured 20 s-4 min", _build_etcd)
+KWOK = Artifact(
+    "kwok", KWOK_VERSION, f"kwok {KWOK_VERSION} and its stage manifests (Go)", "measured 1.5-11 min", _build_kwok
+)
 KUEUE = Artifact(
     "kueue",
     KUEUE_VERSION,
     f"Kueue {KUEUE_VERSION} controller (Go)",
-    "2 min on 2 idle cores, 14 on busy ones",
+    "measured 2-17 min on 2 cores: 2-4 on idle ones, 12-17 on busy ones",
     _build_kueue,
 )
 #: The CRDs of the Kueue the cluster runs (`cluster` installs them, replacing the base ones when they differ).
@@ -441,7 +468,7 @@ KUBERAY = Artifact(
     "kuberay-operator",
     KUBERAY_VERSION,
     f"KubeRay {KUBERAY_VERSION} operator (Go)",
-    "3 min on 2 idle cores, 12 on busy ones",
+    "measured 1.5-5 min on 2 cores (after Kueue: they share most Go modules)",
     _build_kuberay,
 )
 #: Fetched with the kube component, so that set-up does every download (the test only reads the cache).
@@ -468,7 +495,7 @@ PROMTOOL = Artifact(
     "promtool",
     PROMTOOL_VERSION,
     f"promtool {PROMTOOL_VERSION} (Debian's prometheus package, else Go)",
-    "seconds from Debian, minutes from Go",
+    "seconds from Debian; measured 7-40 min from Go",
     _fetch_promtool,
 )
 
