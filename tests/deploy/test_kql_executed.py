@@ -70,7 +70,7 @@ def _fold_to_adx(tmp: Path) -> dict[str, list[dict[str, Any]]]:
                                    retry_attempts=2, retry_initial_s=0.01, retry_max_s=0.2, ingest_timeout_s=30))
         try:
             asyncio.run(run_pipeline(interleave(capture_files([DEMO_CAPTURES])), Reducer(), sinks=[sink],
-                                     limits=PipelineLimits(flush_every=500)))
+                                     limits=PipelineLimits(flush_every=500, replay_flush_every=500)))
             assert sink.flush(60)
         finally:
             sink.close(timeout_s=30)

@@ -411,7 +411,7 @@ def test_demo_captures_through_the_pipeline_leave_the_final_histories_as_latest_
 
     sink = make_sink()
     report = asyncio.run(run_pipeline(interleave(files), Reducer(), sinks=[sink],
-                                      limits=PipelineLimits(flush_every=500)))
+                                      limits=PipelineLimits(flush_every=500, replay_flush_every=500)))
     assert sink.flush(60)
     assert report.runs_written > len(updates), "runs were flushed several times while the captures folded"
     assert report.rows_changed == sink.stats.rows_queued == sink.stats.rows_sent == delivered(standin)

@@ -82,8 +82,8 @@ def test_the_embedded_pipeline_counts_what_it_folds_and_holds(tmp_path: Path) ->
 
     with ExperimentIndex(tmp_path / "runs.sqlite") as index:
         reducer = restore(index, ReducerLimits())
-        asyncio.run(run_pipeline(records, reducer, sinks=[], store=index, limits=PipelineLimits(flush_every=7),
-                                 on_flush=on_flush))
+        asyncio.run(run_pipeline(records, reducer, sinks=[], store=index,
+                                 limits=PipelineLimits(flush_every=7, replay_flush_every=7), on_flush=on_flush))
     gauges.refresh(reducer.watermark)
     histories = list(last.values())
     assert values(metrics, "tracker_changes_consumed") == {(("partition", PARTITION),): float(len(records))}

@@ -42,7 +42,7 @@ def fold(cap: Path, index: Path, *, flush_every: int) -> tuple[Reducer, list[Flu
     """Fold ``cap`` into ``index`` through the embedded wiring; its reducer and every flush."""
     kept: list[Reducer] = []
     flushes: list[Flushed] = []
-    settings = Settings(embedded=EmbeddedSettings(flush_every=flush_every))
+    settings = Settings(embedded=EmbeddedSettings(flush_every=flush_every, replay_flush_every=flush_every))
     replay.fold(replay.capture_records(capture_files([cap])), index_path=index, settings=settings,
                 retire_after_s=None, on_restored=kept.append, on_flush=lambda out, _n, _w: flushes.append(out))
     return kept[0], flushes

@@ -3,6 +3,7 @@ where it stopped in one line and exits 128 + the signal; the same replay run aga
 
 from __future__ import annotations
 
+import os
 import signal
 import sqlite3
 import subprocess
@@ -56,8 +57,11 @@ def test_a_signalled_replay_commits_says_where_and_a_second_one_finishes(
         capsys: pytest.CaptureFixture[str]) -> None:
     index = tmp_path / "index.sqlite"
     code = "import sys; from tracker.cli import main; sys.exit(main(sys.argv[1:]))"
+    # a flush (and a commit) every 500 records: the first commit, which the signal waits for, comes early (a capture
+    # file's replay flushes every `replay_flush_every` records only, 20,000 by default: more than this capture)
     proc = subprocess.Popen([sys.executable, "-c", code, "replay", str(capture), "--index", str(index)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "TRACKER_EMBEDDED__REPLAY_FLUSH_EVERY": "500"})
     deadline = time.monotonic() + 120
     while committed_runs(index) == 0 and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -21,6 +21,15 @@ def test_bootstrap_servers_as_host_port_lists_are_accepted(servers: str) -> None
     assert load_settings(None, {"kafka": {"bootstrap_servers": servers}}).kafka.bootstrap_servers == servers
 
 
+def test_tracker_reduce_takes_no_more_records_a_poll_than_dead_letters_it_keeps() -> None:
+    # every record of a batch (one transaction) may be a dead letter, and none may be counted without being kept
+    assert load_settings(None, {}).reduce.batch_records == 10_000
+    assert load_settings(None, {"reduce": {"max_batch_records": 20_000}}).reduce.batch_records == 10_000
+    assert load_settings(None, {"reduce": {"max_batch_records": 500, "max_dead_letters": 100}}).reduce.batch_records \
+        == 100
+    assert load_settings(None, {"reduce": {"max_batch_records": 500}}).reduce.batch_records == 500
+
+
 def test_invalid_settings_are_one_line_on_stderr_whatever_the_terminal_width() -> None:
     """Every problem on one line (a log collector keeps it whole), named by field, with exit code 2."""
     import os

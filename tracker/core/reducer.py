@@ -258,6 +258,12 @@ class Reducer(Snapshots):
         except x.Malformed as exc:
             self._dead(source, "malformed queue position", v.pruned(record), str(exc))
 
+    @property
+    def dead_letters_full(self) -> bool:
+        """Whether the dead letters kept until the next flush reached ``max_dead_letters``: a further one would be
+        counted but not kept, so a caller that folds long batches flushes now."""
+        return len(self.dead) >= self.limits.max_dead_letters
+
     def reject(self, source: str, reason: str, excerpt: str) -> None:
         """Count an input the shell could not even decode (bad JSON, oversized value) as a dead letter."""
         self.stats.records += 1

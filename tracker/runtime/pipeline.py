@@ -2,7 +2,11 @@
 
 Every stage is connected by a bounded ``InProcessBus``; a slow sink back-pressures the reducer, which
 back-pressures the source. The reducer flushes what changed in each run (``HistoryUpdate``) every ``flush_every``
-records and whenever its input runs dry, so a live run's history reaches the index without waiting for a batch.
+records and, when the source is asynchronous (a live watch, standard input), whenever its input runs dry, so a live
+run's history reaches the index without waiting for a batch. A synchronous source (capture files) never waits for
+its input: its queue runs dry only when the reducer has caught up with the reader, which happened every 50 ms
+(``YIELD_EVERY_S``, about 700 records), so it flushes every ``replay_flush_every`` records and at its end: each run
+touched is derived and written once a batch instead of once per turn of the reader.
 """
 
 from __future__ import annotations
@@ -66,6 +70,7 @@ class PipelineLimits:
     change_queue: int = 10_000  # records between source and reducer
     history_queue: int = 64  # flushed batches between reducer and sinks
     flush_every: int = 5_000  # records folded between two flushes at most
+    replay_flush_every: int = 20_000  # the same for a synchronous source (capture files: module docstring)
 
 
 @dataclass(slots=True)
@@ -186,6 +191,8 @@ async def run_pipeline(
     of the last record folded. ``on_flush`` is called after each flush of the reducer
     with what it flushed, the records folded since the previous flush and the reducer's watermark (metrics)."""
     lim = limits or PipelineLimits()
+    flush_when_dry = isinstance(records, AsyncIterable)  # a source that may wait for its input (module docstring)
+    flush_every = lim.flush_every if flush_when_dry else lim.replay_flush_every
     changes: InProcessBus[Record | BadRecord] = InProcessBus(lim.change_queue)
     batches: InProcessBus[tuple[list[HistoryUpdate], list[DeadLetter], StateRows | None,
                                 tuple[list[QueueState], list[QueuePosition], list[NodeState]]]] = \
@@ -237,15 +244,18 @@ async def run_pipeline(
         try:
             since_flush = 0
             async for rec in changes:
-                for item in [rec, *changes.drain_nowait(lim.flush_every)]:
+                for item in [rec, *changes.drain_nowait(flush_every)]:
                     _fold(reducer, item)
                     report.records += 1
                     since_flush += 1
                     folded += 1
+                    if reducer.dead_letters_full:  # before a further dead letter would be counted but not kept
+                        await flush()
+                        since_flush = 0
                 report.last_source = item.source
                 if on_progress is not None:
                     on_progress(report.records)
-                if since_flush >= lim.flush_every or changes.qsize() == 0:
+                if since_flush >= flush_every or (flush_when_dry and changes.qsize() == 0):
                     await flush()
                     since_flush = 0
             await flush()

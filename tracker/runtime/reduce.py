@@ -171,7 +171,7 @@ class ReduceService:
         await kafka.start(restorer, self.ks, what="run-state reader")
         consumer = self._consumer = kafka.make_consumer(self.ks, group_id=rs.group_id,
                                                         group_instance_id=rs.group_instance_id,
-                                                        max_poll_records=rs.max_batch_records)
+                                                        max_poll_records=rs.batch_records)
         try:
             await kafka.start(consumer, self.ks, what="changes consumer")
         except BaseException:
@@ -182,7 +182,7 @@ class ReduceService:
     async def _loop(self, consumer: AIOKafkaConsumer) -> None:
         rs = self.s.reduce
         poller = kafka.Poller(consumer, self.ks, what="polling changes", timeout_ms=rs.poll_timeout_ms,
-                              max_records=rs.max_batch_records, retries=rs.max_retries,
+                              max_records=rs.batch_records, retries=rs.max_retries,
                               backoff_max_s=rs.retry_backoff_max_s,
                               on_failure=self.metrics.errors.labels("reduce", "poll").inc, fatal=ReduceFatal)
         while not await self._drain.done(consumer, self.ks, joined=self._joined, settled=self._settled):

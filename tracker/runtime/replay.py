@@ -8,7 +8,8 @@ They used to be wired apart, and ``replay`` took its reducer bounds and its dead
 
 - the reducer's bounds are ``reduce.*`` (``max_held``, ``max_dead_letters``, ``metric_points_per_run``,
   ``accelerator_resources``) and ``embedded.max_retired``;
-- the pipeline's queues and flush interval are ``embedded.change_queue``, ``history_queue`` and ``flush_every``;
+- the pipeline's queues and flush interval are ``embedded.change_queue``, ``history_queue`` and ``flush_every``
+  (``replay_flush_every`` for capture files);
 - the dead-letter file ``<index>.dead-letters.jsonl`` rotates at ``embedded.dead_letter_file_bytes`` and keeps
   ``embedded.dead_letter_files`` files;
 - the index records ``index.cluster`` and ``index.workspace`` (``serve`` did, ``replay`` did not);
@@ -89,7 +90,8 @@ def dead_letter_file(es: EmbeddedSettings, index_path: Path, *, on_drop: Callabl
 
 def pipeline_limits(es: EmbeddedSettings) -> PipelineLimits:
     """The embedded pipeline's queue and flush bounds."""
-    return PipelineLimits(change_queue=es.change_queue, history_queue=es.history_queue, flush_every=es.flush_every)
+    return PipelineLimits(change_queue=es.change_queue, history_queue=es.history_queue, flush_every=es.flush_every,
+                          replay_flush_every=es.replay_flush_every)
 
 
 # ------------------------------------------------------------------------------------------ the wiring

@@ -91,7 +91,8 @@ class ReduceSettings(_Section):
         description="Records fetched (and folded in one transaction) per poll, at most. Larger batches derive "
                     "each touched run once for more changes and commit fewer transactions (bench/kafka_pipeline.py: "
                     "+30-50% changes/s from 2,000 to 10,000, same end-to-end latency at 500 changes/s); a batch is "
-                    "held in memory (~1 KB per change).")
+                    "held in memory (~1 KB per change). At most max_dead_letters are taken (batch_records): every "
+                    "record of a batch may be a dead letter, and each must be kept.")
     poll_timeout_ms: int = Field(default=200, ge=1, le=60_000)
     max_change_bytes: int = Field(default=int(1.5 * MIB), ge=1_024,
                                   description="A changes value larger than this is a dead letter (etcd's object "
@@ -135,6 +136,13 @@ class ReduceSettings(_Section):
             raise ValueError(f"not an extended resource name: {', '.join(map(repr, bad))} (a domain-prefixed name "
                              "such as nvidia.com/gpu, or a prefix of one ending in *, such as nvidia.com/mig-*)")
         return tuple(dict.fromkeys(value))
+
+    @property
+    def batch_records(self) -> int:
+        """Records ``tracker reduce`` takes per poll: ``max_batch_records``, but never more than ``max_dead_letters``
+        (a batch is folded and flushed as one transaction, and the reducer keeps that many dead letters until the
+        flush: past it one would be counted but not kept)."""
+        return min(self.max_batch_records, self.max_dead_letters)
 
     def reducer_limits(self, max_retired: int | None = None) -> ReducerLimits:
         """The reducer's bounds, retirement included (``tracker reduce`` and the embedded pipeline retire finished
@@ -220,7 +228,14 @@ class EmbeddedSettings(_Section):
                     "0.4 KiB per remembered run (bench/memory.py).")
     change_queue: int = Field(default=10_000, ge=1)
     history_queue: int = Field(default=64, ge=1)
-    flush_every: int = Field(default=5_000, ge=1)
+    flush_every: int = Field(default=5_000, ge=1,
+                             description="Records folded between two flushes at most (a live source also flushes "
+                                         "whenever its input runs dry).")
+    replay_flush_every: int = Field(
+        default=20_000, ge=1,
+        description="Records folded between two flushes when replaying capture files (which never wait for their "
+                    "input): each run touched is derived and written once a batch, so larger batches replay faster "
+                    "(bench/README.md) and hold more changed runs in memory at once.")
     dead_letter_file_bytes: int = Field(
         default=DEAD_LETTER_FILE_BYTES, ge=64 * 1024,
         description="<index>.dead-letters.jsonl is rotated (to .1, .2, ...) when it reaches this size.")
