@@ -1,5 +1,7 @@
-"""What the reading commands' tests share: the bundled demo replayed once per module into an index of its own
-(a module that needs another index defines its own ``index`` fixture, which wins)."""
+"""What the reading commands' tests share: no ``TRACKER_INDEX`` or ``COLUMNS`` from the environment that runs them
+(a module that wants a width sets ``COLUMNS`` in a fixture of its own, which runs after this one), and the bundled
+demo replayed once per module into an index of its own (a module that needs another index defines its own ``index``
+fixture, which wins)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,12 @@ from rich.console import Console
 
 from tracker.cli.args import DEMO_CAPTURES
 from tracker.runtime.replay import replay
+
+
+@pytest.fixture(autouse=True)
+def _no_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TRACKER_INDEX", raising=False)
+    monkeypatch.delenv("COLUMNS", raising=False)
 
 
 @pytest.fixture(scope="module")

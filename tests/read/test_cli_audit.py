@@ -47,12 +47,6 @@ def ledger_ettr(runs: tuple[str, ...]) -> float:
         (sum(sum(r.ledger_wall_s_by.values()) for r in progress) + sum(growing))
 
 
-@pytest.fixture(autouse=True)
-def _no_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("TRACKER_INDEX", raising=False)
-    monkeypatch.delenv("COLUMNS", raising=False)
-
-
 def audit_json(capsys: pytest.CaptureFixture[str], index: Path, *args: str) -> dict[str, object]:
     data = json.loads(run(capsys, "audit", "--index", str(index), "--now", NOW, "-o", "json", *args))
     assert isinstance(data, dict)

@@ -35,12 +35,6 @@ NOW = "2026-08-20T13:00:00Z"  # the end of the bundled capture's day
 UUID_RUN = "e55428ce-5266-4f6d-8b5d-2ae542ca77c4"  # Job team-a/eval-hotfix-0820
 
 
-@pytest.fixture(autouse=True)
-def _no_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("TRACKER_INDEX", raising=False)
-    monkeypatch.delenv("COLUMNS", raising=False)
-
-
 def run(capsys: pytest.CaptureFixture[str], *args: str, code: int = 0) -> str:
     assert main(list(args)) == code, capsys.readouterr().err
     out, err = capsys.readouterr()

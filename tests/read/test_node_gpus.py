@@ -66,9 +66,8 @@ def index(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(autouse=True)
-def _no_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("TRACKER_INDEX", raising=False)
-    monkeypatch.setenv("COLUMNS", "250")
+def _columns(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "250")  # after conftest's _no_env
 
 
 def run(capsys: pytest.CaptureFixture[str], *args: str) -> str:

@@ -19,12 +19,6 @@ NOW = "2026-08-20T13:00:00Z"  # the end of the bundled capture's day
 EVICTIONS = ("PodEvicted", "Preempted", "PodsReadyTimeout", "Evicted")  # tracker.read.pods.EVICTION_LOSSES
 
 
-@pytest.fixture(autouse=True)
-def _no_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("TRACKER_INDEX", raising=False)
-    monkeypatch.delenv("COLUMNS", raising=False)
-
-
 def run(capsys: pytest.CaptureFixture[str], *args: str, code: int = 0) -> str:
     assert main(list(args)) == code, capsys.readouterr().err
     out, err = capsys.readouterr()

@@ -40,9 +40,8 @@ def index(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(autouse=True)
-def _no_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("TRACKER_INDEX", raising=False)
-    monkeypatch.setenv("COLUMNS", "80")
+def _columns(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "80")  # after conftest's _no_env
 
 
 def run(capsys: pytest.CaptureFixture[str], *args: str) -> str:
@@ -193,7 +192,7 @@ def test_the_reducer_counts_pending_seconds_and_the_open_spans(tmp_path: Path) -
     settings = load_settings(None, {"alerts": {"clock": "wall"}})  # both clocks: the wall clock
     gauges = EmbeddedMetrics(metrics, settings, wall_us=lambda: _us(NOW_DT), monotonic=lambda: 0.0)
     reducer = Reducer(ReducerLimits())
-    asyncio.run(run_pipeline(records, reducer, sinks=[], limits=PipelineLimits(flush_every=1),
+    asyncio.run(run_pipeline(records, reducer, sinks=[], limits=PipelineLimits(flush_every=1, replay_flush_every=1),
                              on_flush=gauges.flushed))
     gauges.refresh(reducer.watermark)
     ended = {dict(k)["category"]: v for k, v in values(metrics, "tracker_pending_seconds").items()}
