@@ -70,7 +70,6 @@ from bench._common import (  # noqa: E402
 from sim import builders as b  # noqa: E402
 from tracker.core.model import LABEL_QUEUE, LABEL_RUN_ID, HistoryUpdate  # noqa: E402
 from tracker.core.reducer import Reducer  # noqa: E402
-from tracker.read.store import IndexReader  # noqa: E402
 from tracker.runtime import service  # noqa: E402
 from tracker.runtime.ops import Health, Metrics  # noqa: E402
 from tracker.runtime.sinks import OffsetKey, index_sink_runner  # noqa: E402
@@ -467,9 +466,8 @@ async def end_to_end(settings: Settings, producer: Any, tmp: Path, rates: Sequen
             runner.open_sink = lambda: TimedIndex(path, sent, latencies)
             tasks.append(asyncio.create_task(runner.run()))
 
-            def indexed_runs() -> int:
-                with ExperimentIndex(path) as idx, IndexReader(idx.path) as reader:
-                    return len(reader.records())
+            # read-only: the sink holds the index's writer role (one writer per index) while it runs
+            indexed_runs = IndexPoller(path, sent, latencies, poll_s).runs
         else:
             env = {**os.environ, "TRACKER_OPS__METRICS_PORT": str(free_port())}
             sink_proc = await asyncio.create_subprocess_exec(
