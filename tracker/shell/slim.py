@@ -38,7 +38,7 @@ CHILD_LABELS = frozenset({LABEL_CONTROLLER_UID, LABEL_JOB_UID, LABEL_RAY_CLUSTER
 
 _CONDITIONS = [{"type": True, "status": True, "reason": True, "message": True, "lastTransitionTime": True}]
 _OWNERS = [{"apiVersion": True, "kind": True, "name": True, "uid": True, "controller": True}]
-_META: Shape = {
+META_SHAPE: Shape = {  # an object's metadata (labels and annotations: ``_metadata``)
     "name": True, "namespace": True, "uid": True, "resourceVersion": True, "creationTimestamp": True,
     "deletionTimestamp": True, "deletionGracePeriodSeconds": True, "ownerReferences": _OWNERS,
 }
@@ -175,7 +175,7 @@ def _node(out: dict[str, Any], meta: Any) -> None:
 
 
 def _metadata(meta: dict[str, Any], *, root: bool) -> dict[str, Any]:
-    out: dict[str, Any] = project(meta, _META)
+    out: dict[str, Any] = project(meta, META_SHAPE)
     labels = meta.get("labels")
     if isinstance(labels, dict):
         out["labels"] = labels if root else {k: v for k, v in labels.items() if k in CHILD_LABELS}

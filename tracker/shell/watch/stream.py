@@ -20,6 +20,7 @@ from tracker.shell import jsonio
 from tracker.shell.kube import ApiError, Backoff, KubeApi, Resource, discover
 from tracker.shell.slim import slim
 from tracker.shell.watch.checkpoint import Entry
+from tracker.shell.watch.packed import pack, unpack
 
 log = structlog.get_logger("tracker.watch")
 
@@ -81,6 +82,7 @@ class Stream:
         self.source = f"watch:{self.key}"
         self.version: str | None = None
         self.rv: str | None = None
+        # uid -> (resourceVersion, slimmed object packed: ``packed``); what changed since the last checkpoint
         self.known: dict[str, Entry] = {}
         self.changed: dict[str, Entry | None] = {}
         self.synced = asyncio.Event()
@@ -122,7 +124,7 @@ class Stream:
         stats.record_bytes += len(blob)
         stats.largest_record = max(stats.largest_record, len(blob))
         if etype != "DELETED":
-            self.remember(uid, (rv, blob))
+            self.remember(uid, (rv, pack(blob)))
         self.emit(etype, small, self.source)
 
     def remember(self, uid: str, entry: Entry) -> None:
@@ -151,10 +153,10 @@ class Stream:
     def reconcile_end(self, seen: set[str], list_rv: str) -> None:
         """After a full LIST: what was known and is gone was deleted while nobody watched."""
         for uid in [u for u in self.known if u not in seen]:
-            _rv, blob = self.known[uid]
+            _rv, packed = self.known[uid]
             self.forget(uid)
             self.stats.synthetic_deletes += 1
-            self.emit("DELETED", jsonio.loads(blob), self.source)
+            self.emit("DELETED", jsonio.loads(unpack(packed)), self.source)
         self.rv = list_rv
 
     # ------------------------------------------------------------ I/O

@@ -25,6 +25,7 @@ from tracker.shell.kube import KubeApi
 from tracker.shell.leader import Leadership, LeadershipLost
 from tracker.shell.watch.checkpoint import CheckpointStore, Saved, Snapshot, SqliteCheckpoint
 from tracker.shell.watch.keying import RunKeyer
+from tracker.shell.watch.packed import pack, unpack
 from tracker.shell.watch.publish import DeadLetterPublisher, Outbox, Publisher
 from tracker.shell.watch.resources import all_resources
 from tracker.shell.watch.stream import Stream, WatchStats, name_of
@@ -191,15 +192,15 @@ class Watcher:
                 await self.store.close()
 
     def restore(self, saved: Saved) -> None:
-        for s in self.streams:
+        for s in self.streams:  # a checkpoint holds JSON, a stream packed objects (``packed``)
             s.rv = saved.rvs.get(s.key)
-            s.known = saved.known.get(s.key, {})
+            s.known = {uid: (rv, pack(blob)) for uid, (rv, blob) in saved.known.get(s.key, {}).items()}
         self.keys.restore(jsonio.loads(blob) for s in self.streams if s.res.kind != "Event"
-                          for _rv, blob in s.known.values())
+                          for _rv, blob in saved.known.get(s.key, {}).values())
         for s in self.streams:  # what the visibility poller reads: pending ClusterQueues, Workloads' runs
             if s.res.kind not in ("ClusterQueue", "Workload"):
                 continue
-            for _rv, blob in s.known.values():
+            for _rv, blob in saved.known.get(s.key, {}).values():
                 obj = jsonio.loads(blob)
                 if s.res.kind == "ClusterQueue":
                     self.emit_queue_state(obj)
@@ -257,8 +258,9 @@ class Watcher:
 
     def snapshot(self) -> Snapshot:
         changed = {}
-        for s in self.streams:
-            changed[s.key], s.changed = s.changed, {}
+        for s in self.streams:  # the checkpoint's increment, its objects as JSON
+            changed[s.key] = {uid: None if e is None else (e[0], unpack(e[1])) for uid, e in s.changed.items()}
+            s.changed = {}
         return Snapshot({s.key: s.rv for s in self.streams}, changed, self.keys.held_records())
 
     async def save(self) -> None:
