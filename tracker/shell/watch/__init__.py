@@ -16,8 +16,9 @@ shared/reference/lifecycle.md §5:
    changes carrying their last known state.
 
 Each stream keeps the last resourceVersion and slimmed state of every object it handled (``known``,
-bounded; the state packed against a dictionary of the slimmed shapes, ``packed``, about a quarter of its JSON):
-that is what step 4 reconciles against, and what drops exact repeats (same uid and resourceVersion). resourceVersions are opaque: they are compared for equality only, never ordered.
+bounded; the state packed against a dictionary of the slimmed shapes, ``packed``, about a third of its JSON):
+that is what step 4 reconciles against, and what drops exact repeats (same uid and resourceVersion).
+resourceVersions are opaque: they are compared for equality only, never ordered.
 
 A handled change is slimmed (``tracker.shell.slim``), keyed by run id with the reducer's own
 ``Correlator`` (an object whose owner has not been seen is held, bounded, and released when the owner is)
