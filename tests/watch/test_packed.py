@@ -3,6 +3,7 @@ smaller than its JSON for every kind, and what a relist's synthetic deletion car
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 from pathlib import Path
@@ -17,8 +18,10 @@ from tracker.shell import jsonio
 from tracker.shell.capture import Record, capture_files, interleave
 from tracker.shell.kube import Resource
 from tracker.shell.slim import META_SHAPE, SHAPES, slim
+from tracker.shell.watch.checkpoint import Saved
 from tracker.shell.watch.packed import DICTIONARY, pack, unpack
 from tracker.shell.watch.stream import Stream, WatchStats
+from tracker.shell.watch.watcher import RESTORE_YIELD_EVERY, Watcher
 
 DEMO = Path(__file__).resolve().parents[2] / "tracker" / "captures" / "demo"
 
@@ -95,3 +98,45 @@ def _job(name: str, rv: str) -> dict[str, Any]:
 
 async def _never() -> None:
     return None
+
+
+async def test_restoring_a_large_checkpoint_packs_it_rebinds_owners_and_lets_the_loop_run() -> None:
+    watcher = Watcher(None, _Nowhere(), WatchSettings(visibility=False))  # type: ignore[arg-type]
+    jobs_key = next(s.key for s in watcher.streams if s.res.kind == "Job")
+    pods_key = next(s.key for s in watcher.streams if s.res.kind == "Pod")
+    count = 2 * RESTORE_YIELD_EVERY + 1
+    jobs = {b.uid("job", f"train-{i}"): ("1", jsonio.dumps(slim(_job(f"train-{i}", "1")))) for i in range(count)}
+    owner = b.uid("job", "train-7")
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "name": "train-7-0", "namespace": "team-a", "uid": b.uid("pod", "7"), "resourceVersion": "2",
+        "creationTimestamp": "2026-08-20T09:00:01Z", "labels": {"batch.kubernetes.io/controller-uid": owner},
+        "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "train-7", "uid": owner,
+                             "controller": True}]}}
+    saved = Saved(rvs={jobs_key: "5"}, known={jobs_key: jobs, pods_key: {b.uid("pod", "7"): ("2", jsonio.dumps(pod))}})
+    turns = 0
+
+    async def tick() -> None:
+        nonlocal turns
+        while True:
+            turns += 1
+            await asyncio.sleep(0)
+
+    ticker = asyncio.create_task(tick())
+    await asyncio.sleep(0)
+    before = turns
+    await watcher.restore(saved)
+    ticker.cancel()
+    assert turns - before >= 2  # the loop ran while it restored
+    stream = next(s for s in watcher.streams if s.key == jobs_key)
+    assert stream.rv == "5" and len(stream.known) == count
+    assert all(unpack(packed) == jobs[uid][1] for uid, (_rv, packed) in stream.known.items())
+    keyed = watcher.keys.key("MODIFIED", pod, source="test")
+    assert [k[0] for k in keyed] == ["train-7"]  # the pod's owner was rebound from the checkpoint
+
+
+class _Nowhere:
+    async def publish(self, key: str, record: Any, *, source: str) -> None:
+        raise AssertionError("nothing is published while restoring")
+
+    async def flush(self) -> None:
+        return None

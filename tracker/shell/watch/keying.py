@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from tracker.core import extract as x
-from tracker.core.correlate import KINDS, Correlator, Held, link
+from tracker.core.correlate import KINDS, Correlator, Held, Link, link
 from tracker.core.nodes import NODE_KINDS, node_key
 from tracker.core.queues import QUEUE_KINDS, queue_key
 from tracker.shell.capture import BadRecord, Record
@@ -62,14 +62,19 @@ class RunKeyer:
 
     def restore(self, objects: Iterable[dict[str, Any]]) -> None:
         """Rebind the owners of checkpointed live objects: roots first, then their dependents by depth."""
-        links = []
-        for obj in objects:
-            try:
-                ln = link(obj)
-            except x.Malformed:
-                continue
-            if ln is not None and ln.uid:
-                links.append(ln)
+        self.rebind([ln for obj in objects if (ln := self.link_of(obj)) is not None])
+
+    @staticmethod
+    def link_of(obj: dict[str, Any]) -> Link | None:
+        """What ``rebind`` needs of a checkpointed object (None: nothing, or malformed)."""
+        try:
+            ln = link(obj)
+        except x.Malformed:
+            return None
+        return ln if ln is not None and ln.uid else None
+
+    def rebind(self, links: list[Link]) -> None:
+        """``restore`` of the links of the objects (``link_of``), in any order."""
         depth = {"RayCluster": 1, "Job": 1, "Workload": 1, "Pod": 2}
         for ln in sorted(links, key=lambda ln: 0 if ln.run_id is not None else depth.get(ln.kind, 3)):
             run = self.corr.run_of(ln)

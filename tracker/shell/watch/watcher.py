@@ -15,7 +15,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from tracker.core import extract as x
 from tracker.core import redact
-from tracker.core.correlate import link
+from tracker.core.correlate import Link, link
 from tracker.core.model import EXCERPT_MAX, DeadLetter
 from tracker.core.nodes import NODE_KINDS, node_key
 from tracker.core.queues import QUEUE_KINDS, queue_key
@@ -23,7 +23,7 @@ from tracker.settings import WatchSettings
 from tracker.shell import jsonio
 from tracker.shell.kube import KubeApi
 from tracker.shell.leader import Leadership, LeadershipLost
-from tracker.shell.watch.checkpoint import CheckpointStore, Saved, Snapshot, SqliteCheckpoint
+from tracker.shell.watch.checkpoint import CheckpointStore, Entry, Saved, Snapshot, SqliteCheckpoint
 from tracker.shell.watch.keying import RunKeyer
 from tracker.shell.watch.packed import pack, unpack
 from tracker.shell.watch.publish import DeadLetterPublisher, Outbox, Publisher
@@ -32,6 +32,8 @@ from tracker.shell.watch.stream import Stream, WatchStats, name_of
 from tracker.shell.watch.visibility import VisibilityPoller
 
 log = structlog.get_logger("tracker.watch")
+#: Checkpointed objects restored between two turns of the event loop (about 30 ms of unpacking and packing)
+RESTORE_YIELD_EVERY = 2_000
 
 
 class Watcher:
@@ -169,7 +171,7 @@ class Watcher:
         checkpoint; so does a save that a newer leader's store fenced."""
         try:
             if self.store is not None:
-                self.restore(await self.store.load())
+                await self.restore(await self.store.load())
             async with asyncio.TaskGroup() as tg:
                 publishing = tg.create_task(self.publish_forever())
                 housekeeping = tg.create_task(self.housekeep_forever())
@@ -191,21 +193,36 @@ class Watcher:
             if self.store is not None:
                 await self.store.close()
 
-    def restore(self, saved: Saved) -> None:
-        for s in self.streams:  # a checkpoint holds JSON, a stream packed objects (``packed``)
+    async def restore(self, saved: Saved) -> None:
+        """Take up a checkpoint: each stream's resourceVersion and known objects (packed: ``packed``), the owners'
+        bindings, the visibility poller's queues and Workloads, the held records. Yields to the event loop every
+        ``RESTORE_YIELD_EVERY`` objects: a checkpoint of a million objects takes seconds to unpack and pack, during
+        which the lease is renewed and the metrics are served."""
+        links: list[Link] = []
+        done = 0
+        for s in self.streams:
             s.rv = saved.rvs.get(s.key)
-            s.known = {uid: (rv, pack(blob)) for uid, (rv, blob) in saved.known.get(s.key, {}).items()}
-        self.keys.restore(jsonio.loads(blob) for s in self.streams if s.res.kind != "Event"
-                          for _rv, blob in saved.known.get(s.key, {}).values())
+            known: dict[str, Entry] = {}
+            for uid, (rv, blob) in saved.known.get(s.key, {}).items():
+                known[uid] = (rv, pack(blob))
+                if s.res.kind != "Event" and (ln := RunKeyer.link_of(jsonio.loads(blob))) is not None:
+                    links.append(ln)
+                done += 1
+                if done % RESTORE_YIELD_EVERY == 0:
+                    await asyncio.sleep(0)
+            s.known = known
+        self.keys.rebind(links)
         for s in self.streams:  # what the visibility poller reads: pending ClusterQueues, Workloads' runs
             if s.res.kind not in ("ClusterQueue", "Workload"):
                 continue
-            for _rv, blob in saved.known.get(s.key, {}).values():
+            for n, (_rv, blob) in enumerate(saved.known.get(s.key, {}).values(), 1):
                 obj = jsonio.loads(blob)
                 if s.res.kind == "ClusterQueue":
                     self.emit_queue_state(obj)
                 else:
                     self.restore_workload(obj)
+                if n % RESTORE_YIELD_EVERY == 0:
+                    await asyncio.sleep(0)
         for etype, obj, source in saved.held:  # what waited for an owner waits again (or is released)
             self.emit(etype, obj, source)
         log.info("watch_resumed", streams={s.key: s.rv for s in self.streams if s.rv},
