@@ -26,15 +26,8 @@ import json
 import zlib
 from typing import Any
 
-from tracker.core.vocab import (
-    LABEL_CONTROLLER_UID,
-    LABEL_JOB_UID,
-    LABEL_QUEUE,
-    LABEL_RAY_CLUSTER,
-    LABEL_RAY_NODE_TYPE,
-    LABEL_RUN_ID,
-)
-from tracker.shell.slim import META_SHAPE, SHAPES, Shape
+from tracker.core.vocab import LABEL_QUEUE, LABEL_RUN_ID
+from tracker.shell.slim import CHILD_LABELS, META_SHAPE, SHAPES, Shape
 
 #: Raw deflate with a 4 KiB window: the dictionary fits in it, and a slimmed object (most are under 1.5 KiB) finds
 #: most of it within reach. A larger object packs less well, never wrongly.
@@ -58,13 +51,13 @@ def _skeleton(shape: Shape) -> Any:
     return out
 
 
-_API_VERSIONS = {"Job": "batch/v1", "RayJob": "ray.io/v1", "RayCluster": "ray.io/v1", "Pod": "v1", "Node": "v1",
-                 "Workload": "kueue.x-k8s.io/v1beta1", "ClusterQueue": "kueue.x-k8s.io/v1beta1",
-                 "LocalQueue": "kueue.x-k8s.io/v1beta1", "Event": "v1"}
-#: The kinds of the dictionary's skeletons: the numerous ones, the rarest first (queues and Nodes are few objects
-#: and would push the dictionary past the window).
-_KINDS = ("Event", "RayCluster", "RayJob", "Job", "Workload", "Pod")
-_LABELS = (LABEL_CONTROLLER_UID, LABEL_JOB_UID, LABEL_RAY_CLUSTER, LABEL_RAY_NODE_TYPE, LABEL_QUEUE, LABEL_RUN_ID)
+#: The kinds of the dictionary's skeletons, with their apiVersions: the numerous ones, the rarest first (queues and
+#: Nodes are few objects and would push the dictionary past the window).
+_KINDS = {"Event": "v1", "RayCluster": "ray.io/v1", "RayJob": "ray.io/v1", "Job": "batch/v1",
+          "Workload": "kueue.x-k8s.io/v1beta1", "Pod": "v1"}
+#: The labels slimmed objects keep: a child's (``CHILD_LABELS``, sorted: the same dictionary in every process) and
+#: the run's and queue's of a root.
+_LABELS = (*sorted(CHILD_LABELS), LABEL_RUN_ID, LABEL_QUEUE)
 #: Values the watched kinds repeat: condition types and statuses, reasons, phases, events' reasons, resource names.
 _VALUES = (
     '"status":"True"', '"status":"False"', '"status":"Unknown"', '"controller":true', '"type":"Normal"',
@@ -75,15 +68,15 @@ _VALUES = (
     '"Finished"', '"Deactivated"', '"Scheduled"', '"FailedScheduling"', '"Pulling"', '"Pulled"', '"Created"',
     '"Started"', '"Killing"', '"SuccessfulCreate"', '"Completed"', '"PodCompleted"', '"Error"', '"OOMKilled"',
     '"BackoffLimitExceeded"', '"ContainerCreating"', '"RUNNING"', '"SUCCEEDED"', '"FAILED"', '"PENDING"',
-    '"Initializing"', '"Complete"', '"ready"',
+    '"Initializing"', '"ready"',
 )
 
 
 def _dictionary() -> bytes:
     parts = [",".join(_VALUES)]
-    for kind in _KINDS:
+    for kind, api_version in _KINDS.items():
         skeleton = _skeleton(SHAPES[kind])
-        skeleton["apiVersion"] = _API_VERSIONS.get(kind, "v1")
+        skeleton["apiVersion"] = api_version
         skeleton["kind"] = kind
         parts.append(json.dumps(skeleton, separators=(",", ":"))[:-1])
     meta = _skeleton(META_SHAPE)  # every kind's, once: the nearest, as the most frequent
