@@ -9,11 +9,26 @@ import json
 import os
 import socket
 import sys
+import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from tracker.shell.capture import BadRecord, Record, capture_files, capture_size, interleave, read_capture
+from tracker.shell import capture
+from tracker.shell.capture import (
+    AS_WRITTEN,
+    MAX_VALUE_BYTES,
+    BadRecord,
+    Decoding,
+    Record,
+    capture_files,
+    capture_size,
+    interleave,
+    read_capture,
+)
 
 
 def test_json_lines_and_kubectl_pretty_output(tmp_path: Path) -> None:
@@ -166,3 +181,48 @@ def test_a_device_given_by_name_is_refused(tmp_path: Path) -> None:
     fifo = tmp_path / "pipe.jsonl"
     os.mkfifo(fifo)
     assert capture_files([fifo]) == [fifo]
+
+
+def _slow_only(text: str) -> Any:
+    raise ValueError("the slow path only")
+
+
+VALUES = st.recursive(st.none() | st.integers() | st.text(max_size=5) | st.floats(allow_nan=False),
+                      lambda inner: st.lists(inner, max_size=3)
+                      | st.dictionaries(st.text(max_size=4), inner, max_size=3), max_leaves=6)
+
+
+@st.composite
+def capture_text(draw: st.DrawFn) -> str:
+    """Values as captures hold them: JSON lines, kubectl's indented objects, objects indented by 0, two on a line,
+    top-level lists and scalars, and bad or cut values; with or without a last newline."""
+    parts = []
+    for _ in range(draw(st.integers(0, 6))):
+        value = draw(st.dictionaries(st.text(max_size=4), VALUES, max_size=4) | VALUES)
+        form = draw(st.sampled_from(["line", "indent4", "indent2", "indent0", "two", "bad", "cut"]))
+        if form == "line":
+            parts.append(json.dumps(value) + "\n")
+        elif form.startswith("indent"):
+            parts.append(json.dumps(value, indent=int(form[6:])) + "\n")
+        elif form == "two":
+            parts.append(json.dumps(value) + " " + json.dumps(value) + "\n")
+        elif form == "bad":
+            parts.append("{bad: " + json.dumps(value) + "\n")
+        else:
+            parts.append(json.dumps(value, indent=4)[:-2] + "\n")
+    text = "".join(parts)
+    return text[:-1] if text and draw(st.booleans()) else text
+
+
+@settings(max_examples=400, deadline=None)
+@given(capture_text(), st.sampled_from([7, 64, 1 << 16]), st.sampled_from([40, 200, MAX_VALUE_BYTES]))
+def test_the_fast_path_reads_what_the_slow_path_reads(text: str, chunk: int, max_value_bytes: int) -> None:
+    """The fast path (JSON lines, kubectl's indented objects) yields exactly the records, bad records and line
+    numbers of the slow path alone (``json.JSONDecoder.raw_decode``), in reads of any size, values too large too."""
+    with tempfile.TemporaryDirectory() as tmp, pytest.MonkeyPatch.context() as mp:
+        mp.setattr(capture, "READ_CHUNK", chunk)
+        path = Path(tmp) / "c.json"
+        path.write_text(text)
+        fast = list(read_capture(path, max_value_bytes))
+        slow = list(read_capture(path, max_value_bytes, decoding=Decoding(_slow_only, AS_WRITTEN.value)))
+    assert fast == slow  # Record and BadRecord compare by value: source, value, reason, excerpt

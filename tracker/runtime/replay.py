@@ -26,7 +26,8 @@ a quiet pipe never holds the loop, so a signal stops the replay at once and what
 files are read on the loop, which gets a turn every ``pipeline.YIELD_EVERY_S``. README, "Signals and exit codes".
 
 Capture files are read by ``capture_records``, which slims each object to what the reducer reads as the watcher
-slims it before it publishes (``shell.slim``): folding slimmed objects gives the same histories, so a replay, a
+slims it before it publishes (``shell.slim``; a JSON line is decoded into the fields slimming keeps only,
+``shell.typed``): folding slimmed objects gives the same histories, so a replay, a
 ``serve --from-capture`` and a watcher fold the same records.
 """
 
@@ -49,7 +50,7 @@ from tracker.settings import EmbeddedSettings, Settings, SettingsError, load_set
 from tracker.shell import reducer_state, tasks
 from tracker.shell.capture import STDIN, BadRecord, Capture, Record, capture_files, interleave, is_stream
 from tracker.shell.index import ExperimentIndex
-from tracker.shell.slim import slim_event
+from tracker.shell.typed import SLIMMED
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -99,9 +100,9 @@ def pipeline_limits(es: EmbeddedSettings) -> PipelineLimits:
 
 def capture_records(files: Sequence[Capture]) -> Iterator[Record | BadRecord]:
     """The records of capture files, interleaved (each file in its own order), each object slimmed as the watcher
-    slims it (a capture holds whole objects: managedFields, env values)."""
-    for item in interleave(files):
-        yield Record(item.source, slim_event(item.value)) if isinstance(item, Record) else item
+    slims it (a capture holds whole objects: managedFields, env values); a JSON line is decoded into the fields the
+    reducer reads only (``tracker.shell.typed``)."""
+    return interleave(files, decoding=SLIMMED)
 
 
 @dataclass(slots=True)

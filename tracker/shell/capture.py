@@ -32,7 +32,7 @@ import os
 import stat
 import sys
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,6 +48,25 @@ STDIN = Path("-")
 STDIN_NAME = "stdin"
 
 _log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Decoding:
+    """How a capture's values are decoded: ``line`` decodes the text of one JSON object (the fast path: a JSON line,
+    or an object pretty-printed as kubectl prints them; ValueError if it is not JSON), ``value`` finishes a value
+    the slow path decoded (a line holding more than one, an object not indented). ``line(text)`` must equal
+    ``value(jsonio.loads(text))``."""
+
+    line: Callable[[str], Any]
+    value: Callable[[Any], Any]
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+#: The values as they are in the file.
+AS_WRITTEN = Decoding(jsonio.loads, _same)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,8 +106,10 @@ class _ReadError(errors.InvalidInput):
     """Reading the capture's bytes failed; the message says why."""
 
 
-def read_capture(path: Capture, max_value_bytes: int = MAX_VALUE_BYTES) -> Iterator[Record | BadRecord]:
-    """Yield every JSON value in ``path`` (``-``: standard input) in file order; what cannot be read is a BadRecord."""
+def read_capture(path: Capture, max_value_bytes: int = MAX_VALUE_BYTES, *,
+                 decoding: Decoding = AS_WRITTEN) -> Iterator[Record | BadRecord]:
+    """Yield every JSON value in ``path`` (``-``: standard input) in file order, decoded by ``decoding``; what cannot
+    be read is a BadRecord."""
     if isinstance(path, Unreadable):
         _log.warning("capture %s not read: %s", path.path, path.why)
         yield BadRecord(str(path.path), f"capture not read: {path.why}", "")
@@ -103,7 +124,7 @@ def read_capture(path: Capture, max_value_bytes: int = MAX_VALUE_BYTES) -> Itera
             yield BadRecord(name, f"capture not read: {why}", "")
             return
         try:
-            yield from _values(fh, name, max_value_bytes)
+            yield from _values(fh, name, max_value_bytes, decoding)
         except _ReadError as exc:
             _log.warning("capture %s not read to its end: %s", name, exc)
             yield BadRecord(name, f"capture not read to its end: {exc}", "")
@@ -163,7 +184,8 @@ def _why(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
-def _values(fh: _Text, name: str, max_value_bytes: int) -> Iterator[Record | BadRecord]:
+def _values(fh: _Text, name: str, max_value_bytes: int, decoding: Decoding) -> Iterator[Record | BadRecord]:
+    line_value, finish = decoding.line, decoding.value
     buf = ""
     line = 1  # line number of buf[0]
     eof = False
@@ -179,20 +201,37 @@ def _values(fh: _Text, name: str, max_value_bytes: int) -> Iterator[Record | Bad
                 return
             buf = chunk
             continue
-        # the fast path, JSON lines: each whole line that is one JSON object, decoded by orjson (``jsonio``); a line
-        # that is not (the first line of an indented value, two values on a line, bad JSON) goes the slow way below
+        # the fast path: each whole line that is one JSON object (JSON lines), and each pretty-printed object
+        # ("{" alone on its line, as kubectl prints them) up to its first "}" at column 0 (nothing nested is at
+        # column 0 when it is indented), decoded by ``decoding.line`` (orjson, ``jsonio``, or the typed decoder of
+        # ``tracker.shell.typed``); an object not read to its end yet is read on here (up to ``max_value_bytes``);
+        # what is not one object (two values on a line, a value not indented, bad JSON, a value too large) goes the
+        # slow way below, which decodes it or reports it
         pos = 0
+        searched = 0  # the search for the end of a pretty-printed object at ``pos`` has passed this
         while buf.startswith("{", pos):
-            nl = buf.find("\n", pos)
-            if nl < 0:
+            end = buf.find("\n", pos)
+            if end == pos + 1:  # "{\n": a pretty-printed object, to its closing "}\n"
+                end = buf.find("\n}\n", max(end, searched)) + 2
+                end = -1 if end < 2 else end
+            if end < 0:  # the object goes on in the next read: read it here, not by failing the slow way first
+                if pos == 0 and not eof and len(buf) <= max_value_bytes:
+                    chunk = fh.read()
+                    if chunk:
+                        searched = max(0, len(buf) - 2)  # where "\n}\n" may start that was not searched yet
+                        buf += chunk
+                        continue
+                    eof = True
                 break
+            text = buf[pos:end]
             try:
-                value = jsonio.loads(buf[pos:nl])
+                value = line_value(text)
             except (ValueError, RecursionError):
                 break
             yield Record(f"{name}:{line}", value)
-            line += 1
-            pos = nl + 1
+            line += text.count("\n") + 1
+            pos = end + 1
+            searched = 0
         if pos:
             buf = buf[pos:]
             continue
@@ -222,7 +261,7 @@ def _values(fh: _Text, name: str, max_value_bytes: int) -> Iterator[Record | Bad
             line += buf.count("\n", 0, nxt)
             buf = buf[nxt:]
             continue
-        yield Record(f"{name}:{line}", value)
+        yield Record(f"{name}:{line}", finish(value))
         line += buf.count("\n", 0, end)
         buf = buf[end:]
 
@@ -344,9 +383,9 @@ def capture_size(path: Capture) -> int:
     return st.st_size if stat.S_ISREG(st.st_mode) else 0
 
 
-def interleave(paths: Sequence[Capture]) -> Iterator[Record | BadRecord]:
+def interleave(paths: Sequence[Capture], *, decoding: Decoding = AS_WRITTEN) -> Iterator[Record | BadRecord]:
     """Round-robin over several captures: each file stays in its own order, none is read ahead."""
-    its = [read_capture(p) for p in paths]
+    its = [read_capture(p, decoding=decoding) for p in paths]
     while its:
         alive = []
         for it in its:
