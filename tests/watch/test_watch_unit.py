@@ -875,15 +875,23 @@ async def test_publishing_stops_when_the_lease_is_no_longer_valid(fake: FakeApiS
 async def test_a_record_the_watcher_cannot_handle_is_a_dead_letter_and_the_stream_goes_on(
         fake: FakeApiServer, monkeypatch: pytest.MonkeyPatch) -> None:
     """A bug in handling one record (here slimming raises ValueError, as it does for an unknown kind) costs that
-    record only: it becomes a dead letter, listed or watched, and the stream neither reconnects nor relists."""
-    real_slim = watch_module.slim
+    record only: it becomes a dead letter, listed or watched, and the stream neither reconnects nor relists. A
+    watched line is slimmed as it is decoded (``typed.slim_line``); when that fails the line is decoded whole and
+    slimmed again, and that failing too makes the dead letter."""
+    real_slim, real_slim_line = watch_module.slim, watch_module.slim_line
 
     def buggy_slim(obj: Obj) -> Obj:
         if obj["metadata"]["name"].startswith("poison"):
             raise ValueError("a bug in slimming")
         return real_slim(obj)
 
+    def buggy_slim_line(text: bytes) -> Any:
+        if b'"poison' in text:
+            raise ValueError("a bug in typed slimming")
+        return real_slim_line(text)
+
     monkeypatch.setattr(watch_module, "slim", buggy_slim)
+    monkeypatch.setattr(watch_module, "slim_line", buggy_slim_line)
     await fake.write(job_run("poison-listed")[0]["object"])
     listed = await fake.write(job_run("a")[0]["object"])
     rec = Recorder()

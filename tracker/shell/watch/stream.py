@@ -18,7 +18,8 @@ from tracker import errors
 from tracker.settings import WatchSettings
 from tracker.shell import jsonio
 from tracker.shell.kube import ApiError, Backoff, KubeApi, Resource, discover
-from tracker.shell.slim import slim
+from tracker.shell.slim import SHAPES, slim
+from tracker.shell.typed import slim_line
 from tracker.shell.watch.checkpoint import Entry
 from tracker.shell.watch.packed import pack, unpack
 
@@ -90,17 +91,17 @@ class Stream:
 
     # ------------------------------------------------------------ state (synchronous: one whole change)
 
-    def handle(self, etype: str, obj: dict[str, Any]) -> None:
+    def handle(self, etype: str, obj: dict[str, Any], *, slimmed: bool = False) -> None:
         """One ADDED/MODIFIED/DELETED change: remember it, and publish it unless it is an exact repeat. A change
         that cannot be handled (a bug in slimming or keying an unexpected object) becomes a dead letter: it costs
-        this record only, and the stream goes on."""
+        this record only, and the stream goes on. ``slimmed``: ``obj`` is slimmed already (``slim.slim``)."""
         try:
-            self._handle(etype, obj)
+            self._handle(etype, obj, slimmed)
         except Exception as exc:
             self.log.exception("watch_record_failed", type=etype, kind=obj.get("kind"), name=name_of(obj))
             self.dead_letter(self.source, "watcher error", f"{type(exc).__name__}: {exc}", _identity(obj))
 
-    def _handle(self, etype: str, obj: dict[str, Any]) -> None:
+    def _handle(self, etype: str, obj: dict[str, Any], slimmed: bool) -> None:
         meta = obj.get("metadata")
         uid = meta.get("uid") if isinstance(meta, dict) else None
         rv = meta.get("resourceVersion") if isinstance(meta, dict) else None
@@ -118,7 +119,7 @@ class Stream:
             if old is not None and old[0] == rv:
                 stats.unchanged += 1
                 return
-        small = slim(obj)
+        small = obj if slimmed else slim(obj)
         blob = jsonio.dumps(small)
         stats.changes += 1
         stats.record_bytes += len(blob)
@@ -272,11 +273,14 @@ class Stream:
                 async for line in lines:
                     got = True
                     stats.received_bytes += len(line)
-                    try:
-                        ev = jsonio.loads(line)
-                    except ValueError as exc:
-                        raise BrokenStream(f"a watch line that is not JSON: {exc}: {line[:200]!r}") from exc
-                    self.event(ev)
+                    try:  # the fields slimming keeps only, slimmed (``typed``)
+                        ev, slimmed = slim_line(line), True
+                    except Exception:  # not JSON, or slimming failed: ``handle`` slims it again (a dead letter)
+                        try:
+                            ev, slimmed = jsonio.loads(line), False
+                        except ValueError as exc:
+                            raise BrokenStream(f"a watch line that is not JSON: {exc}: {line[:200]!r}") from exc
+                    self.event(ev, slimmed=slimmed)
                     await self.wait_room()
         except ApiError as exc:
             if exc.status == 410:
@@ -284,7 +288,8 @@ class Stream:
             raise
         return got
 
-    def event(self, ev: Any) -> None:
+    def event(self, ev: Any, *, slimmed: bool = False) -> None:
+        """One watch event; ``slimmed``: it is ``slim.slim_event``'s (its object slimmed if its kind has a shape)."""
         if not isinstance(ev, dict) or not isinstance(ev.get("object"), dict):
             raise BrokenStream(f"not a watch event: {str(ev)[:200]}")
         etype, obj = ev.get("type"), ev["object"]
@@ -297,8 +302,10 @@ class Stream:
         meta = obj.get("metadata")
         rv = meta.get("resourceVersion") if isinstance(meta, dict) else None
         if etype in ("ADDED", "MODIFIED", "DELETED"):
+            kind = obj.get("kind")  # an object without its kind is slimmed once it has one
+            slimmed = slimmed and isinstance(kind, str) and kind in SHAPES
             obj.setdefault("kind", self.res.kind)
-            self.handle(etype, obj)
+            self.handle(etype, obj, slimmed=slimmed)
         elif etype != "BOOKMARK":
             raise BrokenStream(f"unknown watch event type {etype!r}")
         if isinstance(rv, str) and rv:
