@@ -12,10 +12,10 @@ redaction, the reducer) is the code ``slim_event`` runs, on the same values.
 hypothesis on well-formed and malformed events): whatever the typed decoder does not take exactly as ``slim``
 would (a value of an unexpected type, a kind without a shape, an intake event, a key beside ``type`` and
 ``object``, text that is not JSON, or JSON that msgspec refuses and the standard library takes: ``1e400``, a lone
-surrogate) is decoded the general way, by ``jsonio.loads``
-and ``slim_event``: a malformed object stays malformed, and the reducer dead-letters it with the same reason.
-Only the order of keys may differ (a dict compares equal whatever its order). Integers of any size are decoded as
-the standard library decodes them (``jsonio`` turns to it for those orjson would turn into floats).
+surrogate) is decoded the general way, by ``jsonio.loads`` and ``slim_event``: a malformed object stays
+malformed, and the reducer dead-letters it with the same reason. Only the order of keys may differ (a dict
+compares equal whatever its order). Integers of any size are decoded as the standard library decodes them
+(``jsonio`` turns to it for those orjson would turn into floats).
 
 No I/O: a pure function of its input, as ``slim`` is.
 """
