@@ -220,3 +220,51 @@ def test_a_watch_stream_publishes_the_same_records_from_typed_lines() -> None:
         _stream(kind, *general_out).event(jsonio.loads(text))
         assert typed_out == general_out
     assert len(values) > 100
+
+
+def general_list(text: bytes, kind: str, api_version: str) -> Any:
+    """A LIST page as ``Stream.list`` decodes it without the typed decoder, its items slimmed as ``handle`` slims
+    them (an item that is not an object is skipped there)."""
+    page = jsonio.loads(text)
+    items = []
+    for item in page.get("items") or []:
+        if isinstance(item, dict):
+            item["kind"], item["apiVersion"] = kind, api_version
+            items.append(slim.slim(item))
+    return {**page, "items": items} if "items" in page else page
+
+
+def test_a_list_page_is_slimmed_as_its_items_are_one_by_one() -> None:
+    objs = [rec.value["object"] for rec in interleave(capture_files([DEMO])) if isinstance(rec, Record)
+            and isinstance(rec.value, dict) and isinstance(rec.value.get("object"), dict)]
+    by_kind: dict[str, list[Any]] = {}
+    for obj in objs:
+        item = {k: v for k, v in obj.items() if k not in ("kind", "apiVersion")}  # as a LIST gives them
+        by_kind.setdefault(obj["kind"], []).append(item)
+    assert {"Job", "Pod", "Workload", "RayJob", "RayCluster", "Event", "Node"} <= by_kind.keys()
+    for kind, items in by_kind.items():
+        text = json.dumps({"apiVersion": "v1", "kind": f"{kind}List",
+                           "metadata": {"resourceVersion": "7", "continue": "abc"}, "items": items}).encode()
+        typed_page = typed.slim_list(text, kind, "example/v1")
+        assert typed_page is not None and typed_page["items"]
+        assert typed_page["items"] == general_list(text, kind, "example/v1")["items"]
+        assert typed_page["metadata"] == {"resourceVersion": "7", "continue": "abc"}
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.sampled_from(sorted(SHAPES)).flatmap(lambda kind: st.tuples(
+    st.just(kind), st.lists(rarely(shaped(SHAPES[kind]).flatmap(
+        lambda obj: st.fixed_dictionaries({}, optional={"metadata": rarely(METADATA, LEAF)}).map(
+            lambda m: {**obj, **m})), LEAF), max_size=4))),
+    st.sampled_from(["items", "missing", "null"]))
+def test_any_list_page_is_slimmed_or_left_to_the_general_way(kind_items: tuple[str, list[Any]], form: str) -> None:
+    kind, items = kind_items
+    page: dict[str, Any] = {"kind": f"{kind}List", "metadata": {"resourceVersion": "1"}}
+    if form != "missing":
+        page["items"] = items if form == "items" else None
+    text = json.dumps(page).encode()
+    typed_page = typed.slim_list(text, kind, "v1")
+    if typed_page is not None:  # else Stream.list decodes it whole and slims each item as it handles it, as before
+        general = general_list(text, kind, "v1")
+        assert (typed_page.get("items") or []) == (general.get("items") or [])  # Stream.list reads both so
+        assert typed_page["metadata"] == general["metadata"]

@@ -876,9 +876,10 @@ async def test_a_record_the_watcher_cannot_handle_is_a_dead_letter_and_the_strea
         fake: FakeApiServer, monkeypatch: pytest.MonkeyPatch) -> None:
     """A bug in handling one record (here slimming raises ValueError, as it does for an unknown kind) costs that
     record only: it becomes a dead letter, listed or watched, and the stream neither reconnects nor relists. A
-    watched line is slimmed as it is decoded (``typed.slim_line``); when that fails the line is decoded whole and
-    slimmed again, and that failing too makes the dead letter."""
-    real_slim, real_slim_line = watch_module.slim, watch_module.slim_line
+    watched line (a listed page) is slimmed as it is decoded (``typed.slim_line``, ``typed.slim_list``); when that
+    fails the line (the page) is decoded whole and each object slimmed again, and that failing too makes the dead
+    letter."""
+    real_slim, real_slim_line, real_slim_list = watch_module.slim, watch_module.slim_line, watch_module.slim_list
 
     def buggy_slim(obj: Obj) -> Obj:
         if obj["metadata"]["name"].startswith("poison"):
@@ -890,8 +891,14 @@ async def test_a_record_the_watcher_cannot_handle_is_a_dead_letter_and_the_strea
             raise ValueError("a bug in typed slimming")
         return real_slim_line(text)
 
+    def buggy_slim_list(text: bytes, kind: str, api_version: str) -> Any:
+        if b'"poison' in text:
+            raise ValueError("a bug in typed slimming")
+        return real_slim_list(text, kind, api_version)
+
     monkeypatch.setattr(watch_module, "slim", buggy_slim)
     monkeypatch.setattr(watch_module, "slim_line", buggy_slim_line)
+    monkeypatch.setattr(watch_module, "slim_list", buggy_slim_list)
     await fake.write(job_run("poison-listed")[0]["object"])
     listed = await fake.write(job_run("a")[0]["object"])
     rec = Recorder()

@@ -82,18 +82,27 @@ class KubeApi:
 
     async def request(self, method: str, path: str, *, params: Sequence[tuple[str, str]] = (),
                       body: dict[str, Any] | None = None) -> dict[str, Any]:
+        return self.decoded(*await self.request_bytes(method, path, params=params, body=body))
+
+    async def request_bytes(self, method: str, path: str, *, params: Sequence[tuple[str, str]] = (),
+                            body: dict[str, Any] | None = None) -> tuple[int, bytes]:
+        """A request's status and body, undecoded (``decoded`` decodes it as ``request`` does)."""
         timeout = aiohttp.ClientTimeout(total=self.request_timeout_s, sock_connect=self.connect_timeout_s)
         resp = await self._call(method, path, params, body, timeout)
         try:
-            data = await resp.read()
+            return resp.status, await resp.read()
         finally:
             resp.release()
+
+    @staticmethod
+    def decoded(status: int, data: bytes) -> dict[str, Any]:
+        """A response's body as a JSON object; ApiError if it is not one."""
         try:
             out = jsonio.loads(data)
         except ValueError as exc:  # a proxy's error page, a cut body
-            raise ApiError(resp.status, "response is not JSON", f"{exc}: {data[:200]!r}") from exc
+            raise ApiError(status, "response is not JSON", f"{exc}: {data[:200]!r}") from exc
         if not isinstance(out, dict):
-            raise ApiError(resp.status, "unexpected response", repr(out)[:200])
+            raise ApiError(status, "unexpected response", repr(out)[:200])
         return out
 
     async def get(self, path: str, params: Sequence[tuple[str, str]] = ()) -> dict[str, Any]:

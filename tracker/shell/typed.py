@@ -35,7 +35,7 @@ from tracker.shell import jsonio
 from tracker.shell.capture import Decoding
 from tracker.shell.slim import META_SHAPE, SHAPES, Shape, metadata, node_resources, slim_event
 
-__all__ = ["SLIMMED", "slim_line"]
+__all__ = ["SLIMMED", "slim_line", "slim_list"]
 
 
 def _struct(name: str, shape: Shape, typed: tuple[tuple[str, Any], ...] = (), **options: Any) -> Any:
@@ -65,6 +65,18 @@ _EVENT = msgspec.defstruct("WatchEvent", [("type", Any | UnsetType, UNSET), ("ob
 _DECODER = msgspec.json.Decoder(_EVENT)
 
 
+def _page(kind: str, shape: Shape) -> msgspec.json.Decoder[Any]:
+    """The decoder of a LIST response's page of ``kind``: its items carry no kind (the lister gives them theirs), so
+    each kind has a Struct of its items, without a tag, and without the apiVersion the lister sets too."""
+    item: Any = _struct(f"{kind}Item", shape, (("metadata", _META | None),))
+    return msgspec.json.Decoder(msgspec.defstruct(
+        f"{kind}List", [("metadata", Any | UnsetType, UNSET), ("items", list[item] | None | UnsetType, UNSET)],
+        module=__name__, gc=False))
+
+
+_PAGES = {kind: _page(kind, shape) for kind, shape in SHAPES.items()}
+
+
 def slim_line(text: str | bytes) -> Any:
     """``slim_event(jsonio.loads(text))``: a watch event's object slimmed and redacted as the watcher slims it, any
     other value as it is; ValueError (json.JSONDecodeError) if ``text`` is not JSON."""
@@ -78,10 +90,34 @@ def slim_line(text: str | bytes) -> Any:
     return slim_event(jsonio.loads(text))
 
 
+def slim_list(text: bytes, kind: str, api_version: str) -> dict[str, Any] | None:
+    """A LIST response's page of ``kind`` (a JSON object: its ``metadata``, its ``items``) with every item slimmed as
+    ``slim.slim`` slims it once its ``kind`` and ``apiVersion`` are set to those given (a LIST's items carry
+    none): ``{"metadata": ..., "items": [slim(item), ...]}``; None when the page is not one the typed decoder takes
+    exactly (not JSON, a value of an unexpected type, an item that is not an object), for the caller to decode it
+    whole (``KubeApi.decoded``) and slim each item as it handles it."""
+    decoder = _PAGES.get(kind)
+    if decoder is None:
+        return None
+    try:
+        page: dict[str, Any] = msgspec.to_builtins(decoder.decode(text))
+    except (msgspec.MsgspecError, RecursionError):
+        return None
+    items = page.get("items")
+    if items:
+        page["items"] = [_object({**item, "apiVersion": api_version, "kind": kind}) for item in items]
+    return page
+
+
 def _slimmed(event: dict[str, Any]) -> dict[str, Any]:
-    """``event`` (its object projected by the decoder) as ``slim_event`` returns it: the object's apiVersion, kind
-    and metadata after its shape's keys, metadata cut as ``slim.metadata`` cuts it, redacted."""
-    obj: dict[str, Any] = event["object"]
+    """``event`` (its object projected by the decoder) as ``slim_event`` returns it."""
+    event["object"] = _object(event["object"])
+    return event
+
+
+def _object(obj: dict[str, Any]) -> dict[str, Any]:
+    """An object projected by the decoder as ``slim.slim`` returns it: its apiVersion, kind and metadata after its
+    shape's keys, metadata cut as ``slim.metadata`` cuts it, redacted."""
     kind = obj.pop("kind")
     api = obj.pop("apiVersion", None)
     meta = obj.pop("metadata", None)
@@ -90,8 +126,7 @@ def _slimmed(event: dict[str, Any]) -> dict[str, Any]:
     obj["metadata"] = metadata(meta, root=kind in ROOT_KINDS) if isinstance(meta, dict) else meta
     if kind == "Node":
         node_resources(obj, meta)
-    event["object"] = redact_object(obj)
-    return event
+    return redact_object(obj)
 
 
 #: A capture's values slimmed as the watcher slims them: a JSON line by ``slim_line``, any other value (a

@@ -19,7 +19,7 @@ from tracker.settings import WatchSettings
 from tracker.shell import jsonio
 from tracker.shell.kube import ApiError, Backoff, KubeApi, Resource, discover
 from tracker.shell.slim import SHAPES, slim
-from tracker.shell.typed import slim_line
+from tracker.shell.typed import slim_line, slim_list
 from tracker.shell.watch.checkpoint import Entry
 from tracker.shell.watch.packed import pack, unpack
 
@@ -144,12 +144,12 @@ class Stream:
         if self.known.pop(uid, None) is not None:
             self.changed[uid] = None
 
-    def reconcile_item(self, obj: dict[str, Any], seen: set[str]) -> None:
+    def reconcile_item(self, obj: dict[str, Any], seen: set[str], *, slimmed: bool = False) -> None:
         meta = obj.get("metadata")
         uid = meta.get("uid") if isinstance(meta, dict) else None
         if isinstance(uid, str):
             seen.add(uid)
-        self.handle("MODIFIED" if uid in self.known else "ADDED", obj)
+        self.handle("MODIFIED" if uid in self.known else "ADDED", obj, slimmed=slimmed)
 
     def reconcile_end(self, seen: set[str], list_rv: str) -> None:
         """After a full LIST: what was known and is gone was deleted while nobody watched."""
@@ -234,7 +234,7 @@ class Stream:
             if self.res.label_selector:
                 params.append(("labelSelector", self.res.label_selector))
             try:
-                page = await api.get(path, params)
+                status, data = await api.request_bytes("GET", path, params=params)
             except ApiError as exc:
                 if exc.status == 410 and cont:
                     # the continue token outlived the compaction window: start over from a fresh snapshot
@@ -242,10 +242,20 @@ class Stream:
                     seen, cont = set(), ""
                     continue
                 raise
+            # the items decoded into their slimmed shape (``typed``); else the page decoded whole, its items slimmed
+            # one by one as they are handled (a slimming bug is then that item's dead letter)
+            try:
+                page = slim_list(data, self.res.kind, api_version)
+            except Exception:  # slimming failed: each item is slimmed again as it is handled
+                page = None
+            slimmed = page is not None
+            if page is None:
+                page = api.decoded(status, data)
             for item in page.get("items") or []:
                 if isinstance(item, dict):
-                    item["kind"], item["apiVersion"] = self.res.kind, api_version
-                    self.reconcile_item(item, seen)
+                    if not slimmed:
+                        item["kind"], item["apiVersion"] = self.res.kind, api_version
+                    self.reconcile_item(item, seen, slimmed=slimmed)
             meta = page.get("metadata")
             meta = meta if isinstance(meta, dict) else {}
             cont = meta.get("continue") or ""
