@@ -1,4 +1,5 @@
-"""Typed decoding of a watch event: the fields the reducer reads, decoded straight from the JSON text.
+"""Typed decoding of a watch event (and of a LIST response's page): the fields the reducer reads, decoded straight
+from the JSON text.
 
 ``slim_event(jsonio.loads(text))`` decodes the whole object (a Pod as the API returns it is 5-20 KB: managedFields,
 the pod spec, volumes, environment) and then projects it onto its kind's shape (``tracker.shell.slim``). Here the
@@ -17,7 +18,11 @@ malformed, and the reducer dead-letters it with the same reason. Only the order 
 compares equal whatever its order). Integers of any size are decoded as the standard library decodes them
 (``jsonio`` turns to it for those orjson would turn into floats).
 
-No I/O: a pure function of its input, as ``slim`` is.
+``slim_list`` does the same for a page of a LIST, whose items carry no kind: each kind has a Struct of its items.
+Besides the decoding, it spares the garbage collector: msgspec builds the slimmed fields only, into Structs the
+collector does not track, where a whole page decoded by orjson is thousands of new dicts (bench/README.md).
+
+No I/O: pure functions of their input, as ``slim``'s are.
 """
 
 from __future__ import annotations
