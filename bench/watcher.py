@@ -17,6 +17,8 @@ It creates Jobs, their Pods and Events concurrently (at least 5,000 objects with
    how far it trails the writes.
 
 The publisher encodes every record to JSON bytes (as the Kafka publisher does) and counts them; nothing is kept.
+The garbage collector is set as ``tracker watch`` sets it (``tracker.runtime.gctune``); ``--gc default`` keeps
+CPython's defaults (the figures before 2026-12-06 were measured so: the collector's passes then cost more).
 """
 
 from __future__ import annotations
@@ -245,7 +247,13 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=64, help="creates and updates in flight")
     parser.add_argument("--outbox", type=int, default=10_000)
     parser.add_argument("--kubeconfig", type=Path, help="an existing apiserver (default: start a private one)")
+    parser.add_argument("--gc", choices=("tracker", "default"), default="tracker",
+                        help="the garbage collector as tracker watch sets it, or CPython's defaults")
     args = parser.parse_args()
+    if args.gc == "tracker":
+        from tracker.runtime.gctune import tune_gc
+
+        tune_gc()
     with tempfile.TemporaryDirectory(prefix="tracker-bench-") as tmp:
         workdir = Path(tmp)
         if args.kubeconfig is not None:
