@@ -38,7 +38,7 @@ CHILD_LABELS = frozenset({LABEL_CONTROLLER_UID, LABEL_JOB_UID, LABEL_RAY_CLUSTER
 
 _CONDITIONS = [{"type": True, "status": True, "reason": True, "message": True, "lastTransitionTime": True}]
 _OWNERS = [{"apiVersion": True, "kind": True, "name": True, "uid": True, "controller": True}]
-META_SHAPE: Shape = {  # an object's metadata (labels and annotations: ``metadata``)
+META_SHAPE: Shape = {  # an object's metadata (labels and annotations: ``_metadata``)
     "name": True, "namespace": True, "uid": True, "resourceVersion": True, "creationTimestamp": True,
     "deletionTimestamp": True, "deletionGracePeriodSeconds": True, "ownerReferences": _OWNERS,
 }
@@ -117,8 +117,8 @@ SHAPES: Mapping[str, Shape] = {
         "status": {**_QUEUE_STATUS, "flavorUsage": _FLAVOR_TOTALS, "flavorsUsage": _FLAVOR_TOTALS},
     },
     # Nodes (tracker.core.nodes): cordon, taints' keys and effects (not values), conditions without their heartbeat
-    # (which changes every few seconds); capacity and allocatable are cut to extended resources by
-    # ``node_resources``, labels to NODE_LABELS by ``metadata``
+    # (which changes every few seconds); capacity and allocatable are cut to extended resources by ``_node``, labels
+    # to NODE_LABELS by ``_metadata``
     "Node": {
         "spec": {"unschedulable": True, "taints": [{"key": True, "effect": True}]},
         "status": {"capacity": True, "allocatable": True, "conditions": _CONDITIONS},
@@ -149,19 +149,24 @@ def slim(obj: dict[str, Any]) -> dict[str, Any]:
     ``SHAPES``)."""
     kind = obj.get("kind")
     shape = SHAPES.get(kind) if isinstance(kind, str) else None
-    if shape is None:
+    if shape is None or not isinstance(kind, str):
         raise ValueError(f"no record shape for kind {kind!r}")
-    out: dict[str, Any] = project(obj, shape)
-    out["apiVersion"] = obj.get("apiVersion")
+    return finish(project(obj, shape), kind, obj.get("apiVersion"), obj.get("metadata"))
+
+
+def finish(out: dict[str, Any], kind: str, api_version: Any, meta: Any) -> dict[str, Any]:
+    """``out`` (an object of ``kind`` projected onto its shape) as ``slim`` returns it: with ``api_version``,
+    ``kind`` and the cut of ``meta`` (the object's metadata) after its shape's keys, a Node's resources cut, its free
+    text redacted. ``tracker.shell.typed`` finishes the objects its decoder projected with it."""
+    out["apiVersion"] = api_version
     out["kind"] = kind
-    meta = obj.get("metadata")
-    out["metadata"] = metadata(meta, root=kind in ROOT_KINDS) if isinstance(meta, dict) else meta
+    out["metadata"] = _metadata(meta, root=kind in ROOT_KINDS) if isinstance(meta, dict) else meta
     if kind == "Node":
-        node_resources(out, meta)
+        _node(out, meta)
     return redact_object(out)
 
 
-def node_resources(out: dict[str, Any], meta: Any) -> None:
+def _node(out: dict[str, Any], meta: Any) -> None:
     """A Node's labels (``meta``'s) cut to ``NODE_LABELS``, its capacity and allocatable to extended resources
     (named with a domain, ``nvidia.com/gpu``: the reducer keeps those it counts as GPUs), in ``out``."""
     labels = meta.get("labels") if isinstance(meta, dict) else None
@@ -174,7 +179,7 @@ def node_resources(out: dict[str, Any], meta: Any) -> None:
             status[key] = {k: v for k, v in res.items() if isinstance(k, str) and "/" in k}  # type: ignore[index]
 
 
-def metadata(meta: dict[str, Any], *, root: bool) -> dict[str, Any]:
+def _metadata(meta: dict[str, Any], *, root: bool) -> dict[str, Any]:
     out: dict[str, Any] = project(meta, META_SHAPE)
     labels = meta.get("labels")
     if isinstance(labels, dict):

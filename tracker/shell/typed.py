@@ -7,7 +7,7 @@ projection is done by the decoder: msgspec decodes the text into Structs built f
 it skips what no shape names without building it (about 7 us instead of orjson's 20 and the projection's 20 for a
 5 KB object; bench/README.md). The Structs are turned back into plain dicts and lists at once
 (``msgspec.to_builtins``): everything after decoding (metadata's labels and annotations, a Node's resources,
-redaction, the reducer) is the code ``slim_event`` runs, on the same values.
+redaction: ``slim.finish``; the reducer) is the code ``slim_event`` runs, on the same values.
 
 ``slim_line(text) == slim_event(jsonio.loads(text))`` for every text (``tests/watch/test_typed.py`` proves it with
 hypothesis on well-formed and malformed events): whatever the typed decoder does not take exactly as ``slim``
@@ -34,11 +34,9 @@ from typing import Any
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from tracker.core.correlate import ROOT_KINDS
-from tracker.core.redact import redact_object
 from tracker.shell import jsonio
 from tracker.shell.capture import Decoding
-from tracker.shell.slim import META_SHAPE, SHAPES, Shape, metadata, node_resources, slim_event
+from tracker.shell.slim import META_SHAPE, SHAPES, Shape, finish, slim_event
 
 __all__ = ["SLIMMED", "slim_line", "slim_list"]
 
@@ -60,7 +58,7 @@ def _struct(name: str, shape: Shape, typed: tuple[tuple[str, Any], ...] = (), **
     return msgspec.defstruct(name, fields, module=__name__, gc=False, **options)
 
 
-# metadata: META_SHAPE's keys, and the labels and annotations ``slim.metadata`` filters (any value)
+# metadata: META_SHAPE's keys, and the labels and annotations ``slim.finish`` cuts (any value)
 _META: Any = _struct("Metadata", META_SHAPE, (("labels", Any), ("annotations", Any)))
 _OBJECTS = tuple(_struct(kind, shape, (("apiVersion", Any), ("metadata", _META | None)), tag_field="kind", tag=kind)
                  for kind, shape in SHAPES.items())
@@ -110,28 +108,17 @@ def slim_list(text: bytes, kind: str, api_version: str) -> dict[str, Any] | None
         return None
     items = page.get("items")
     if items:
-        page["items"] = [_object({**item, "apiVersion": api_version, "kind": kind}) for item in items]
+        page["items"] = [finish(item, kind, api_version, item.pop("metadata", None)) for item in items]
     return page
 
 
 def _slimmed(event: dict[str, Any]) -> dict[str, Any]:
-    """``event`` (its object projected by the decoder) as ``slim_event`` returns it."""
-    event["object"] = _object(event["object"])
-    return event
-
-
-def _object(obj: dict[str, Any]) -> dict[str, Any]:
-    """An object projected by the decoder as ``slim.slim`` returns it: its apiVersion, kind and metadata after its
-    shape's keys, metadata cut as ``slim.metadata`` cuts it, redacted."""
+    """``event`` (its object projected by the decoder) as ``slim_event`` returns it: the object finished as
+    ``slim.slim`` finishes it (``slim.finish``)."""
+    obj: dict[str, Any] = event["object"]
     kind = obj.pop("kind")
-    api = obj.pop("apiVersion", None)
-    meta = obj.pop("metadata", None)
-    obj["apiVersion"] = api
-    obj["kind"] = kind
-    obj["metadata"] = metadata(meta, root=kind in ROOT_KINDS) if isinstance(meta, dict) else meta
-    if kind == "Node":
-        node_resources(obj, meta)
-    return redact_object(obj)
+    event["object"] = finish(obj, kind, obj.pop("apiVersion", None), obj.pop("metadata", None))
+    return event
 
 
 #: A capture's values slimmed as the watcher slims them: a JSON line by ``slim_line``, any other value (a
