@@ -39,7 +39,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sim.lifecycles import RunParams, generate_stream, random_params
-from tracker.core.reducer import Reducer, ReducerLimits
+from tracker.core.limits import ReducerLimits
+from tracker.core.reducer import Reducer
 from tracker.runtime.gctune import tune_gc
 from tracker.shell import jsonio
 

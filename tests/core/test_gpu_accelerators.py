@@ -10,7 +10,8 @@ import pytest
 
 from tests.core.test_gpu import EXPECTED, _by, _s, _writes
 from tracker.core.gpu import ACCELERATOR_RESOURCES, Accelerators, pod_gpus
-from tracker.core.reducer import Reducer, ReducerLimits
+from tracker.core.limits import ReducerLimits
+from tracker.core.reducer import Reducer
 from tracker.settings import SettingsError, load_settings
 
 RUN = "whisper-ft-5gd7s"  # oom-retry: three 8-GPU pods, the OOMKilled one's GPU-time lost (PodFailure)

@@ -15,8 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tracker.core.facts import METRIC_POINTS_PER_RUN, MetricPoints, RunFacts
+from tracker.core.limits import ReducerLimits
 from tracker.core.model import to_json
-from tracker.core.reducer import Reducer, ReducerLimits
+from tracker.core.reducer import Reducer
 
 T0 = datetime(2026, 8, 20, 10, 0, tzinfo=UTC)
 METRICS = ("loss", "acc", "lr")

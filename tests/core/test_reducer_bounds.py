@@ -66,7 +66,7 @@ def test_a_retired_run_is_freed_and_late_records_do_not_start_a_partial_history(
 
 
 def test_retirement_survives_snapshots_and_is_bounded() -> None:
-    from tracker.core.reducer import ReducerLimits
+    from tracker.core.limits import ReducerLimits
 
     runs = [_run_records(i) for i in range(3)]
     red = Reducer(ReducerLimits(max_retired=2))

@@ -12,8 +12,9 @@ from hypothesis import strategies as st
 
 from sim.lifecycles import RunParams, RunPlan, generate_cluster
 from tests.support.laws import by_object, fold
+from tracker.core.limits import ReducerLimits
 from tracker.core.model import to_json
-from tracker.core.reducer import Reducer, ReducerLimits
+from tracker.core.reducer import Reducer
 
 JOB: dict[str, Any] = {
     "apiVersion": "batch/v1", "kind": "Job",

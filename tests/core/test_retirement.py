@@ -25,8 +25,9 @@ from tests.service.test_replay_incremental import contents, cut
 from tests.support.histories import stored
 from tests.support.laws import by_object, interleave
 from tracker.cli.args import DEMO_CAPTURES
+from tracker.core.limits import ReducerLimits
 from tracker.core.model import FINAL_STATUSES, to_json
-from tracker.core.reducer import Reducer, ReducerLimits
+from tracker.core.reducer import Reducer
 from tracker.read.store import IndexReader
 from tracker.shell.capture import Record, capture_files
 from tracker.shell.capture import interleave as round_robin

@@ -18,8 +18,9 @@ from tests.support import pending_capture as cap
 from tests.support.histories import stored
 from tracker.cli import main
 from tracker.core import stuck
+from tracker.core.limits import ReducerLimits
 from tracker.core.model import PendingCategory
-from tracker.core.reducer import Reducer, ReducerLimits
+from tracker.core.reducer import Reducer
 from tracker.core.waits import PENDING_CATEGORIES, admission_wait, pending_by_category
 from tracker.read.store import IndexReader
 from tracker.runtime.embedded_metrics import EmbeddedMetrics

@@ -11,8 +11,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.core.test_retirement import demo_stream
+from tracker.core.limits import ReducerLimits
 from tracker.core.model import Phase, RunHistory, Status
-from tracker.core.reducer import Flushed, Reducer, ReducerLimits
+from tracker.core.reducer import Flushed, Reducer
 from tracker.runtime.embedded_metrics import PARTITION, EmbeddedMetrics
 from tracker.runtime.ops import PROCESS_FAMILIES, Metrics, build_version
 from tracker.runtime.pipeline import PipelineLimits, run_pipeline

@@ -16,8 +16,9 @@ import pytest
 from sim.lifecycles import generate_stream
 from tests.service.test_replay_incremental import contents
 from tracker.core.derive import Derivation, may_reopen
+from tracker.core.limits import ReducerLimits
 from tracker.core.model import FINAL_STATUSES
-from tracker.core.reducer import Flushed, Reducer, ReducerLimits
+from tracker.core.reducer import Flushed, Reducer
 from tracker.runtime import replay
 from tracker.settings import EmbeddedSettings, Settings
 from tracker.shell import jsonio

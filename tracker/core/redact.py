@@ -207,7 +207,7 @@ def redact_intake(record: dict[str, Any]) -> dict[str, Any]:
     """An intake event with its free text and URLs redacted (``INTAKE_TEXT_KEYS``), the rest as it is (a record
     that does not validate still does not). Returns ``record`` itself when nothing changed."""
     out: dict[str, Any] | None = None
-    for k in (INTAKE_TEXT_KEYS | INTAKE_COMMAND_KEYS | {"hyperparameters"}) & record.keys():
+    for k in record.keys() & (INTAKE_TEXT_KEYS | INTAKE_COMMAND_KEYS | {"hyperparameters"}):
         v = record[k]
         new = redact_hyperparameters(v) if k == "hyperparameters" else redact_value(v)
         if new is not v:

@@ -33,8 +33,9 @@ from tracker.core import provenance
 from tracker.core import validate as v
 from tracker.core.correlate import KINDS, ROOT_KINDS, Correlator, Link, link, lost_key, taken_run_id
 from tracker.core.derive import Derivation
-from tracker.core.facts import METRIC_POINTS_PER_RUN, MetricFacts, RunFacts
-from tracker.core.gpu import ACCELERATOR_RESOURCES, Accelerators
+from tracker.core.facts import MetricFacts, RunFacts
+from tracker.core.gpu import Accelerators
+from tracker.core.limits import ReducerLimits, Stats
 from tracker.core.model import (
     EXCERPT_MAX,
     FINAL_STATUSES,
@@ -57,48 +58,9 @@ from tracker.core.snapshot import Snapshots
 from tracker.core.timefmt import BadTimestamp, ts
 
 _EXCERPT_READ = 2 * EXCERPT_MAX  # of a record's text, what a dead letter redacts (then keeps EXCERPT_MAX of)
-
-
-@dataclass(frozen=True, slots=True)
-class ReducerLimits:
-    """Explicit bounds on the reducer's memory."""
-
-    max_held: int = 100_000  # records waiting for their owner to be seen
-    max_dead_letters: int = 10_000  # dead letters kept until the next flush
-    max_retired: int = 1_000_000  # finished runs remembered (ids and owner uids) after their facts are freed
-    # Retire finished runs by itself: a run whose history is final for good once the event-time watermark is this
-    # many µs past its last change. None: the caller retires (``retire``), as the Kafka reducer does.
-    retire_after_us: int | None = None
-    # Extended resources counted as GPUs (``reduce.accelerator_resources``; a trailing ``*`` matches a prefix).
-    # Every reducer of a deployment must count the same ones: a pod's GPUs are facts kept with its run.
-    accelerator_resources: tuple[str, ...] = ACCELERATOR_RESOURCES
-    # Metric points kept per run, downsampled over all its metrics (``facts.MetricPoints``); 0 keeps none.
-    metric_points_per_run: int = METRIC_POINTS_PER_RUN
-    # Keep a finished run's derivation (``derive.Derivation``: its last history and pod rows, about half of what a
-    # run holds) after the flush that wrote it. False frees it there, a run that may still reopen included (stopped by
-    # a deactivation while its Job exists, ``derive.may_reopen``: about 5% of runs, which a reactivation may never
-    # come to): a late record of the run derives it again from its facts, as a restored run is, and its update is
-    # ``full`` (every pod row again). A replay without retirement passes False (it keeps every
-    # run it read; ``runtime.replay.reducer_limits``); retiring reducers (Kafka, serve) keep them until retirement.
-    keep_finished_derivations: bool = True
-
-
-@dataclass(slots=True)
-class Stats:
-    records: int = 0
-    bookmarks: int = 0
-    watch_errors: int = 0
-    ignored: int = 0
-    dead_letters: int = 0
-    held: int = 0
-    released: int = 0
-    dropped_uncorrelated: int = 0
-    after_retirement: int = 0
-    run_id_conflicts: int = 0  # records of a Job or RayJob whose run id another root, created earlier, has
-    retired: int = 0  # runs retired by the reducer's own policy (``ReducerLimits.retire_after_us``)
-
-    def as_dict(self) -> dict[str, int]:
-        return {k: getattr(self, k) for k in self.__slots__}
+# Kinds held outside runs (tuples: `in` compares, so an unhashable kind is simply not one); a List of them too.
+_OBJECT_KINDS: tuple[str, ...] = (*QUEUE_KINDS, *NODE_KINDS)
+_OBJECT_LIST_KINDS: tuple[str, ...] = (*_OBJECT_KINDS, "List")
 
 
 @dataclass(slots=True)
@@ -125,9 +87,6 @@ class Flushed:
 class Reducer(Snapshots):
     """The fold (``apply``), the run-id claims between roots, and ``flush``; retirement (``retire``, the watermark)
     is ``tracker.core.retire``'s part of it, the snapshot codec ``tracker.core.snapshot``'s."""
-
-    limits: ReducerLimits
-    stats: Stats
 
     def __init__(self, limits: ReducerLimits | None = None) -> None:
         self.limits = limits or ReducerLimits()
@@ -188,7 +147,7 @@ class Reducer(Snapshots):
             return
         etype = record.get("type")
         obj = record.get("object")
-        if etype is None and "object" not in record and record.get("kind") in (*QUEUE_KINDS, *NODE_KINDS, "List"):
+        if etype is None and "object" not in record and record.get("kind") in _OBJECT_LIST_KINDS:
             self._queue_objects(record, source)  # ``kubectl get clusterqueues,nodes -o json``: no watch event
             return
         if etype == "BOOKMARK":
@@ -234,7 +193,7 @@ class Reducer(Snapshots):
             return
         for item in items:
             kind = item.get("kind") if isinstance(item, dict) else None
-            if not isinstance(kind, str) or kind not in (*QUEUE_KINDS, *NODE_KINDS):
+            if not isinstance(kind, str) or kind not in _OBJECT_KINDS:
                 self._dead(source, "not a watch event", v.pruned(item),
                            f"a bare {v.brief(kind)} object: only ClusterQueues, LocalQueues and Nodes may be captured "
                            "without --output-watch-events")

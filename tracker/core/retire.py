@@ -21,11 +21,12 @@ below, which ``Reducer.__init__`` sets). Pure, as the reducer is.
 from __future__ import annotations
 
 import heapq
-from typing import Any, Protocol
+from typing import Any
 
 from tracker.core.correlate import Correlator, lost_key
 from tracker.core.derive import Derivation, may_reopen
 from tracker.core.facts import RunFacts
+from tracker.core.limits import ReducerLimits, Stats
 from tracker.core.model import FINAL_STATUSES, DeadLetter, HistoryUpdate, RunHistory
 from tracker.core.nodes import NodeBook
 from tracker.core.queues import QueueBook
@@ -35,26 +36,11 @@ _STREAMS = {"Job": 0, "RayJob": 0, "Workload": 1, "Pod": 2, "Event": 3}  # the w
 STREAM_COUNT = max(_STREAMS.values()) + 1  # the length of ``marks``
 
 
-class _Limits(Protocol):
-    @property
-    def retire_after_us(self) -> int | None: ...
-
-    @property
-    def max_retired(self) -> int: ...
-
-    @property
-    def max_held(self) -> int: ...
-
-
-class _Counts(Protocol):
-    retired: int
-
-
 class Retirement:
     """The retirement part of the reducer (module docstring); the attributes are the reducer's."""
 
-    limits: _Limits
-    stats: _Counts
+    limits: ReducerLimits
+    stats: Stats
     runs: dict[str, RunFacts]
     corr: Correlator
     retired: dict[str, int]  # run id -> retirement ordinal; insertion-ordered: oldest first

@@ -80,12 +80,14 @@ class Snapshots(Retirement):
             snap["lost"] = lost
         return snap
 
-    def restore_run(self, snap: dict[str, Any], pods: Mapping[str, Any] | None = None) -> None:
+    def restore_run(self, snap: Any, pods: Mapping[str, Any] | None = None) -> None:
         """Load one run's state written by ``snapshot_run`` (replacing what was known of it): ``pods`` holds the
         run's pods, uid -> facts, as the changelog kept them (a version-1 snapshot holds them in its facts).
 
         The snapshot and the pods are checked first (``tracker.core.snapshot_shape``): a value of a wrong type, out
-        of range or missing is a StoredStateError naming it, raised before anything of the reducer changes."""
+        of range or missing is a StoredStateError naming it, raised before anything of the reducer changes. ``snap``
+        is typed ``Any``: it is checked here, and a compiled core would check a declared type at the call first,
+        with a TypeError instead of the error naming the value."""
         check_run_snapshot(snap)  # StoredStateError naming the first value that is not the format's
         for uid, pod in (pods or {}).items():
             check_pod(pod, f"pods.{uid}")

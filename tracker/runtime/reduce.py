@@ -59,9 +59,10 @@ from aiokafka.errors import KafkaError, ProducerFenced
 
 from tracker import errors
 from tracker.core import stuck, wire
+from tracker.core.limits import ReducerLimits
 from tracker.core.model import DeadLetter, Phase, Status
 from tracker.core.publish import Decisions, Limits, PartitionPolicy, content_hash
-from tracker.core.reducer import Flushed, Reducer, ReducerLimits
+from tracker.core.reducer import Flushed, Reducer
 from tracker.core.stuck import STUCK_RUN_SCHEMA, StalledAdmissionAlert, StuckRunAlert
 from tracker.core.waits import PENDING_CATEGORIES
 from tracker.runtime.ops import Health, Metrics

@@ -43,7 +43,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tracker import errors
-from tracker.core.reducer import Flushed, Reducer, ReducerLimits
+from tracker.core.limits import ReducerLimits
+from tracker.core.reducer import Flushed, Reducer
 from tracker.read.store import IndexReader
 from tracker.runtime.pipeline import JsonlDeadLetters, PipelineLimits, PipelineReport, run_pipeline
 from tracker.settings import EmbeddedSettings, Settings, SettingsError, load_settings

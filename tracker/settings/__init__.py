@@ -55,9 +55,9 @@ from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource
 from tracker import errors
 from tracker.core.facts import METRIC_POINTS_PER_RUN
 from tracker.core.gpu import ACCELERATOR_RESOURCES
+from tracker.core.limits import ReducerLimits
 from tracker.core.model import Phase
 from tracker.core.redact import secret_env, secret_fields, secret_values, validation_problems
-from tracker.core.reducer import ReducerLimits
 
 # the Kafka section lives in tracker.settings.kafka (with the sections' base); re-exported
 from tracker.settings.kafka import MIB as MIB

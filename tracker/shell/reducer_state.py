@@ -19,7 +19,8 @@ from typing import Any
 
 from tracker import errors
 from tracker.core.correlate import Held
-from tracker.core.reducer import Reducer, ReducerLimits
+from tracker.core.limits import ReducerLimits
+from tracker.core.reducer import Reducer
 from tracker.core.snapshot_shape import INT64_MAX, check_marks, check_pod
 from tracker.shell import jsonio
 from tracker.shell.index import ExperimentIndex, StateRows

@@ -1,0 +1,52 @@
+"""The reducer's bounds (``ReducerLimits``) and counters (``Stats``), apart so that the reducer's parts (retirement,
+the snapshot codec) declare them as the reducer does: a compiled core (``deploy/compiled``) holds each attribute
+with one type in a class and its subclasses."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from tracker.core.facts import METRIC_POINTS_PER_RUN
+from tracker.core.gpu import ACCELERATOR_RESOURCES
+
+
+@dataclass(frozen=True, slots=True)
+class ReducerLimits:
+    """Explicit bounds on the reducer's memory."""
+
+    max_held: int = 100_000  # records waiting for their owner to be seen
+    max_dead_letters: int = 10_000  # dead letters kept until the next flush
+    max_retired: int = 1_000_000  # finished runs remembered (ids and owner uids) after their facts are freed
+    # Retire finished runs by itself: a run whose history is final for good once the event-time watermark is this
+    # many µs past its last change. None: the caller retires (``retire``), as the Kafka reducer does.
+    retire_after_us: int | None = None
+    # Extended resources counted as GPUs (``reduce.accelerator_resources``; a trailing ``*`` matches a prefix).
+    # Every reducer of a deployment must count the same ones: a pod's GPUs are facts kept with its run.
+    accelerator_resources: tuple[str, ...] = ACCELERATOR_RESOURCES
+    # Metric points kept per run, downsampled over all its metrics (``facts.MetricPoints``); 0 keeps none.
+    metric_points_per_run: int = METRIC_POINTS_PER_RUN
+    # Keep a finished run's derivation (``derive.Derivation``: its last history and pod rows, about half of what a
+    # run holds) after the flush that wrote it. False frees it there, a run that may still reopen included (stopped by
+    # a deactivation while its Job exists, ``derive.may_reopen``: about 5% of runs, which a reactivation may never
+    # come to): a late record of the run derives it again from its facts, as a restored run is, and its update is
+    # ``full`` (every pod row again). A replay without retirement passes False (it keeps every
+    # run it read; ``runtime.replay.reducer_limits``); retiring reducers (Kafka, serve) keep them until retirement.
+    keep_finished_derivations: bool = True
+
+
+@dataclass(slots=True)
+class Stats:
+    records: int = 0
+    bookmarks: int = 0
+    watch_errors: int = 0
+    ignored: int = 0
+    dead_letters: int = 0
+    held: int = 0
+    released: int = 0
+    dropped_uncorrelated: int = 0
+    after_retirement: int = 0
+    run_id_conflicts: int = 0  # records of a Job or RayJob whose run id another root, created earlier, has
+    retired: int = 0  # runs retired by the reducer's own policy (``ReducerLimits.retire_after_us``)
+
+    def as_dict(self) -> dict[str, int]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
