@@ -16,8 +16,7 @@ import copy
 import io
 import json
 import math
-import pickle
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -167,20 +166,25 @@ def _replaced(record: Any, path: Path_, value: Any) -> Any:
     return top
 
 
-def _context(seed: Seed) -> tuple[bytes, str]:
-    """The reducer after the seed's scenario and the bystander's (pickled, to start each mutation from), and the
-    bystander's run id."""
-    red = Reducer()
-    for name in (seed.scenario, BYSTANDER_SCENARIO):
-        for stream in SCENARIOS[name].streams().values():
-            for rec in stream:
-                red.apply(rec, name)
+def _context(seed: Seed) -> tuple[Callable[[], Reducer], str]:
+    """A maker of the reducer after the seed's scenario and the bystander's (to start each mutation from), and the
+    bystander's run id. Each reducer is folded anew: a compiled core's frozen classes cannot be unpickled."""
+    records = [(rec, name) for name in (seed.scenario, BYSTANDER_SCENARIO)
+               for stream in SCENARIOS[name].streams().values() for rec in stream]
     if seed.in_context:
-        red.apply(seed.record, "seed")
-    out = red.flush()
-    assert not out.dead_letters, out.dead_letters[:3]
+        records.append((seed.record, "seed"))
+
+    def fresh() -> Reducer:
+        red = Reducer()
+        for rec, source in records:
+            red.apply(rec, source)
+        out = red.flush()
+        assert not out.dead_letters, out.dead_letters[:3]
+        return red
+
+    fresh()
     (bystander,) = SCENARIOS[BYSTANDER_SCENARIO].run_ids
-    return pickle.dumps(red), bystander
+    return fresh, bystander
 
 
 def _unchanged(red: Reducer, pristine: Reducer) -> bool:
@@ -214,13 +218,13 @@ def _check_outputs(histories: dict[str, tuple[RunHistory, str]], index_path: Pat
 def test_every_field_replaced_by_wrong_types_and_extremes_is_a_dead_letter_or_folds(
         seed: Seed, tmp_path: Path) -> None:
     context, bystander = _context(seed)
-    pristine: Reducer = pickle.loads(context)
+    pristine = context()
     baseline = {run_id: pristine.history(run_id) for run_id in pristine.runs}
     failures: list[str] = []
     distinct: dict[str, tuple[RunHistory, str]] = {
         json.dumps(to_json(h), sort_keys=True): (h, "baseline") for h in baseline.values() if h is not None}
     paths = list(_paths(seed.record))
-    red: Reducer = pickle.loads(context)
+    red = context()
     tried = 0
     for path in paths:
         for vname, value in VALUES + TIMES if isinstance(_at(seed.record, path), str) else VALUES:
@@ -244,6 +248,6 @@ def test_every_field_replaced_by_wrong_types_and_extremes_is_a_dead_letter_or_fo
             except Exception as exc:  # collected, so that one run shows every failure
                 failures.append(f"{origin}: {type(exc).__name__}: {str(exc)[:200]}")
             if not _unchanged(red, pristine):
-                red = pickle.loads(context)
+                red = context()
     failures += _check_outputs(distinct, tmp_path / "index.sqlite")
     assert not failures, f"{len(failures)} of {tried} mutations failed:\n" + "\n".join(failures[:40])
