@@ -5,6 +5,8 @@
 # Runs as the numeric user 10001 and writes only to /var/lib/tracker (the experiment index, the watcher's
 # checkpoint, the ADX spool) and /tmp: mount a volume or an emptyDir at each and the root filesystem can be
 # read-only. The metrics/health port is 9090 (TRACKER_OPS__METRICS_PORT).
+# The core runs as plain Python; --build-arg TRACKER_CORE=compiled compiles it with mypyc in the build stage (a C
+# compiler and the compile dependency group there only; README, "A compiled core").
 
 # Both stages from the same Python image, so that the virtual environment's interpreter links resolve.
 # Pin it by digest for reproducible builds: --build-arg PYTHON_IMAGE=python:3.11-slim-bookworm@sha256:<digest>
@@ -12,6 +14,7 @@ ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS build
 ARG UV_VERSION=0.13.9
+ARG TRACKER_CORE=pure
 RUN pip install --no-cache-dir --disable-pip-version-check "uv==${UV_VERSION}"
 ENV UV_COMPILE_BYTECODE=1 \
     UV_LINK_MODE=copy \
@@ -27,8 +30,18 @@ RUN --mount=type=cache,target=/root/.cache/uv \
 COPY tracker ./tracker
 COPY schemas ./schemas
 COPY deploy/k8s/rbac ./deploy/k8s/rbac
+COPY deploy/compiled ./deploy/compiled
 RUN --mount=type=cache,target=/root/.cache/uv \
     uv sync --frozen --no-dev \
+ && case "$TRACKER_CORE" in \
+      pure) ;; \
+      compiled) apt-get update \
+          && apt-get install -y --no-install-recommends gcc libc6-dev \
+          && uv sync --frozen --no-dev --group compile \
+          && .venv/bin/python deploy/compiled/build_core.py \
+          && uv sync --frozen --no-dev ;; \
+      *) echo "error: TRACKER_CORE must be pure or compiled, not '$TRACKER_CORE'" >&2; exit 2 ;; \
+    esac \
  && python -m compileall -q tracker
 
 FROM ${PYTHON_IMAGE} AS runtime

@@ -17,7 +17,8 @@ checks the picture against the classes, both ways::
     │   │   ├── settings.SettingsError         the settings tree does not validate
     │   │   ├── shell.kube.KubeconfigError     no usable kubeconfig: where it was looked for, how to give one
     │   │   ├── runtime.replay.ReplayError     no capture file given, or invalid settings, for a replay (exit 2)
-    │   │   └── shell.capture.NotACapture      a capture path given that is a device or a socket (exit 2)
+    │   │   ├── shell.capture.NotACapture      a capture path given that is a device or a socket (exit 2)
+    │   │   └── shell.compiled_core.StaleCompiledCore  a compiled core older than its sources (exit 2)
     │   ├── GaveUp                             (RuntimeError) retries of a transient fault ran out
     │   │   ├── runtime.reduce.ReduceFatal
     │   │   ├── runtime.sinks.SinkFatal

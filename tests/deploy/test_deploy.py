@@ -529,6 +529,12 @@ def test_dockerfile_contract() -> None:
     stages = re.findall(r"^FROM (\S+) AS (\w+)$", text, re.M)
     assert [s for _, s in stages] == ["build", "runtime"]
     assert re.search(r"uv sync --frozen --no-dev --no-install-project", text)
+    # the core is plain Python unless asked; compiled, by the build script of ./run compile, and the compile group
+    # (mypy, setuptools) removed again before the runtime stage copies the environment
+    assert re.search(r"^ARG TRACKER_CORE=pure$", text, re.M)
+    compiled = re.search(r"compiled\) (.+?);;", text, re.S)
+    assert compiled and ".venv/bin/python deploy/compiled/build_core.py" in compiled.group(1)
+    assert compiled.group(1).rstrip(" \\\n").endswith("uv sync --frozen --no-dev")
     assert re.search(r"^USER 10001:10001$", text, re.M)
     assert 'VOLUME ["/var/lib/tracker", "/tmp"]' in text
     assert re.search(r"^EXPOSE 9090$", text, re.M) and "TRACKER_OPS__METRICS_PORT=9090" in text

@@ -30,6 +30,7 @@ from typing import Any, TextIO, cast
 from tracker import errors
 from tracker.cli.args import fail, table_width
 from tracker.cli.parser import SERVICE_COMMANDS, build_parser
+from tracker.shell import compiled_core
 
 
 class _TrailingBlanksCut:
@@ -86,6 +87,7 @@ def _main(argv: list[str]) -> int:
         console = Console() if sys.stdout.isatty() else Console(width=table_width() or 150,
                                                                 file=cast(TextIO, _TrailingBlanksCut(sys.stdout)))
     try:
+        compiled_core.check()  # a compiled core older than its sources would run other code than the tree shows
         rc: int = args.func(args, console)
         for note in getattr(args, "notes", None) or ():  # after the answer (tracker.cli.args.reading_now)
             sys.stderr.write(note + "\n")

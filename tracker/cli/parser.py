@@ -111,7 +111,14 @@ class _Version(argparse.Action):
             v = version("taugrid-tracker")
         except PackageNotFoundError:
             v = "unknown (not installed)"
-        sys.stdout.write(f"tracker {v}\n")
+        from tracker import errors
+        from tracker.shell import compiled_core
+
+        try:
+            core = compiled_core.check().describe()
+        except errors.Fatal as exc:
+            core = str(exc)
+        sys.stdout.write(f"tracker {v}; core: {core}\n")
         parser.exit()
 
 

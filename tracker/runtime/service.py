@@ -34,7 +34,7 @@ from tracker.runtime.reduce import ReduceService
 from tracker.runtime.replay import Folded, capture_records, fold
 from tracker.runtime.sinks import SinkRunner, adx_sink_runner, index_sink_runner
 from tracker.settings import Settings, redacted
-from tracker.shell import kafka, tasks
+from tracker.shell import compiled_core, kafka, tasks
 from tracker.shell.capture import BadRecord, Record, capture_files
 from tracker.shell.changes import changes_producer
 from tracker.shell.watch.keying import KeyedRecord, RunKeyer
@@ -106,7 +106,8 @@ async def run_process(settings: Settings, name: str, *, body: Body, fatal: Error
     server = OpsServer(settings.ops, metrics=metrics, health=health)
     shutdown = Shutdown(settings.ops.shutdown_timeout_s)
     shutdown.install()
-    log.info("starting", process=name, settings=redacted(settings, changed_only=True))
+    log.info("starting", process=name, core=compiled_core.check().describe(),
+             settings=redacted(settings, changed_only=True))
     log.debug("settings", process=name, settings=redacted(settings))
     stopped_by: list[BaseException] = []
     try:
