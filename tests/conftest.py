@@ -20,3 +20,21 @@ def _restore_logging() -> Iterator[None]:
     root.handlers[:] = handlers
     root.setLevel(level)
     structlog.configure(**config)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """The compiled core's run (``python -m tests.compiled``) sets TRACKER_EXPECT_COMPILED_CORE: there, every module
+    the build compiles must be loaded from its extension module, or the run would test the pure core again."""
+    import os
+
+    if os.environ.get("TRACKER_EXPECT_COMPILED_CORE") != "1":
+        return
+    import importlib
+
+    from tracker.shell import compiled_core
+
+    names = compiled_core.compiled_modules()
+    pure = [n for n in names if not str(importlib.import_module(n).__file__).endswith(".so")]
+    if pure or not names:
+        raise pytest.UsageError(f"TRACKER_EXPECT_COMPILED_CORE=1 but {len(pure)} of {len(names)} core modules are "
+                                f"plain Python: {', '.join(pure[:5])}")

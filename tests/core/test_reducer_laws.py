@@ -534,6 +534,7 @@ def _constant(derive: Any) -> Any:
     return broken
 
 
+@pytest.mark.pure_core  # patches derive._derive, which compiled callers do not look up
 @pytest.mark.parametrize("breakage", [_dropping_evictions, _constant])
 def test_a_broken_reducer_fails_the_oracle(breakage: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """A reducer that still agrees with itself (deterministic, idempotent, order-free) but drops evictions or

@@ -29,4 +29,4 @@ def test_run_without_a_command_prints_its_usage_and_exits_2(tmp_path: Path) -> N
     done = subprocess.run(["bash", str(REPO / "run")], cwd=tmp_path, capture_output=True, text=True, timeout=60,
                           check=False)
     assert done.returncode == 2
-    assert "./run demo" in done.stdout and "./run tracker ..." in done.stdout
+    assert "./run demo" in done.stdout and "./run tracker ..." in done.stdout and "./run compile" in done.stdout
