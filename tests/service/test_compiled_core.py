@@ -76,6 +76,15 @@ def test_a_source_changed_after_the_build_is_refused_in_one_line(tmp_path: Path)
         compiled_core.check(core)
 
 
+def test_an_extension_module_the_manifest_does_not_name_is_refused(tmp_path: Path) -> None:
+    """One left by another build (say, of a module since kept plain Python): it would shadow its source."""
+    core = _core(tmp_path)
+    _build(core)
+    (core / f"model{SUFFIX}").write_bytes(b"\x7fELF")
+    with pytest.raises(compiled_core.StaleCompiledCore, match=r"tracker\.core\.model that no build of these sources"):
+        compiled_core.check(core)
+
+
 @pytest.mark.parametrize("manifest", [None, "{not json", '{"version": 99, "modules": {}}', '{"version": 1}'])
 def test_extension_modules_without_a_readable_manifest_are_refused(tmp_path: Path, manifest: str | None) -> None:
     core = _core(tmp_path)

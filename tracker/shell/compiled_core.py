@@ -1,7 +1,7 @@
 """The compiled core: which modules of ``tracker.core`` mypyc compiles, and whether a build in the tree is current.
 
 The core runs as plain Python by default. ``./run compile`` (``deploy/compiled/build_core.py``) compiles the
-modules of ``COMPILED``'s list with mypyc into extension modules beside their sources, which Python then imports
+modules of ``compiled_modules()`` with mypyc into extension modules beside their sources, which Python then imports
 instead of the ``.py`` files, and writes a manifest (``MANIFEST``): the hash of each compiled module's source.
 ``./run compile --clean`` removes them again. The container image builds it with ``--build-arg TRACKER_CORE=compiled``.
 
@@ -119,8 +119,8 @@ def check(core_dir: Path | None = None) -> CoreBuild:
     for stem in sorted(stems):
         name = f"tracker.core.{stem}"
         source = core_dir / f"{stem}.py"
-        if name not in modules:
-            continue  # not a module of the core's build (mypyc's shared library is outside the package)
+        if name not in modules:  # left by another build (of other sources): it would run code nobody compiled here
+            raise StaleCompiledCore(f"an extension module of {name} that no build of these sources made; {redo}")
         if not source.exists() or source_hash(source) != modules[name]:
             raise StaleCompiledCore(f"the compiled core is older than its source: {source.name} changed since "
                                     f"it was compiled; {redo}")
