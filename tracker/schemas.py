@@ -16,10 +16,12 @@ from tracker.core import stuck
 from tracker.core.model import (
     HISTORY_SCHEMA,
     INTAKE_SCHEMA,
+    METRIC_POINT_SCHEMA,
     METRIC_POINTS_SCHEMA,
     POD_SCHEMA,
     DeadLetter,
     IntakeEvent,
+    MetricPoint,
     MetricPointsRecord,
     PodPlacement,
     RunHistory,
@@ -39,6 +41,8 @@ def schema_documents() -> dict[str, dict[str, Any]]:
         "intake/v2.schema.json": intake,
         "history/v5.schema.json": adapter(RunHistory).json_schema() | {"$id": HISTORY_SCHEMA},
         "pod/v1.schema.json": adapter(PodPlacement).json_schema() | {"$id": POD_SCHEMA},
+        "metric-point/v1.schema.json": adapter(MetricPoint).json_schema() | {"$id": METRIC_POINT_SCHEMA},
+        # metric-points/v1 is what trackers before per-point records published (a run's every point): still read
         "metric-points/v1.schema.json": adapter(MetricPointsRecord).json_schema() | {"$id": METRIC_POINTS_SCHEMA},
         "dead-letter/v1.schema.json": DeadLetter.model_json_schema() | {"$id": "taugrid.io/dead-letter/v1"},
         **stuck.schema_documents(),

@@ -9,7 +9,8 @@ failures, evictions and deletions) folded in a random interleaving and flushed a
   (``derive``), pods and metric points included;
 - the updates of a run combined in order (``HistoryUpdate.then``: what a sink ends up holding) are its complete
   history: the same rows, no removed pod left, no pod missing;
-- an update holds only the pod rows that changed (a flush after a change of one pod of a wide run holds that pod).
+- an update holds only the pod rows that changed (a flush after a change of one pod of a wide run holds that pod),
+  and only the metric points that changed (a flush after one progress report holds its points, not the run's).
 """
 
 from __future__ import annotations
@@ -47,8 +48,13 @@ def _check(order: list[Any], flush_at: set[int]) -> dict[str, HistoryUpdate]:
             rows = {p.uid: p for p in scratch.pods or ()}
             assert all(rows.get(p.uid) == p for p in u.pods), "an update's pod row is not the pod's row"
             assert not set(u.removed_pods) & set(rows)
-            if u.points is not None:
-                assert u.points == scratch.metric_points
+            points = {(p.metric, p.step): p for p in scratch.metric_points or ()}
+            if u.full or u.points_full:
+                assert (u.points or []) == (scratch.metric_points or []), "every point, in order"
+            else:
+                assert all(points.get((p.metric, p.step)) == p for p in u.points or ()), \
+                    "an update's point is not the run's point"
+            assert not set(u.removed_points) & set(points), "a point named removed is still kept"
             held[u.run_id] = held[u.run_id].then(u) if u.run_id in held else u
 
     for n, rec in enumerate(order):
@@ -63,6 +69,7 @@ def _check(order: list[Any], flush_at: set[int]) -> dict[str, HistoryUpdate]:
         assert sink.full, "the first update of a run holds all of it"
         assert sink.document() == scratch, run_id
         assert not set(sink.removed_pods) & {p.uid for p in scratch.pods or ()}
+        assert not set(sink.removed_points) & {(p.metric, p.step) for p in scratch.metric_points or ()}
     return held
 
 

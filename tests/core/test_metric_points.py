@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from tracker.core.facts import METRIC_POINTS_PER_RUN, MetricPoints, RunFacts
 from tracker.core.limits import ReducerLimits
-from tracker.core.model import to_json
+from tracker.core.model import HistoryUpdate, to_json
 from tracker.core.reducer import Reducer
 
 T0 = datetime(2026, 8, 20, 10, 0, tzinfo=UTC)
@@ -156,3 +156,68 @@ def test_the_cap_and_the_index_identity_are_settings(monkeypatch: pytest.MonkeyP
     settings = load_settings()
     assert settings.index.identity(default_cluster=settings.adx.source_cluster) == {"cluster": "aks-east-2",
                                                                                   "workspace": "research"}
+
+
+@settings(max_examples=150, deadline=None)
+@given(rs=reports, cap=st.integers(1, 12), cuts=st.sets(st.integers(0, 60), max_size=12))
+def test_the_updates_carry_the_points_that_changed_and_their_records_add_up_to_the_rules(
+        rs: list[Report], cap: int, cuts: set[int]) -> None:
+    """Flushed at any points: each update carries the points added or changed since the previous one (all of them the
+    first time) and names the points no longer kept. Two sinks end up with the rule's points: one that combines the
+    updates (``HistoryUpdate.then``: the experiment index) and one that keeps a record per point, upserted or deleted
+    one by one and never replaced as a whole (Kafka's compacted transitions topic)."""
+    red = Reducer(ReducerLimits(metric_points_per_run=cap))
+    combined: HistoryUpdate | None = None
+    records: dict[tuple[str, int], dict[str, Any]] = {}
+
+    def flush() -> None:
+        nonlocal combined
+        for u in red.flush().updates:
+            now = {(p["metric"], p["step"]): p for p in points_of(red)}
+            assert all(now[p.metric, p.step] == to_json(p) for p in u.points or ())
+            assert not set(u.removed_points) & set(now)
+            if combined is not None and not (u.full or u.points_full):
+                before = {(p.metric, p.step): to_json(p) for p in combined.points or ()}
+                assert {(p.metric, p.step) for p in u.points or ()} == {k for k, p in now.items() if before.get(k) != p}
+            for key in u.removed_points:
+                records.pop(key, None)
+            records.update(((p.metric, p.step), to_json(p)) for p in u.points or ())
+            combined = u if combined is None else combined.then(u)
+
+    for n, r in enumerate(rs):
+        red.apply(progress(*r), "law")
+        if n in cuts:
+            flush()
+    flush()
+    want = expected(rs, cap)
+    if combined is None:
+        assert want == []
+        return
+    assert [to_json(p) for p in combined.points or ()] == want
+    assert [records[k] for k in sorted(records)] == want
+
+
+def test_one_report_to_a_run_of_many_points_updates_its_points_only() -> None:
+    red = Reducer()
+    for i in range(200):
+        red.apply(progress(f"e{i}", i, i, {"loss": 1.0 / (i + 1), "acc": i / 400}), "intake")
+    [first] = red.flush().updates
+    assert first.full and len(first.points or ()) == 400 and first.removed_points == ()
+    red.apply(progress("next", 200, 200, {"loss": 0.001}), "intake")
+    [second] = red.flush().updates
+    assert not second.full and not second.points_full
+    assert [(p.metric, p.step, p.value) for p in second.points or ()] == [("loss", 200, 0.001)]
+    red.apply(progress("next", 200, 200, {"loss": 0.001}), "intake")  # the same report again: nothing changed
+    [third] = red.flush().updates
+    assert third.points is None and third.removed_points == ()
+    # past the cap the curves coarsen: the points merged away are named, the kept ones stay where they are
+    for i in range(201, 400):
+        red.apply(progress(f"e{i}", i, i, {"loss": 1.0 / (i + 1), "acc": i / 400}), "intake")
+    [fourth] = red.flush().updates
+    h = red.history("r")
+    assert h is not None and len(h.metric_points) <= 512
+    kept = {(p.metric, p.step) for p in h.metric_points}
+    assert fourth.removed_points and not set(fourth.removed_points) & kept
+    assert {(p.metric, p.step) for p in fourth.points or ()} <= kept
+    assert [to_json(p) for p in (first.then(second).then(third).then(fourth).points or ())] == \
+        [to_json(p) for p in h.metric_points]

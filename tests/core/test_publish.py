@@ -22,6 +22,7 @@ from tests.support.histories import stored
 from tracker.core import entries
 from tracker.core.model import (
     HistoryUpdate,
+    MetricPoint,
     MetricPointsRecord,
     Phase,
     PodPlacement,
@@ -36,6 +37,7 @@ from tracker.core.publish import (
     HISTORY,
     NODE,
     POD,
+    POINT,
     POINTS,
     POSITION,
     QUEUE,
@@ -52,6 +54,7 @@ from tracker.core.publish import (
 from tracker.core.queues import QueueBook, QueuePosition, QueueState
 from tracker.core.reducer import Flushed, Reducer
 from tracker.core.timefmt import ts
+from tracker.core.wire import point_key
 
 T0 = datetime.fromisoformat("2026-08-20T10:00:00+00:00")
 MIN = 60_000_000  # a minute in microseconds
@@ -116,7 +119,7 @@ def test_a_history_with_checkpoints_and_ledger_round_trips_through_its_records(t
     assert h.checkpoints and h.ledger and h.run.ledger_gpu_hours_by and h.attempts[0].ledger_wall_s_by
     decided = PartitionPolicy().decide(Flushed(updates=[HistoryUpdate.of(h)], retired=[]), LIMITS, now_us=None)
     kinds = [p.kind for p in decided.publish]
-    assert kinds == [HISTORY, POINTS, POD]
+    assert h.metric_points and kinds == [HISTORY, *[POINT] * len(h.metric_points), POD]
     record = adapter(RunHistory).validate_json(decided.publish[0].value or b"")
     assert record == replace(h, metric_points=None, pods=None)
     updates = [decode(p.key.encode(), p.value, [("kind", p.kind.encode())]) for p in decided.publish]
@@ -124,6 +127,58 @@ def test_a_history_with_checkpoints_and_ledger_round_trips_through_its_records(t
         index.write(combine(updates))
         assert stored(index).history(h.run.run_id) == h
         assert index.write(combine(updates)) == 0
+
+
+def test_an_older_trackers_points_record_is_read_whole_and_replaced_by_point_records(tmp_path: Path) -> None:
+    """A tracker before per-point records published a run's every point as one record (key ``<run id>/points``,
+    kind ``points``). A sink reads it as every point of the run; a reducer restored from that tracker's run-state
+    publishes the run's points one by one at its first update, then that record's tombstone, which a sink reads as
+    nothing. The index ends with the run's points either way."""
+    from tests.index.test_index import resumed_with_metrics
+    from tracker.shell.index import ExperimentIndex
+    from tracker.shell.transitions import combine, decode
+
+    h = resumed_with_metrics()
+    run_id, pts = h.run.run_id, list(h.metric_points or ())
+    assert len(pts) >= 2
+    old = adapter(MetricPointsRecord).dump_json(MetricPointsRecord(run_id=run_id, metric_points=pts))
+    whole = decode(record_key(run_id, POINTS).encode(), old, [("kind", POINTS.encode())])
+    assert whole.points_full and whole.points == pts
+    policy = PartitionPolicy()
+    policy.restore_shell(run_id, {"watermark_us": 0, "hash": None, "points_hash": content_hash(old)}, retired=False)
+    decided = policy.decide(Flushed(updates=[HistoryUpdate.of(h)], retired=[]), LIMITS, now_us=None)
+    assert [p.kind for p in decided.publish] == [HISTORY, *[POINT] * len(pts), POINTS, POD]
+    tombstone = decided.publish[1 + len(pts)]
+    assert (tombstone.key, tombstone.value) == (record_key(run_id, POINTS), None)
+    assert policy.runs[run_id].points_hash is None and policy.shell_doc(run_id)["points_hash"] is None
+    again = policy.decide(Flushed(updates=[HistoryUpdate.of(h)], retired=[]), LIMITS, now_us=None)
+    assert POINTS not in [p.kind for p in again.publish], "the tombstone goes once"
+    updates = [decode(p.key.encode(), p.value, [("kind", p.kind.encode())]) for p in decided.publish]
+    assert updates[1 + len(pts)] == HistoryUpdate(run_id=run_id)
+    with ExperimentIndex(tmp_path / "index.sqlite") as index:
+        index.write(combine([HistoryUpdate.of(replace(h, metric_points=[*pts, replace(pts[0], step=10**9)])),
+                             whole]))  # the older record drops a point it does not hold
+        assert stored(index).history(run_id) == h
+        index.write(combine(updates))
+        assert stored(index).history(run_id) == h
+
+
+def test_point_records_name_their_point_in_the_key_and_a_tombstone_removes_it() -> None:
+    from tracker.shell.transitions import BadTransition, decode
+
+    pt = MetricPoint(run_id="r1", metric="train/loss", step=7, value=0.5, at=T0)
+    key = point_key("r1", "train/loss", 7)
+    assert key == "r1/point/7/train/loss"
+    headers = [("kind", POINT.encode())]
+    assert decode(key.encode(), adapter(MetricPoint).dump_json(pt), headers) == HistoryUpdate(run_id="r1", points=[pt])
+    assert decode(key.encode(), None, headers) == HistoryUpdate(run_id="r1", removed_points=(("train/loss", 7),))
+    for bad_key in ("r1/point/x/train/loss", "r1/point/07/train/loss", "r1/point/7", "/point/7/m", "r1/pod/7/m"):
+        with pytest.raises(BadTransition, match="point record's key"):
+            decode(bad_key.encode(), None, headers)
+    with pytest.raises(BadTransition, match="holds step 7"):
+        decode(point_key("r1", "train/loss", 8).encode(), adapter(MetricPoint).dump_json(pt), headers)
+    with pytest.raises(BadTransition, match="points record's key"):
+        decode(b"r1/pointz", None, [("kind", POINTS.encode())])
 
 
 def test_a_history_too_large_is_a_dead_letter_once_and_is_not_published() -> None:
@@ -262,10 +317,11 @@ def test_the_same_output_twice_publishes_once(seed: int, cuts: list[int]) -> Non
         a = once.decide(flushed, LIMITS, now_us=None)
         b = twice.decide(flushed, LIMITS, now_us=None)
         again = twice.decide(flushed, LIMITS, now_us=None)
-        # the history and the metric points, published by content, once; the pods that changed go as they come
+        # the history, published by content, once; the pods and the metric points that changed go as they come
         # (the derivation says which changed: a redelivered batch sends them again, as upserts)
-        assert [p for p in again.publish if p.kind != POD] == [] and not again.phases and again.alerts == []
-        assert [p for p in again.publish if p.kind == POD] == [p for p in a.publish if p.kind == POD]
+        parts = (POD, POINT)
+        assert [p for p in again.publish if p.kind not in parts] == [] and not again.phases and again.alerts == []
+        assert [p for p in again.publish if p.kind in parts] == [p for p in a.publish if p.kind in parts]
         assert b.publish == a.publish and [x.record for x in b.alerts] == [x.record for x in a.alerts]
         assert once.watermark_us >= before
         assert all(once.watermark_us >= advance(0, h) for h in flushed.histories)
@@ -280,9 +336,8 @@ def test_the_same_output_twice_publishes_once(seed: int, cuts: list[int]) -> Non
     expected: dict[str, bytes] = {}
     for run_id, h in final.items():  # the last publication of each part is the final history's
         expected[record_key(run_id, HISTORY)] = dump(replace(h, metric_points=None, pods=None))
-        if h.metric_points:
-            expected[record_key(run_id, POINTS)] = adapter(MetricPointsRecord).dump_json(
-                MetricPointsRecord(run_id=run_id, metric_points=h.metric_points))
+        expected.update((point_key(run_id, p.metric, p.step), adapter(MetricPoint).dump_json(p))
+                        for p in h.metric_points or ())
         expected.update((record_key(run_id, POD, p.uid), adapter(PodPlacement).dump_json(p)) for p in h.pods or ())
     assert published == expected
     assert once.runs == twice.runs and once.stuck == twice.stuck and once.watermark_us == twice.watermark_us

@@ -33,6 +33,7 @@ from tracker.core.model import (
     Attempt,
     CheckpointRecord,
     GoodputCategory,
+    HistoryUpdate,
     LedgerSpan,
     MetricPoint,
     MetricSummary,
@@ -373,6 +374,18 @@ def test_only_changed_rows_are_sent_again(standin: KustoStandIn, make_sink: Call
     assert [(r["RunId"], r["Status"]) for r in new["TaugridRunState"]] == [("run-llama-ft", "succeeded")]
     assert [r["LatestStep"] for r in new["TaugridMetricSummaries"]] == [300]
     assert [(r["Step"], r["Value"]) for r in new["TaugridMetricPoints"]] == [(256, 0.9)], "only the new point"
+
+    # The reducer's updates carry the points that changed: each is sent once; every point again (a restored
+    # reducer's first update) sends none of those already sent.
+    rid = finished.run.run_id
+    point = MetricPoint(run_id=rid, metric="loss", step=288, value=0.85, at=at(29))
+    assert sink.write([HistoryUpdate(run_id=rid, points=[point])]) == 1
+    assert sink.write([HistoryUpdate(run_id=rid, points=[point])]) == 0, "a point sent is not sent again"
+    assert sink.write([HistoryUpdate(run_id=rid, removed_points=(("loss", 288),))]) == 0
+    whole = [*(finished.metric_points or ()), point]
+    assert sink.write([HistoryUpdate(run_id=rid, points=whole, points_full=True)]) == 0
+    assert sink.flush(30)
+    assert [(r["Step"], r["Value"]) for r in standin.tables["TaugridMetricPoints"] if r["Step"] == 288] == [(288, 0.85)]
 
     # A value that comes back (pending message A -> B -> A) is a change each time: the latest view must see it.
     assert sink.write(ups([pending_run("B")])) == 1

@@ -339,6 +339,30 @@ def test_many_runs_shrinking_in_one_write_end_as_when_written_one_at_a_time(tmp_
     assert [reader.history(h.run.run_id) for h in histories] == shrunk
 
 
+def test_the_updates_of_a_run_whose_points_coarsen_end_as_its_points(index: ExperimentIndex) -> None:
+    """Each flush's update carries the points added or changed and names those downsampling dropped: written one
+    after the other, the index holds the run's points, as the rule keeps them, and a write of one progress report
+    changes its own rows only."""
+    from tests.core.test_metric_points import progress
+    from tracker.core.limits import ReducerLimits
+    from tracker.core.reducer import Reducer
+
+    red = Reducer(ReducerLimits(metric_points_per_run=16))
+    for step in range(60):
+        red.apply(progress(f"e{step}", step, step, {"loss": 1.0 / (step + 1), "lr": 0.1}), "law")
+        if step % 7 == 0:
+            index.write(red.flush().updates)
+            h = red.history("r")
+            assert h is not None and stored(index).history("r") == h
+    index.write(red.flush().updates)
+    h = red.history("r")
+    assert h is not None and len(h.metric_points) <= 16 and stored(index).history("r") == h
+    red.apply(progress("last", 60, 60, {"loss": 0.01}), "law")
+    [u] = red.flush().updates
+    assert len(u.points or ()) <= 1 and not u.full and not u.points_full
+    assert index.write([u]) >= 1 and stored(index).history("r") == red.history("r")
+
+
 def test_placements_are_the_pods_rows(index: ExperimentIndex) -> None:
     index.write(ups([finished_two_attempts()]))
     rows = sqlite3.connect(index.path).execute(

@@ -51,7 +51,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import replace
 from itertools import pairwise
-from typing import Any
 
 from tracker.core import gpu, provenance
 from tracker.core.derive_attempts import (
@@ -79,7 +78,7 @@ from tracker.core.derive_rules import (
     _source,
     _view,
 )
-from tracker.core.facts import RunFacts
+from tracker.core.facts import MetricPoints, RunFacts
 from tracker.core.model import (
     ANN_CONFIG_DIGEST,
     ANN_CONFIG_REF,
@@ -134,8 +133,7 @@ class Derivation:
     run record) is recomputed from the facts at every update: it reads the run's conditions, deployments, events and
     intake events, which do not grow with its pods."""
 
-    __slots__ = ("_facts", "_metrics", "_points_key", "_points_taken", "_progress", "_seq", "_steps", "_taken",
-                 "history", "pods")
+    __slots__ = ("_facts", "_metrics", "_points_of", "_progress", "_seq", "_steps", "_taken", "history", "pods")
 
     def __init__(self) -> None:
         self.pods = PodSide()
@@ -143,11 +141,10 @@ class Derivation:
         self._facts: RunFacts | None = None
         self._seq = -1  # the progress_seq the cached metric parts are of
         self._metrics: list[MetricSummary] = []
-        # the metric points as the facts hold them (their tuples, shared, not rows: a run keeps up to 10,000)
-        self._points_key: tuple[Any, ...] = ()
         self._progress: list[int] = []
         self._steps: list[tuple[int, int]] = []  # the step records (the ledger's), as of progress_seq
-        self._points_taken = False  # the current points went out with a take
+        # the metric points object whose changes the last take drained (another one: every point goes out)
+        self._points_of: MetricPoints | None = None
         self._taken: RunHistory | None = None  # the history the last take gave
 
     def update(self, r: RunFacts, changed: Iterable[str] | None = None) -> RunHistory:
@@ -157,10 +154,7 @@ class Derivation:
             if r is not self._facts:
                 changed = None
             self._facts, self._seq = r, r.progress_seq
-            key = _points_key(r)
-            if key != self._points_key or self.history is None:
-                self._points_taken = False
-            self._metrics, self._points_key = _metrics(r), key
+            self._metrics = _metrics(r)
             self._progress = sorted(r.progress_buckets.values())
             self._steps = r.steps.records()
         self.history = _derive(r, self.pods, changed, self._metrics, self._progress, self._steps)
@@ -168,18 +162,32 @@ class Derivation:
 
     def take(self) -> HistoryUpdate:
         """What changed since the last take: the history of the last update (None if it is the one the last take
-        gave), the pods that changed and the metric points if they did (the first take: all of them, ``full``)."""
+        gave), the pods that changed, the metric points added or changed and those no longer kept (the first take:
+        all the pods and points, ``full``; all the points, ``points_full``, if the facts' points are another object
+        than the last take's)."""
         assert self.history is not None and self._facts is not None, "update before take"
         rows, removed, full = self.pods.take()
-        points = None if self._points_taken and not full else _points(self._facts)
-        self._points_taken = True
+        mp = self._facts.points
+        changed, gone = mp.drain()
+        whole = full or mp is not self._points_of
+        self._points_of = mp
+        points: list[MetricPoint] | None
+        if whole:
+            points = _points(self._facts)
+        else:
+            run_id = self._facts.run_id
+            points = [MetricPoint(run_id=run_id, metric=k, step=step, value=value, at=utc(at))
+                      for k, s in sorted(changed) for step, value, at in (mp.point(k, s),)] or None
         history: RunHistory | None = self.history
         if not full and history == self._taken:  # a change of pods that moved nothing of the run's own history
             history = None
         else:
             self._taken = history
+        # the points gone since the last take are named even when all the points go out: the records of a
+        # sink that reads the points one by one (Kafka's transitions) are replaced point by point
         return HistoryUpdate(run_id=self.history.run.run_id, history=history, points=points, pods=rows,
-                             removed_pods=removed, full=full)
+                             removed_pods=removed, removed_points=tuple(sorted(gone)), full=full,
+                             points_full=whole and not full)
 
     def document(self) -> RunHistory:
         """The complete history of the last update."""
@@ -364,11 +372,6 @@ def _metrics(r: RunFacts) -> list[MetricSummary]:
     return [MetricSummary(run_id=r.run_id, metric=k, first_step=m.first[0], first_value=m.first[1],
                           latest_step=m.latest[0], latest_value=m.latest[1], min_value=m.lo, max_value=m.hi,
                           points=m.points) for k, m in sorted(r.metrics.items())]
-
-
-def _points_key(r: RunFacts) -> tuple[Any, ...]:
-    """What the metric points rows are made of: equal keys, equal rows."""
-    return r.points.width, tuple((k, tuple(sorted(c.values()))) for k, c in sorted(r.points.curves.items()))
 
 
 def _points(r: RunFacts) -> list[MetricPoint]:

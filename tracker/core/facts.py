@@ -325,6 +325,11 @@ class MetricPoints:
     width: int = 1
     curves: dict[str, dict[int, MetricPoint]] = field(default_factory=dict)  # metric -> bucket -> its point
     size: int = 0  # points kept over every metric (not serialized: recounted)
+    # what changed since the derivation last took the points (``drain``; not serialized, not compared): the
+    # (metric, step) of the points added or replaced, and of the points no longer kept. At most one entry each per
+    # point reported since then: every run whose facts changed is derived and taken at the next flush.
+    changed: set[tuple[str, int]] = field(default_factory=set, compare=False, repr=False)
+    gone: set[tuple[str, int]] = field(default_factory=set, compare=False, repr=False)
 
     def add(self, metric: str, step: int, value: float, at: int, cap: int) -> None:
         if cap <= 0:
@@ -338,10 +343,40 @@ class MetricPoints:
         if cur is None:
             curve[b] = (step, value, at)
             self.size += 1
+            self._changed(metric, step, None)
             if self.size > cap:
                 self._coarsen(cap)
         elif step < cur[0] or (step == cur[0] and (at, value) > (cur[2], cur[1])):
             curve[b] = (step, value, at)
+            self._changed(metric, step, cur[0] if cur[0] != step else None)
+
+    def _changed(self, metric: str, step: int, dropped: int | None) -> None:
+        self.changed.add((metric, step))
+        if dropped is not None:
+            self.gone.add((metric, dropped))
+
+    def _dropped(self, metric: str, step: int) -> None:
+        self.gone.add((metric, step))
+
+    def drain(self) -> tuple[set[tuple[str, int]], set[tuple[str, int]]]:
+        """What changed since the last drain, and forget it: the (metric, step) of the points added or replaced
+        that are still kept, and of the points kept at some time since then that no longer are."""
+        changed, gone = self.changed, self.gone
+        if not changed and not gone:
+            return changed, gone
+        self.changed, self.gone = set(), set()
+        kept = {k for k in changed | gone if self.holds(*k)}
+        return changed & kept, gone - kept
+
+    def holds(self, metric: str, step: int) -> bool:
+        """Whether (metric, step) is a point kept."""
+        curve = self.curves.get(metric)
+        pt = None if curve is None else curve.get(step // self.width)
+        return pt is not None and pt[0] == step
+
+    def point(self, metric: str, step: int) -> tuple[int, float, int]:
+        """The kept point (step, value, at) of (metric, step) (``holds`` says whether there is one)."""
+        return self.curves[metric][step // self.width]
 
     def _coarsen(self, cap: int) -> None:
         while self.size > cap and self.width < _MAX_WIDTH and \
@@ -355,6 +390,10 @@ class MetricPoints:
                     old = coarse.get(cb)
                     if old is None or pt[0] < old[0]:
                         coarse[cb] = pt
+                        if old is not None:
+                            self._dropped(metric, old[0])
+                    else:
+                        self._dropped(metric, pt[0])
                 self.curves[metric] = coarse
                 size += len(coarse)
             self.size = size

@@ -477,19 +477,23 @@ class HistoryUpdate:
 
     The reducer makes one per changed run at each flush: ``history`` (without metric points and pods; None when it is
     the one the run's previous update held: a change of a pod that moved nothing of the run's own history),
-    ``points``, the run's complete set of metric points when it changed (None: unchanged), ``pods``, the pod rows that
-    changed, and ``removed_pods``, the uids of pods that are no longer the run's (a root that lost the run id to
-    another took them along). ``full``: ``pods`` and ``points`` hold all of the run's, and a sink drops any other
-    row it holds for the run (the first update of a run the reducer did not know, or restored). A sink reading
-    the transitions topic, where each part is a record of its own, makes updates that hold only some of the parts
-    (``history`` None: unchanged)."""
+    ``points``, the metric points that were added or changed (None: none), ``removed_points``, the (metric, step) of
+    the points no longer kept (downsampling dropped them), ``pods``, the pod rows that changed, and ``removed_pods``,
+    the uids of pods that are no longer the run's (a root that lost the run id to another took them along).
+    ``full``: ``pods`` and ``points`` hold all of the run's, and a sink drops any other row it holds for the run (the
+    first update of a run the reducer did not know, or restored). ``points_full``: ``points`` holds all of the run's
+    points (the sink drops its others), its pods changed as ``pods`` says. So what an update carries grows with what
+    changed, not with the run's width or its points. A sink reading the transitions topic, where each part is a record
+    of its own, makes updates that hold only some of the parts (``history`` None: unchanged)."""
 
     run_id: str
     history: RunHistory | None = None
     points: list[MetricPoint] | None = None
     pods: tuple[PodPlacement, ...] = ()
     removed_pods: tuple[str, ...] = ()
+    removed_points: tuple[tuple[str, int], ...] = ()
     full: bool = False
+    points_full: bool = False
 
     @classmethod
     def of(cls, document: RunHistory) -> HistoryUpdate:
@@ -511,10 +515,26 @@ class HistoryUpdate:
                 pods.pop(uid, None)
             removed |= set(later.removed_pods)
             pods.update((p.uid, p) for p in later.pods)
-        return HistoryUpdate(run_id=self.run_id, history=later.history or self.history,
-                             points=later.points if later.points is not None else self.points,
+        points, gone, points_full = self._points_then(later)
+        full = self.full or later.full
+        return HistoryUpdate(run_id=self.run_id, history=later.history or self.history, points=points,
                              pods=tuple(pods[u] for u in sorted(pods)), removed_pods=tuple(sorted(removed - set(pods))),
-                             full=self.full or later.full)
+                             removed_points=gone, full=full, points_full=points_full and not full)
+
+    def _points_then(self, later: HistoryUpdate) -> tuple[list[MetricPoint] | None, tuple[tuple[str, int], ...], bool]:
+        whole = self.full or self.points_full
+        if later.full or later.points_full:
+            kept = {(p.metric, p.step): p for p in later.points or ()}
+            gone = set(self.removed_points) | {(p.metric, p.step) for p in self.points or ()}
+            whole = True
+        else:
+            kept = {(p.metric, p.step): p for p in self.points or ()}
+            for key in later.removed_points:
+                kept.pop(key, None)
+            gone = set(self.removed_points) | set(later.removed_points)
+            kept.update(((p.metric, p.step), p) for p in later.points or ())
+        points = [kept[k] for k in sorted(kept)] if kept or whole or self.points is not None else None
+        return points, () if whole else tuple(sorted(gone - set(kept))), whole
 
     def document(self) -> RunHistory:
         """The complete history, of a ``full`` update with its history."""
@@ -534,7 +554,8 @@ class MetricPointsRecord:
 
 HISTORY_SCHEMA = "taugrid.io/run-history/v5"
 POD_SCHEMA = "taugrid.io/pod-placement/v1"
-METRIC_POINTS_SCHEMA = "taugrid.io/metric-points/v1"
+METRIC_POINTS_SCHEMA = "taugrid.io/metric-points/v1"  # a run's every point in one record: older trackers' (still read)
+METRIC_POINT_SCHEMA = "taugrid.io/metric-point/v1"  # one point a record (kind point)
 
 _T = TypeVar("_T")
 

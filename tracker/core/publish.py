@@ -6,11 +6,14 @@ partition from ``run-state``); every decision it takes about what to write is ma
 
 - **publish or not**: a run's history (without its pods and metric points) is published to ``transitions`` when
   the sha256 of its JSON (its *content hash*) differs from the hash last published for the run; folding records
-  that change nothing publishes nothing, and the same output twice publishes once. Its metric points are a record of
-  their own, published when they changed (by their own content hash), and so is each of its pods, published when its
-  row changed (the derivation tells which: ``HistoryUpdate.pods``), with a tombstone for a pod no longer the run's.
-  So what a change publishes does not grow with the run's width. A record larger than the topic allows is a dead
-  letter instead (its hash is remembered all the same, so that it is not retried at every batch);
+  that change nothing publishes nothing, and the same output twice publishes once. Each of its metric points is a
+  record of its own, published when it was added or changed, with a tombstone for a point no longer kept
+  (``HistoryUpdate.points``, ``removed_points``), and so is each of its pods, published when its row changed (the
+  derivation tells which: ``HistoryUpdate.pods``), with a tombstone for a pod no longer the run's. So what a change
+  publishes grows neither with the run's width nor with its points. The run's points record of an older tracker
+  (one record with every point, key ``<run id>/points``) gets a tombstone once its points went out one by one. A
+  record larger than the topic allows is a dead letter instead (its hash is remembered all the same, so that it is
+  not retried at every batch);
 - **the watermark**: the partition's event time, the latest transition time of any history it produced. It only
   advances (a batch of older histories holds it); the event clock of the stuck alerts reads it;
 - **stuck runs**: a live run in Admission, Scheduling or Runtime before its application started is a candidate
@@ -48,7 +51,7 @@ from tracker.core import entries, stuck
 from tracker.core.model import (
     DeadLetter,
     HistoryUpdate,
-    MetricPointsRecord,
+    MetricPoint,
     Phase,
     PodPlacement,
     RunHistory,
@@ -61,7 +64,7 @@ from tracker.core.reducer import Flushed
 from tracker.core.stuck import Clock, Stuck, StuckRunAlert
 from tracker.core.timefmt import ts
 from tracker.core.waits import pending_by_category
-from tracker.core.wire import HISTORY, NODE, POD, POINTS, POSITION, POSITION_SUFFIX, QUEUE, record_key
+from tracker.core.wire import HISTORY, NODE, POD, POINT, POINTS, POSITION, POSITION_SUFFIX, QUEUE, point_key, record_key
 
 
 def content_hash(value: bytes) -> str:
@@ -74,7 +77,7 @@ class RunShell:
     """What the reducer process keeps per live run besides the reducer's facts (persisted in run-state)."""
 
     content_hash: str | None = None  # of the history last published
-    points_hash: str | None = None  # of the metric points last published
+    points_hash: str | None = None  # of the run's points record an older tracker published (None: none, or replaced)
     entries: tuple[int, ...] | None = None  # phase entries already counted in the metrics (core.entries)
     alerted: list[int] = field(default_factory=list)  # attempts already alerted stuck in Admission
     alerted_stuck: list[tuple[int, Phase]] = field(default_factory=list)  # (attempt, phase) alerted, other phases
@@ -117,7 +120,7 @@ class Publication:
     """A record to publish on ``transitions``: its kind, key, JSON (None: a tombstone) and the content hash of it."""
 
     run_id: str  # a queue's record: its queue key; a Node's: its node key
-    kind: str  # HISTORY, POINTS, POD, QUEUE, POSITION or NODE
+    kind: str  # HISTORY, POINT, POD, QUEUE, POSITION or NODE (POINTS: the tombstone of an older record)
     key: str
     value: bytes | None
     digest: str | None
@@ -216,12 +219,17 @@ class PartitionPolicy:
                 for cat, seconds in pending_added(shell.pending or {}, counted).items():
                     out.pending[cat] = out.pending.get(cat, 0.0) + seconds
                 shell.pending = counted
-        if u.points is not None and (u.points or shell.points_hash is not None):  # none yet: no record either
-            value = adapter(MetricPointsRecord).dump_json(MetricPointsRecord(run_id=run_id, metric_points=u.points))
-            digest = content_hash(value)
-            if digest != shell.points_hash:
-                self._add(out, limits, Publication(run_id, POINTS, record_key(run_id, POINTS), value, digest))
-                shell.points_hash = digest
+        point_json = adapter(MetricPoint).dump_json
+        for pt in u.points or ():
+            self._add(out, limits, Publication(run_id, POINT, point_key(run_id, pt.metric, pt.step), point_json(pt),
+                                               None))
+        for metric, step in u.removed_points:
+            out.publish.append(Publication(run_id, POINT, point_key(run_id, metric, step), None, None))
+        if shell.points_hash is not None and (u.full or u.points_full):
+            # the run's points record of a tracker before per-point records: its point records, just published,
+            # replace it
+            out.publish.append(Publication(run_id, POINTS, record_key(run_id, POINTS), None, None))
+            shell.points_hash = None
         pod_json = adapter(PodPlacement).dump_json
         for row in u.pods:
             self._add(out, limits, Publication(run_id, POD, record_key(run_id, POD, row.uid), pod_json(row), None))

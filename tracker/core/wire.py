@@ -11,13 +11,15 @@ is written here once, so that a change of key layout is one change, and the modu
   dead-letters the record), ``queue:...`` for a Kueue queue object, ``node:<name>`` for a Node; header ``source``
   (``SOURCE_HEADER``): where the change was read (``watch:<stream>``, ``path:line``), so a dead letter can name it.
 - ``transitions`` (``tracker.core.publish`` decides, ``tracker reduce`` writes, the sinks read): a run's parts as
-  records of their own, told apart by the header ``kind`` (``HISTORY``, ``POINTS``, ``POD``, ``QUEUE``,
+  records of their own, told apart by the header ``kind`` (``HISTORY``, ``POINT``, ``POD``, ``QUEUE``,
   ``POSITION``, ``NODE``) and keyed so that compaction keeps the latest of each part (``record_key``): ``<run id>``,
-  ``<run id>/points``, ``<run id>/pod/<uid>`` (a tombstone: the pod is no longer the run's), ``<run id>/position``,
+  ``<run id>/point/<step>/<metric>`` (a metric point; a tombstone: the point is no longer kept),
+  ``<run id>/pod/<uid>`` (a tombstone: the pod is no longer the run's), ``<run id>/position``,
   ``queue:<ClusterQueue>`` or ``queue:<namespace>/<LocalQueue>`` for a queue, ``node:<name>`` for a Node. A history
-  and its points carry their content hash (``CONTENT_HASH_HEADER``, the sha256 of the value). A record without
-  ``kind`` is a whole history as a tracker before the split published it. A run id is a label value or a uid: it
-  holds no ``/`` and no ``:``.
+  carries its content hash (``CONTENT_HASH_HEADER``, the sha256 of the value). A record without ``kind`` is a whole
+  history as a tracker before the split published it; one of kind ``POINTS`` (key ``<run id>/points``) is a run's
+  complete set of points as a tracker before per-point records published it (its tombstone: that record is
+  replaced by the run's point records). A run id is a label value or a uid: it holds no ``/`` and no ``:``.
 - ``run-state`` (``tracker reduce`` writes and restores from it): a run's snapshot keyed by its run id, each of its
   pods keyed ``<run id>/pod/<uid>`` with header ``kind: pod`` (``POD_STATE_HEADERS``), a queue's, a position's or
   a Node's state under its transitions key with its ``kind``; a tombstone for what was forgotten.
@@ -54,23 +56,26 @@ def change_source(headers: Headers | None) -> str | None:
 
 # ------------------------------------------------------------------------------------------ transitions
 
-KIND_HEADER = "kind"  # of a transitions record: history, points, pod, queue, position or node; of a run-state one:
-# pod, queue, position or node
-CONTENT_HASH_HEADER = "content-hash"  # of a history or points record: the sha256 of its value, hex
-HISTORY, POINTS, POD = "history", "points", "pod"  # the kinds of a run's records on transitions
+KIND_HEADER = "kind"  # of a transitions record: history, point, pod, queue, position, node (points: older ones);
+# of a run-state one: pod, queue, position or node
+CONTENT_HASH_HEADER = "content-hash"  # of a history (or older points) record: the sha256 of its value, hex
+HISTORY, POINT, POD = "history", "point", "pod"  # the kinds of a run's records on transitions
+POINTS = "points"  # a run's complete set of points, as trackers before per-point records published it
 QUEUE, POSITION = "queue", "position"  # Kueue's queues: a queue's newest state, a pending run's newest position
 NODE = "node"  # a Kubernetes Node's newest state (``tracker.core.nodes``)
 POINTS_SUFFIX = "/points"
 POSITION_SUFFIX = "/position"
 POD_KEY = "/pod/"  # a pod's key: <run id>/pod/<uid>
+POINT_KEY = "/point/"  # a metric point's key: <run id>/point/<step>/<metric>
 QUEUE_KEY_PREFIX = "queue:"  # a queue's key: queue:<ClusterQueue> or queue:<namespace>/<LocalQueue>
 NODE_KEY_PREFIX = "node:"  # a Node's key on changes: node:<name> (``tracker.core.nodes``)
 
 
 def record_key(run_id: str, kind: str, uid: str = "") -> str:
-    """The key of a transitions record: the run id for its history, ``<run id>/points``, ``<run id>/pod/<uid>``,
-    ``<run id>/position``; a queue's is its queue key (``queue:...``), a Node's its node key (``node:<name>``), each
-    passed as ``run_id``. Compaction keeps the latest record of each."""
+    """The key of a transitions record: the run id for its history, ``<run id>/points`` (older trackers),
+    ``<run id>/pod/<uid>``, ``<run id>/position``; a queue's is its queue key (``queue:...``), a Node's its node key
+    (``node:<name>``), each passed as ``run_id``; a metric point's is ``point_key``. Compaction keeps the latest
+    record of each."""
     if kind in (HISTORY, QUEUE, NODE):
         return run_id
     if kind == POINTS:
@@ -78,6 +83,24 @@ def record_key(run_id: str, kind: str, uid: str = "") -> str:
     if kind == POSITION:
         return f"{run_id}{POSITION_SUFFIX}"
     return f"{run_id}{POD_KEY}{uid}"
+
+
+def point_key(run_id: str, metric: str, step: int) -> str:
+    """The key of a metric point's record: ``<run id>/point/<step>/<metric>`` (a metric's name may hold ``/``)."""
+    return f"{run_id}{POINT_KEY}{step}/{metric}"
+
+
+def point_of_key(key: str) -> tuple[str, str, int] | None:
+    """``(run id, metric, step)`` of a metric point's key; None if ``key`` is not one."""
+    run_id, sep, rest = key.partition(POINT_KEY)
+    step, slash, metric = rest.partition("/")
+    if not sep or not slash or not run_id:
+        return None
+    try:
+        n = int(step)
+    except ValueError:
+        return None
+    return (run_id, metric, n) if str(n) == step else None  # the step as record_key wrote it, nothing else
 
 
 def pod_of_key(key: str) -> tuple[str, str] | None:

@@ -224,6 +224,7 @@ class _Spool:
         return self._write(self.rejected, chunk)
 
 
+_POINTS_MEMO = 20_000  # metric points a run's memo remembers as sent (8 bytes each), beyond those a run holds
 _SPOOL_NAME = re.compile(rf"(\d{{16}})\.({'|'.join(ALL_TABLES)})\.jsonl")
 
 
@@ -341,8 +342,13 @@ class AdxSink:
             if sent.get(key) != digest:
                 out.append((table, row_line({"EventId": event_id, "Revision": self._revision, **row})))
             memo[key] = digest
-        if u.points is not None:
+        if u.full or u.points_full:  # every point of the run: those it does not hold are gone
             memo[("MP",)] = b"".join(sorted(points))
+        elif points:  # the points that changed: added to those sent (at most _POINTS_MEMO a run, then only these)
+            old = sent.get(("MP",), b"")
+            assert isinstance(old, bytes)
+            kept = {old[i:i + 8] for i in range(0, len(old), 8)} | set(points)
+            memo[("MP",)] = b"".join(sorted(kept if len(kept) <= _POINTS_MEMO else points))
         self._memo[run_id] = memo
         while len(self._memo) > self.settings.memo_max_runs:
             self._memo.popitem(last=False)

@@ -290,7 +290,7 @@ class ExperimentIndex:
             if e.run is not None:
                 for t in CHILDREN:
                     per_table[t.name].append(e.run_id)
-            if e.points is not None:
+            if e.points_full:
                 per_table[POINTS.name].append(e.run_id)
             if e.full:
                 per_table[PLACEMENTS.name].append(e.run_id)
@@ -317,8 +317,11 @@ class ExperimentIndex:
                 changed += stale(table, {r[1:len(table.key)] for r in rows})
             for table, rows in zip(CHILDREN, e.children, strict=True):
                 changed += many(conn, table.upsert, rows)
-        if e.points is not None:
-            changed += stale(POINTS, {r[1:3] for r in e.points})
+        if e.points_full:
+            changed += stale(POINTS, {r[1:3] for r in e.points or ()})
+        else:
+            changed += many(conn, POINTS.delete, [(e.run_id, metric, step) for metric, step in e.removed_points])
+        if e.points:
             changed += many(conn, POINTS.upsert, e.points)
         if e.full:
             changed += stale(PLACEMENTS, {(r[UID],) for r in e.pods})

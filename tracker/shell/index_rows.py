@@ -100,10 +100,12 @@ class Encoded:
     run_id: str
     run: Row | None  # without updated_seq; None: the history did not change (not in the update)
     children: tuple[list[Row], ...]  # aligned with CHILDREN
-    points: list[Row] | None  # None: unchanged
+    points: list[Row] | None  # added or changed point rows (None: none)
     pods: list[Row]  # changed pod rows
     removed: list[str]  # uids of pods no longer the run's
     full: bool  # pods (and points) are all of the run's
+    removed_points: list[tuple[str, int]]  # (metric, step) of points no longer kept
+    points_full: bool  # points are all of the run's
 
 
 # ------------------------------------------------------------------------------------------ encoding
@@ -255,7 +257,8 @@ def encode(u: HistoryUpdate) -> Encoded:
         if len(set(keys)) != len(keys):
             dup = next(k for k in keys if keys.count(k) > 1)
             raise RefusedUpdate(f"update of run {run_id!r} has two {table.name} rows with key {dup[1:]}")
-    return Encoded(run_id, run, children, points, pods, list(u.removed_pods), u.full)
+    return Encoded(run_id, run, children, points, pods, list(u.removed_pods), u.full, list(u.removed_points),
+                   u.full or u.points_full)
 
 
 def many(conn: sqlite3.Connection, sql: str, rows: Sequence[Row]) -> int:

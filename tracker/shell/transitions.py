@@ -2,12 +2,15 @@
 the ``HistoryUpdate`` it stands for (deploy/kafka/topics.md).
 
 ``tracker reduce`` publishes a run's parts as records of their own (``tracker.core.publish``: header ``kind``,
-keys ``<run id>``, ``<run id>/points``, ``<run id>/pod/<uid>``; a tombstone for a pod no longer the run's), so that a
-record's size does not grow with the run's width, and compaction keeps the latest of each part. A sink reads them
-in partition order and writes each as the update it is; ``combine`` makes one update per run of a batch. Records a
-tracker before the split published (no ``kind`` header: the run's whole history, pods inside its attempts) are read
-as the full update they are. A record that is none of these is a ``BadTransition`` (an ``errors.InvalidInput``: a sink
-skips it and goes on); any other error is a bug and stops the sink. The keys and kinds are ``tracker.core.wire``'s.
+keys ``<run id>``, ``<run id>/point/<step>/<metric>``, ``<run id>/pod/<uid>``; a tombstone for a point no longer
+kept, or a pod no longer the run's), so that a record's size grows neither with the run's width nor with its points,
+and compaction keeps the latest of each part. A sink reads them in partition order and writes each as the update it
+is; ``combine`` makes one update per run of a batch. Records a tracker before the split published (no ``kind``
+header: the run's whole history, pods inside its attempts) are read as the full update they are; a run's points
+record of a tracker before per-point records (kind ``points``) as every point of the run (``points_full``), and
+its tombstone as nothing (the run's point records replace it). A record that is none of these is a
+``BadTransition`` (an ``errors.InvalidInput``: a sink skips it and goes on); any other error is a bug and stops the
+sink. The keys and kinds are ``tracker.core.wire``'s.
 
 Kueue's queues travel on the same topic (``tracker.core.publish``): a queue's newest state (kind ``queue``, key
 ``queue:...``) and a pending run's newest position (kind ``position``, key ``<run id>/position``); ``decode_queue``
@@ -28,6 +31,7 @@ from tracker import errors
 from tracker.core import wire
 from tracker.core.model import (
     HistoryUpdate,
+    MetricPoint,
     MetricPointsRecord,
     PodPlacement,
     RunHistory,
@@ -36,7 +40,19 @@ from tracker.core.model import (
 )
 from tracker.core.nodes import NodeState
 from tracker.core.queues import QueuePosition, QueueState
-from tracker.core.wire import HISTORY, NODE, NODE_KEY_PREFIX, POD, POINTS, POSITION, QUEUE, QUEUE_KEY_PREFIX, record_key
+from tracker.core.wire import (
+    HISTORY,
+    NODE,
+    NODE_KEY_PREFIX,
+    POD,
+    POINT,
+    POINTS,
+    POINTS_SUFFIX,
+    POSITION,
+    QUEUE,
+    QUEUE_KEY_PREFIX,
+    record_key,
+)
 from tracker.shell import jsonio
 
 
@@ -131,12 +147,28 @@ def _decode(key: bytes | None, value: bytes | None, headers: Sequence[tuple[str,
         if (pod.run_id, pod.uid) != (run_id, uid):
             raise BadTransition(f"a pod record keyed {text_key[:200]!r} holds pod {pod.uid!r} of run {pod.run_id!r}")
         return HistoryUpdate(run_id=run_id, pods=(pod,))
+    if kind == POINT:
+        run_id, metric, step = wire.point_of_key(text_key) or ("", "", 0)
+        if not run_id:
+            raise BadTransition(f"a point record's key is not <run id>/point/<step>/<metric>: {text_key[:200]!r}")
+        if value is None:
+            return HistoryUpdate(run_id=run_id, removed_points=((metric, step),))
+        point = load_json(MetricPoint, value)
+        if (point.run_id, point.metric, point.step) != (run_id, metric, step):
+            raise BadTransition(f"a point record keyed {text_key[:200]!r} holds step {point.step!r} of metric "
+                                f"{point.metric[:200]!r} of run {point.run_id!r}")
+        return HistoryUpdate(run_id=run_id, points=[point])
+    if kind == POINTS and value is None:  # an older tracker's points record, replaced by the run's point records
+        run_id, suffix = text_key[:-len(POINTS_SUFFIX)], text_key[-len(POINTS_SUFFIX):]
+        if suffix != POINTS_SUFFIX or not run_id or "/" in run_id:
+            raise BadTransition(f"a points record's key is not <run id>/points: {text_key[:200]!r}")
+        return HistoryUpdate(run_id=run_id)
     if value is None:
         raise BadTransition(f"a tombstone of a {kind or 'history'} record (key {text_key[:200]!r}): "
-                            "only pods are deleted")
-    if kind == POINTS:
+                            "only pods, points and older points records are deleted")
+    if kind == POINTS:  # an older tracker's: every point of the run
         points = load_json(MetricPointsRecord, value)
-        return HistoryUpdate(run_id=points.run_id, points=points.metric_points)
+        return HistoryUpdate(run_id=points.run_id, points=points.metric_points, points_full=True)
     if kind == HISTORY:
         history = load_json(RunHistory, value)
         return HistoryUpdate(run_id=history.run.run_id, history=history)
