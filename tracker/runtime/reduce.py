@@ -67,7 +67,7 @@ from tracker.core.stuck import STUCK_RUN_SCHEMA, StalledAdmissionAlert, StuckRun
 from tracker.core.waits import PENDING_CATEGORIES
 from tracker.runtime.ops import Health, Metrics
 from tracker.settings import Settings
-from tracker.shell import jsonio, kafka
+from tracker.shell import jsonio, kafka, kafka_batches
 
 log = structlog.get_logger("tracker.reduce")
 
@@ -471,9 +471,8 @@ class ReduceService:
         try:
             async with asyncio.timeout(self.ks.call_timeout_s):
                 await producer.begin_transaction()
-                sent = [await producer.send(o.topic, value=o.value, key=o.key, partition=o.partition,
-                                            headers=list(o.headers)) for o in plan.records]
-                await asyncio.gather(*sent)  # the sends' delivery futures: no task is spawned
+                sent = await kafka_batches.send_all(producer, plan.records)  # a batch per partition
+                await asyncio.gather(*sent)  # the batches' delivery futures: no task is spawned
                 if offsets:
                     await producer.send_offsets_to_transaction(offsets, self.s.reduce.group_id)
                 await producer.commit_transaction()
