@@ -326,10 +326,11 @@ class MetricPoints:
     curves: dict[str, dict[int, MetricPoint]] = field(default_factory=dict)  # metric -> bucket -> its point
     size: int = 0  # points kept over every metric (not serialized: recounted)
     # what changed since the derivation last took the points (``drain``; not serialized, not compared): the
-    # (metric, step) of the points added or replaced, and of the points no longer kept. At most one entry each per
-    # point reported since then: every run whose facts changed is derived and taken at the next flush.
-    changed: set[tuple[str, int]] = field(default_factory=set, compare=False, repr=False)
-    gone: set[tuple[str, int]] = field(default_factory=set, compare=False, repr=False)
+    # (metric, step) of the points added or replaced, and of the points no longer kept (None: none; an empty set
+    # is 216 bytes a run). At most one entry each per point reported since then: every run whose facts changed is
+    # derived and taken at the next flush.
+    changed: set[tuple[str, int]] | None = field(default=None, compare=False, repr=False)
+    gone: set[tuple[str, int]] | None = field(default=None, compare=False, repr=False)
 
     def add(self, metric: str, step: int, value: float, at: int, cap: int) -> None:
         if cap <= 0:
@@ -351,20 +352,24 @@ class MetricPoints:
             self._changed(metric, step, cur[0] if cur[0] != step else None)
 
     def _changed(self, metric: str, step: int, dropped: int | None) -> None:
+        if self.changed is None:
+            self.changed = set()
         self.changed.add((metric, step))
         if dropped is not None:
-            self.gone.add((metric, dropped))
+            self._dropped(metric, dropped)
 
     def _dropped(self, metric: str, step: int) -> None:
+        if self.gone is None:
+            self.gone = set()
         self.gone.add((metric, step))
 
     def drain(self) -> tuple[set[tuple[str, int]], set[tuple[str, int]]]:
         """What changed since the last drain, and forget it: the (metric, step) of the points added or replaced
         that are still kept, and of the points kept at some time since then that no longer are."""
-        changed, gone = self.changed, self.gone
+        changed, gone = self.changed or set(), self.gone or set()
+        self.changed = self.gone = None
         if not changed and not gone:
             return changed, gone
-        self.changed, self.gone = set(), set()
         kept = {k for k in changed | gone if self.holds(*k)}
         return changed & kept, gone - kept
 
