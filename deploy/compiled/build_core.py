@@ -13,18 +13,36 @@ Usage (from the repository root): ``python deploy/compiled/build_core.py [--clea
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from tracker.shell import compiled_core  # noqa: E402  (the repository's package, not an installed one)
+
+BUSY = 75  # EX_TEMPFAIL, as a second writer of an index: try again later
+
+
+@contextlib.contextmanager
+def _only_build() -> Iterator[bool]:
+    """Whether this is the only ``./run compile`` of the tree (a lock beside the manifest, held while it runs): two
+    at once would each clean and then build in place, one deleting what the other writes."""
+    with open(compiled_core.CORE_DIR / "compiled-core.lock", "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        yield True
 
 
 def _compile(work: Path, jobs: int) -> None:
@@ -79,11 +97,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.inner:
         _compile(Path(args.inner), args.jobs)
         return 0
-    if args.clean:
-        removed = compiled_core.clean()
-        print(f"==> removed {len(removed)} files: the core runs as plain Python", file=sys.stderr)
-        return 0
-    return build(args.jobs)
+    with _only_build() as alone:
+        if not alone:
+            sys.stderr.write("error: another ./run compile is building or removing this tree's compiled core; "
+                             "run this again once it is done\n")
+            return BUSY
+        if args.clean:
+            removed = compiled_core.clean()
+            print(f"==> removed {len(removed)} files: the core runs as plain Python", file=sys.stderr)
+            return 0
+        return build(args.jobs)
 
 
 if __name__ == "__main__":

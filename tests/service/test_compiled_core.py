@@ -126,3 +126,18 @@ def test_version_names_what_the_core_runs_as() -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("tracker ") and "; core: " in done.stdout
     assert compiled_core.check().describe() in done.stdout
+
+
+def test_a_second_compile_of_the_tree_at_once_is_refused_in_one_line() -> None:
+    """Two ``./run compile`` at once would each clean and then build in place; the second is refused (exit 75,
+    try again later) while the first holds the tree's lock, and touches nothing."""
+    import fcntl
+
+    root = Path(__file__).resolve().parents[2]
+    with open(compiled_core.CORE_DIR / "compiled-core.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        done = subprocess.run([sys.executable, str(root / "deploy" / "compiled" / "build_core.py"), "--clean"],
+                              capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 75, done.stderr
+    assert done.stderr.splitlines() == ["error: another ./run compile is building or removing this tree's compiled "
+                                        "core; run this again once it is done"]
