@@ -141,3 +141,20 @@ def test_a_second_compile_of_the_tree_at_once_is_refused_in_one_line() -> None:
     assert done.returncode == 75, done.stderr
     assert done.stderr.splitlines() == ["error: another ./run compile is building or removing this tree's compiled "
                                         "core; run this again once it is done"]
+
+
+def test_a_stale_extension_module_that_fails_to_load_is_the_one_line_too(tmp_path: Path) -> None:
+    """An extension module of an older build may fail to load at all (here: not a shared object) before any command
+    runs; the command line then says why in one line, exit 2, rather than with the import's traceback."""
+    import shutil
+
+    root = Path(__file__).resolve().parents[2]
+    tree = tmp_path / "tree"
+    shutil.copytree(root / "tracker", tree / "tracker", ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+    (tree / "tracker" / "core" / f"vocab{SUFFIX}").write_bytes(b"not a shared object")
+    done = subprocess.run([sys.executable, "-c", "import tracker.cli, sys; sys.exit(tracker.cli.main(['runs']))"],
+                          cwd=tree, env={"PYTHONPATH": str(tree), "PATH": "/usr/bin:/bin"}, capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert done.returncode == 2, done.stderr
+    [line] = done.stderr.splitlines()
+    assert line.startswith("error: ") and "compiled" in line and "Traceback" not in done.stderr

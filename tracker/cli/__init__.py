@@ -28,9 +28,18 @@ from collections.abc import Sequence
 from typing import Any, TextIO, cast
 
 from tracker import errors
-from tracker.cli.args import fail, table_width
-from tracker.cli.parser import SERVICE_COMMANDS, build_parser
 from tracker.shell import compiled_core
+
+try:
+    from tracker.cli.args import fail, table_width
+    from tracker.cli.parser import SERVICE_COMMANDS, build_parser
+except ImportError as _exc:  # a compiled core older than its sources may not even load (a changed native class)
+    try:
+        compiled_core.check()
+    except errors.Fatal as _stale:  # then that is the one line, not the import's traceback
+        sys.stderr.write(f"error: {_stale}\n")
+        raise SystemExit(_stale.exit_code) from _exc
+    raise
 
 
 class _TrailingBlanksCut:
