@@ -14,7 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tracker.core.facts import METRIC_POINTS_PER_RUN, MetricPoints, RunFacts
+from tracker.core.curves import METRIC_POINTS_PER_RUN, MetricPoints
+from tracker.core.facts import RunFacts
 from tracker.core.limits import ReducerLimits
 from tracker.core.model import HistoryUpdate, to_json
 from tracker.core.reducer import Reducer

@@ -53,6 +53,7 @@ from dataclasses import replace
 from itertools import pairwise
 
 from tracker.core import gpu, provenance
+from tracker.core.curves import MetricPoints
 from tracker.core.derive_attempts import (
     EVICTION_NOT_OBSERVED,
     RAYJOB_RETRY,
@@ -78,7 +79,7 @@ from tracker.core.derive_rules import (
     _source,
     _view,
 )
-from tracker.core.facts import MetricPoints, RunFacts
+from tracker.core.facts import RunFacts
 from tracker.core.model import (
     ANN_CONFIG_DIGEST,
     ANN_CONFIG_REF,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from tracker.core.facts import METRIC_POINTS_PER_RUN
+from tracker.core.curves import METRIC_POINTS_PER_RUN
 from tracker.core.gpu import ACCELERATOR_RESOURCES
 
 

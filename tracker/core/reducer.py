@@ -32,8 +32,9 @@ from tracker.core import extract as x
 from tracker.core import provenance
 from tracker.core import validate as v
 from tracker.core.correlate import KINDS, ROOT_KINDS, Correlator, Link, link, lost_key, taken_run_id
+from tracker.core.curves import MetricFacts
 from tracker.core.derive import Derivation
-from tracker.core.facts import MetricFacts, RunFacts
+from tracker.core.facts import RunFacts
 from tracker.core.gpu import Accelerators
 from tracker.core.limits import ReducerLimits, Stats
 from tracker.core.model import (

@@ -53,7 +53,7 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
 from tracker import errors
-from tracker.core.facts import METRIC_POINTS_PER_RUN
+from tracker.core.curves import METRIC_POINTS_PER_RUN
 from tracker.core.gpu import ACCELERATOR_RESOURCES
 from tracker.core.limits import ReducerLimits
 from tracker.core.model import Phase
