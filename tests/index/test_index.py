@@ -17,6 +17,7 @@ from tracker.core.model import (
     Attempt,
     CheckpointRecord,
     GoodputCategory,
+    HistoryUpdate,
     LedgerSpan,
     MetricPoint,
     MetricSummary,
@@ -246,6 +247,24 @@ def test_times_are_iso_utc_text_with_microseconds_only_when_nonzero(index: Exper
     assert rows["run-wait"] == "2026-08-20T10:00:00Z"
     assert rows["run-resume"] == "2026-08-20T10:00:00.000060Z"
     assert rows["run-fail"] == "2026-08-20T10:20:00Z"
+
+
+def test_times_decoded_from_the_transitions_topic_or_with_an_offset_are_the_same_text(index: ExperimentIndex) -> None:
+    """A sink's times come from pydantic (its own UTC tzinfo), a caller's may carry an offset: each is stored as the
+    same ISO-8601 UTC text as the reducer's own times."""
+    from datetime import timezone
+
+    from pydantic import TypeAdapter
+
+    decoded = TypeAdapter(datetime).validate_json('"2026-08-20T10:00:00.000060Z"')
+    assert decoded.tzinfo is not UTC
+    offset = datetime(2026, 8, 20, 12, 0, 0, 60, tzinfo=timezone(timedelta(hours=2)))
+    points = [MetricPoint(run_id="p", metric=m, step=1, value=1.0, at=at) for m, at in
+              (("utc", datetime(2026, 8, 20, 10, 0, 0, 60, tzinfo=UTC)), ("decoded", decoded), ("offset", offset))]
+    index.write([HistoryUpdate(run_id="p", points=points, points_full=True)])
+    rows = dict(sqlite3.connect(index.path).execute("SELECT metric, at FROM metric_points").fetchall())
+    assert rows == {"utc": "2026-08-20T10:00:00.000060Z", "decoded": "2026-08-20T10:00:00.000060Z",
+                    "offset": "2026-08-20T10:00:00.000060Z"}
 
 
 def test_nan_metric_is_stored_as_null_and_read_back_as_nan(index: ExperimentIndex) -> None:

@@ -14,7 +14,7 @@ import operator
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from enum import Enum
 from typing import Any
 
@@ -116,11 +116,16 @@ def _aware(dt: datetime) -> datetime:
     return dt if dt.tzinfo is not None else dt.replace(tzinfo=UTC)
 
 
+_ZERO = timedelta(0)
+
+
 def _when(dt: datetime | None) -> str | None:
     """The index's time text: ISO-8601 UTC with a Z, microseconds only when not zero (``model.iso``'s form)."""
     if dt is None:
         return None
-    if dt.tzinfo is UTC:  # the rows' own times: datetime's isoformat is that form, with +00:00 for the Z
+    if dt.tzinfo is UTC or (dt.tzinfo is not None and dt.utcoffset() == _ZERO):
+        # the rows' own times, and those pydantic decoded from the transitions topic (its own UTC tzinfo): datetime's
+        # isoformat is that form, with +00:00 for the Z
         return dt.isoformat()[:-6] + "Z"
     return iso(ts(_aware(dt)))
 
