@@ -17,7 +17,6 @@ import asyncio
 import sys
 import time
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -26,18 +25,9 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from bench._common import default_bootstrap, load_average
-from tracker.shell.kafka_batches import send_all
+from tracker.shell.kafka_batches import Out, send_all
 
 PARTITIONS = 4
-
-
-@dataclass(frozen=True)
-class Out:
-    topic: str
-    partition: int | None
-    key: bytes | None
-    value: bytes | None
-    headers: tuple[tuple[str, bytes], ...]
 
 
 async def _one_way(producer: AIOKafkaProducer, records: list[Out], transactions: int, batched: bool) -> tuple[float,

@@ -5,22 +5,12 @@ the order given."""
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from tracker.shell.kafka_batches import send_all
-
-
-@dataclass(frozen=True)
-class Out:
-    topic: str
-    partition: int | None
-    key: bytes | None
-    value: bytes | None
-    headers: tuple[tuple[str, bytes], ...] = ()
+from tracker.shell.kafka_batches import Out, send_all
 
 
 @pytest.mark.kafka

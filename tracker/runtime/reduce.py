@@ -89,13 +89,7 @@ class _Partition:
     policy: PartitionPolicy = field(default_factory=PartitionPolicy)  # runs' shells, stuck runs, watermark
 
 
-@dataclass(frozen=True, slots=True)
-class _Out:
-    topic: str
-    partition: int | None
-    key: bytes | None
-    value: bytes | None
-    headers: tuple[tuple[str, bytes], ...] = ()
+_Out = kafka_batches.Out  # a record of a transaction
 
 
 @dataclass(slots=True)

@@ -11,26 +11,26 @@ batch go through ``send``, as before.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Sequence
-from typing import Any, Protocol
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
 
-class OutRecord(Protocol):
-    @property
-    def topic(self) -> str: ...
-    @property
-    def partition(self) -> int | None: ...
-    @property
-    def key(self) -> bytes | None: ...
-    @property
-    def value(self) -> bytes | None: ...
-    @property
-    def headers(self) -> Sequence[tuple[str, bytes]]: ...
+@dataclass(frozen=True, slots=True)
+class Out:
+    """A record to produce: its topic, partition (None: the partitioner picks), key, value (None: a tombstone),
+    headers."""
+
+    topic: str
+    partition: int | None
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes], ...] = ()
 
 
-async def send_all(producer: AIOKafkaProducer, records: Iterable[OutRecord]) -> list[asyncio.Future[Any]]:
+async def send_all(producer: AIOKafkaProducer, records: Iterable[Out]) -> list[asyncio.Future[Any]]:
     """Queue ``records`` on ``producer`` (inside its open transaction); the delivery futures of what was queued."""
     futures: list[asyncio.Future[Any]] = []
     open_batches: dict[tuple[str, int], Any] = {}
@@ -57,11 +57,11 @@ async def send_all(producer: AIOKafkaProducer, records: Iterable[OutRecord]) -> 
     return futures
 
 
-def _append(batch: Any, r: OutRecord) -> bool:
+def _append(batch: Any, r: Out) -> bool:
     return batch.append(timestamp=None, key=r.key, value=r.value, headers=list(r.headers)) is not None
 
 
-async def _send_one(producer: AIOKafkaProducer, r: OutRecord) -> asyncio.Future[Any]:
+async def _send_one(producer: AIOKafkaProducer, r: Out) -> asyncio.Future[Any]:
     future: asyncio.Future[Any] = await producer.send(r.topic, value=r.value, key=r.key, partition=r.partition,
                                                       headers=list(r.headers))
     return future
