@@ -103,6 +103,12 @@ def point_of_key(key: str) -> tuple[str, str, int] | None:
     return (run_id, metric, n) if str(n) == step else None  # the step as record_key wrote it, nothing else
 
 
+def run_of_points_key(key: str) -> str | None:
+    """The run id of an older tracker's points key (``<run id>/points``); None if ``key`` is not one."""
+    run_id = key.removesuffix(POINTS_SUFFIX)
+    return run_id if run_id != key and run_id and "/" not in run_id else None
+
+
 def pod_of_key(key: str) -> tuple[str, str] | None:
     """``(run id, uid)`` of a pod's key (``<run id>/pod/<uid>``); None if ``key`` is not one."""
     run_id, sep, uid = key.partition(POD_KEY)

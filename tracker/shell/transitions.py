@@ -47,7 +47,6 @@ from tracker.core.wire import (
     POD,
     POINT,
     POINTS,
-    POINTS_SUFFIX,
     POSITION,
     QUEUE,
     QUEUE_KEY_PREFIX,
@@ -159,10 +158,10 @@ def _decode(key: bytes | None, value: bytes | None, headers: Sequence[tuple[str,
                                 f"{point.metric[:200]!r} of run {point.run_id!r}")
         return HistoryUpdate(run_id=run_id, points=[point])
     if kind == POINTS and value is None:  # an older tracker's points record, replaced by the run's point records
-        run_id, suffix = text_key[:-len(POINTS_SUFFIX)], text_key[-len(POINTS_SUFFIX):]
-        if suffix != POINTS_SUFFIX or not run_id or "/" in run_id:
+        older = wire.run_of_points_key(text_key)
+        if older is None:
             raise BadTransition(f"a points record's key is not <run id>/points: {text_key[:200]!r}")
-        return HistoryUpdate(run_id=run_id)
+        return HistoryUpdate(run_id=older)
     if value is None:
         raise BadTransition(f"a tombstone of a {kind or 'history'} record (key {text_key[:200]!r}): "
                             "only pods, points and older points records are deleted")
