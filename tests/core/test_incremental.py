@@ -10,7 +10,10 @@ failures, evictions and deletions) folded in a random interleaving and flushed a
 - the updates of a run combined in order (``HistoryUpdate.then``: what a sink ends up holding) are its complete
   history: the same rows, no removed pod left, no pod missing;
 - an update holds only the pod rows that changed (a flush after a change of one pod of a wide run holds that pod),
-  and only the metric points that changed (a flush after one progress report holds its points, not the run's).
+  and only the metric points that changed (a flush after one progress report holds its points, not the run's);
+- a progress report that changes nothing but the run's metrics, step records and checkpoints is derived without the
+  history's shape (``derive._Shape``), and the history is still the one from scratch, whatever the report's time
+  (before the run's attempt, in it, after its end, in a progress bucket already seen or not) and checkpoint.
 """
 
 from __future__ import annotations
@@ -24,8 +27,9 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sim.lifecycles import RunParams, RunPlan, generate_cluster
-from tests.core.test_reducer_laws import law_settings, plans, seeds
+from sim import builders as b
+from sim.lifecycles import START, RunParams, RunPlan, generate_cluster
+from tests.core.test_reducer_laws import law_settings, plans, run_params, seeds
 from tests.core.test_run_id_conflicts import _copy, _run
 from tests.support.laws import by_object, interleave
 from tracker.core.derive import derive
@@ -192,3 +196,81 @@ def test_an_attempt_lists_its_first_64_failures_and_counts_them_all() -> None:
     assert len(a.failures) == MAX_FAILURES_LISTED and a.failed_pods >= 100
     assert a.failures == sorted(a.failures, key=lambda f: (f.at, f.pod))
     assert h == derive(red.runs[h.run.run_id])
+
+
+# progress reports and checkpoint events of a run, at times around its lifecycle: (kind, minutes after START, step,
+# with a checkpoint URI)
+training_events = st.lists(st.tuples(st.sampled_from(["Progress", "Progress", "Progress", "CheckpointSave",
+                                                      "CheckpointRestore"]),
+                                     st.integers(-5, 240), st.integers(0, 5_000), st.booleans()), max_size=30)
+
+
+def _training(run_id: str, events: list[tuple[str, int, int, bool]]) -> list[dict[str, Any]]:
+    out = []
+    for i, (kind, minutes, step, uri) in enumerate(events):
+        when = START + minutes * b.MINUTE + i  # some share a progress bucket (a minute), some do not
+        ckpt = f"az://ckpt/{run_id}/{step // 1000}" if uri else None
+        if kind == "Progress":
+            out.append(b.progress_event(event_id=f"law-{i}", run_id=run_id, when=when, step=step,
+                                        metrics={"loss": 1.0 / (1 + step)}, checkpoint_uri=ckpt))
+        elif kind == "CheckpointSave":
+            out.append(b.checkpoint_save_event(event_id=f"law-{i}", run_id=run_id, when=when,
+                                               phase="completed" if uri else "started", step=step,
+                                               uri=f"az://ckpt/{run_id}/{step // 1000}"))
+        else:
+            out.append(b.checkpoint_restore_event(event_id=f"law-{i}", run_id=run_id, when=when,
+                                                  phase="completed" if uri else "started", step=step,
+                                                  uri=f"az://ckpt/{run_id}/{step // 1000}"))
+    return out
+
+
+@law_settings(60)
+@given(run_params, training_events, seeds, st.floats(0.0, 1.0))
+def test_progress_reports_anywhere_flushed_anywhere_equal_the_derivation_from_scratch(
+        params: RunParams, events: list[tuple[str, int, int, bool]], seed: int, density: float) -> None:
+    """A run's lifecycle with progress reports and checkpoint events added at any time around it, flushed after a
+    random share of the records: each flush's history is the one from scratch (``_check``), however many of the
+    progress reports took the path that keeps the history's shape."""
+    streams = by_object(generate_cluster([RunPlan(params, seed=seed)]).streams)
+    run_id = next(rec["run_id"] for stream in streams for rec in stream if "run_id" in rec)
+    order = interleave([*streams, _training(run_id, events)], random.Random(seed))
+    rng = random.Random(seed + 1)
+    _check(order, {n for n in range(len(order)) if rng.random() < density})
+
+
+def test_a_progress_report_of_a_running_run_keeps_its_shape_unless_it_changes_what_the_shape_reads() -> None:
+    """The shape (attempts, phases, status, the run record without the ledger) is derived again only when a report
+    changes what it reads: a progress time in a minute not seen yet, or a later checkpoint. Each history is the one
+    from scratch."""
+    cluster = generate_cluster([RunPlan(RunParams(pods=2, outcome="running", progress_points=1))])
+    red = Reducer()
+    for rec in (ev for seq in by_object(cluster.streams) for ev in seq):
+        red.apply(rec, "law")
+    [first] = red.flush().updates
+    run_id = first.run_id
+    assert first.history is not None
+    last = max(t.at for t in first.history.transitions)
+    base = int(last.timestamp() * 1000) + 5 * b.MINUTE
+    shapes = red.derivations[run_id].shapes
+
+    def report(n: int, when: int, uri: str | None = None) -> HistoryUpdate:
+        red.apply(b.progress_event(event_id=f"p{n}", run_id=run_id, when=when, step=1_000 + n, metrics={"loss": 1 / n},
+                                   checkpoint_uri=uri), "law")
+        [u] = red.flush().updates
+        history = u.history if u.history is not None else first.history
+        assert history == replace(derive(red.runs[run_id]), metric_points=None, pods=None)
+        return u
+
+    report(1, base)  # a minute not seen yet: the progress times changed
+    assert red.derivations[run_id].shapes == shapes + 1
+    u = report(2, base + b.SECOND)  # the same minute: steps, metrics and points only
+    assert red.derivations[run_id].shapes == shapes + 1
+    assert u.points and u.history is not None and u.history.metrics != first.history.metrics
+    report(3, base + 2 * b.SECOND, "az://ckpt/3")  # a later checkpoint
+    assert red.derivations[run_id].shapes == shapes + 2
+    report(4, base + 3 * b.SECOND)
+    assert red.derivations[run_id].shapes == shapes + 2
+    red.apply(b.progress_event(event_id="p4", run_id=run_id, when=base + 3 * b.SECOND, step=1_004,
+                               metrics={"loss": 1 / 4}), "law")  # a repeat: nothing changes, nothing derived
+    [u] = red.flush().updates
+    assert u.history is None and not u.points and red.derivations[run_id].shapes == shapes + 2

@@ -49,7 +49,7 @@ Each table is ordered and holds the rules of one decision; a reader can check ea
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from itertools import pairwise
 
 from tracker.core import gpu, provenance
@@ -131,10 +131,15 @@ class Derivation:
     What an update costs does not grow with the run's width: the pod side (``derive_pods.PodSide``) recomputes only
     the pods named as changed, and the metric curves, summaries and progress times are rebuilt only when a progress
     report changed them (``RunFacts.progress_seq``). The rest (intake, attempts, final status, phase entries, the
-    run record) is recomputed from the facts at every update: it reads the run's conditions, deployments, events and
-    intake events, which do not grow with its pods."""
+    run record: its ``_Shape``) is recomputed from the facts when anything but a progress report changed them
+    (``RunFacts.shape_seq``), or when a progress report changed what the shape reads of progress (the progress times,
+    the latest checkpoint: ``RunFacts.progress_time`` and ``RunFacts.latest_checkpoint`` count those as a change of
+    shape); it reads the run's conditions, deployments, events and intake events, which do not grow with its pods.
+    A progress report that changed nothing else (most of a running run's changes) costs the goodput ledger, the
+    checkpoints and the metrics only."""
 
-    __slots__ = ("_facts", "_metrics", "_points_of", "_progress", "_seq", "_steps", "_taken", "history", "pods")
+    __slots__ = ("_facts", "_metrics", "_points_of", "_progress", "_seq", "_shape", "_shape_seq", "_steps", "_taken",
+                 "history", "pods", "shapes")
 
     def __init__(self) -> None:
         self.pods = PodSide()
@@ -144,6 +149,9 @@ class Derivation:
         self._metrics: list[MetricSummary] = []
         self._progress: list[int] = []
         self._steps: list[tuple[int, int]] = []  # the step records (the ledger's), as of progress_seq
+        self._shape: _Shape | None = None
+        self._shape_seq = -1  # the shape_seq the shape is of
+        self.shapes = 0  # shapes derived (the cost the progress-only path saves: its tests count them)
         # the metric points object whose changes the last take drained (another one: every point goes out)
         self._points_of: MetricPoints | None = None
         self._taken: RunHistory | None = None  # the history the last take gave
@@ -151,6 +159,10 @@ class Derivation:
     def update(self, r: RunFacts, changed: Iterable[str] | None = None) -> RunHistory:
         """Derive the history of ``r``; ``changed``: the uids of the pods whose facts changed since the last update
         (None: anything may have; also when ``r`` is not the facts object of the last update)."""
+        # the shape still holds if nothing it reads changed: the same facts, no pod, no change of shape
+        same = r is self._facts and changed is not None and not changed and r.shape_seq == self._shape_seq
+        if same and r.progress_seq == self._seq and self.history is not None:
+            return self.history  # nothing changed since the last update
         if r is not self._facts or r.progress_seq != self._seq:
             if r is not self._facts:
                 changed = None
@@ -158,7 +170,12 @@ class Derivation:
             self._metrics = _metrics(r)
             self._progress = sorted(r.progress_buckets.values())
             self._steps = r.steps.records()
-        self.history = _derive(r, self.pods, changed, self._metrics, self._progress, self._steps)
+        shape = self._shape
+        if shape is None or not same:
+            shape = self._shape = _shape(r, self.pods, changed, self._progress)
+            self._shape_seq = r.shape_seq
+            self.shapes += 1
+        self.history = _derive(r, shape, self.pods, self._metrics, self._steps)
         return self.history
 
     def take(self) -> HistoryUpdate:
@@ -196,8 +213,35 @@ class Derivation:
         return replace(self.history, metric_points=_points(self._facts), pods=self.pods.rows())
 
 
-def _derive(r: RunFacts, side: PodSide, changed: Iterable[str] | None, metrics: list[MetricSummary],
-            progress_times: list[int], steps: list[tuple[int, int]]) -> RunHistory:
+@dataclass(slots=True, frozen=True)
+class _Shape:
+    """What a run's history is before the goodput ledger (steps 1 to 5 without the ledger's fields): all of it a
+    function of the facts other than its metrics, step records and checkpoint saves and restores, so a progress report
+    that changed none of its progress times nor its latest checkpoint leaves it as it was (``Derivation.update``)."""
+
+    atts: list[_Att]
+    losses: list[str | None]
+    final: _Final | None
+    transitions: list[Transition]
+    attempts: list[Attempt]  # without the ledger's fields
+    record: RunRecord  # without the ledger's fields
+
+
+def _derive(r: RunFacts, shape: _Shape, side: PodSide, metrics: list[MetricSummary],
+            steps: list[tuple[int, int]]) -> RunHistory:
+    """The history of the run of ``shape``: the shape with the goodput ledger's fields, the metrics and checkpoints."""
+    atts, final = shape.atts, shape.final
+    rs = restores(r.ckpts)
+    led = run_ledger(r, steps, rs, atts, shape.losses, side.attempts, shape.attempts, final.at if final else None)
+    attempts_out = [replace(a, **attempt_fields(led, i)) for i, a in enumerate(shape.attempts)]
+    record = record_fields(r, led, shape.record, rs)
+    links = [ResumeLink(run_id=r.run_id, resume_of=record.resume_of)] if record.resume_of else []
+    return RunHistory(run=record, transitions=list(shape.transitions), attempts=attempts_out, metrics=metrics,
+                      resume_links=links, checkpoints=checkpoint_rows(r, rs, atts), ledger=ledger_spans(led))
+
+
+def _shape(r: RunFacts, side: PodSide, changed: Iterable[str] | None, progress_times: list[int]) -> _Shape:
+    """Steps 1 to 5 of the module docstring, without the goodput ledger (``_derive`` adds it)."""
     intake = _intake(r)
     atts = _split_ray_retries(r, _kueue_attempts(r))
     run = _Run(r, atts, _source(r.kind, r.namespace, r.name), _source("Workload", r.namespace, r.wl_name))
@@ -268,14 +312,8 @@ def _derive(r: RunFacts, side: PodSide, changed: Iterable[str] | None, metrics: 
         reason, message = _pending_reason(r, atts, side.attempts[-1] if side.attempts else None, last_phase, pending)
     phase = transitions[-1].phase if transitions else (Phase.ADMISSION if r.kind else Phase.RESOLUTION)
 
-    rs = restores(r.ckpts)
-    led = run_ledger(r, steps, rs, atts, losses, side.attempts, attempts_out, final.at if final else None)
-    attempts_out = [replace(a, **attempt_fields(led, i)) for i, a in enumerate(attempts_out)]
     record = _record(run, intake, final, attempts_out, status, reason, message, phase, pending, total_retries)
-    record = record_fields(r, led, record, rs)
-    links = [ResumeLink(run_id=r.run_id, resume_of=record.resume_of)] if record.resume_of else []
-    return RunHistory(run=record, transitions=transitions, attempts=attempts_out, metrics=metrics, resume_links=links,
-                      checkpoints=checkpoint_rows(r, rs, atts), ledger=ledger_spans(led))
+    return _Shape(atts, losses, final, transitions, attempts_out, record)
 
 
 def _layout(r: RunFacts, atts: list[_Att], losses: list[str | None]) -> Layout:

@@ -339,6 +339,9 @@ class RunFacts:
     # Not a fact (not kept in snapshots): counts the progress reports merged, so that the derivation rebuilds the
     # metric curves, summaries and progress times only when one changed them (``derive.Derivation``).
     progress_seq: int = 0
+    # Not a fact either: counts the merges that may change the history's shape (``derive._Shape``): every merge but
+    # a progress report's, and a progress report's that changed the progress times or the latest checkpoint.
+    shape_seq: int = 0
 
     # ---------------------------------------------------------------- merges used by the extractor
     def cond(self, conds: CondFacts, versions: CondVersions, key: CondKey, message: str, rv: int | None) -> None:
@@ -400,8 +403,16 @@ class RunFacts:
         cur = self.progress_buckets.get(b)
         if cur is None or at < cur:
             self.progress_buckets[b] = at
+            self.shape_seq += 1
             if len(self.progress_buckets) > MAX_PROGRESS_BUCKETS:
                 del self.progress_buckets[max(self.progress_buckets)]
+
+    def latest_checkpoint(self, step: int, at: int, uri: str) -> None:
+        """A completed checkpoint reported with progress: kept if it is the latest (by step, time, then URI)."""
+        cp = (step, at, uri)
+        if self.checkpoint is None or cp > self.checkpoint:
+            self.checkpoint = cp
+            self.shape_seq += 1
 
     # ---------------------------------------------------------------- snapshot
     def to_json(self, pods: bool = True) -> dict[str, Any]:

@@ -237,10 +237,15 @@ class Reducer(Snapshots):
             self.dead.append(DeadLetter(source=source, reason=reason, detail=detail[:1024],
                                         identity=identity(record), excerpt=_excerpt(record)))
 
-    def _run(self, run_id: str) -> RunFacts:
+    def _run(self, run_id: str, progress: bool = False) -> RunFacts:
+        """The run's facts (new ones if it has none), marked changed; ``progress``: by a progress report or a
+        checkpoint event, which count as a change of the history's shape only where they change what it reads
+        (``RunFacts.shape_seq``)."""
         r = self.runs.get(run_id)
         if r is None:
             r = self.runs[run_id] = RunFacts(run_id)
+        if not progress:
+            r.shape_seq += 1
         self._mark(run_id)
         return r
 
@@ -304,6 +309,7 @@ class Reducer(Snapshots):
             self._merge(r, ln, etype, obj)
         if new:
             self.runs[run_id] = r
+        r.shape_seq += 1
         self._mark(run_id)
         self._release(ln.uid, run_id)
 
@@ -400,7 +406,8 @@ class Reducer(Snapshots):
         if ev.run_id in self.retired:
             self.stats.after_retirement += 1
             return
-        r = self._run(ev.run_id)
+        r = self._run(ev.run_id, progress=isinstance(ev, ProgressEvent | CheckpointSaveEvent | CheckpointRestoreEvent |
+                                                      ResumeEvent))
         if isinstance(ev, CheckpointSaveEvent | CheckpointRestoreEvent | ResumeEvent):
             r.progress_seq += 1  # each merge is idempotent: no repeat check needed
             if isinstance(ev, CheckpointSaveEvent):
@@ -428,9 +435,7 @@ class Reducer(Snapshots):
                 else:
                     m.add(ev.step, value)
             if ev.checkpoint_uri:
-                cp = (ev.step, at, redact_inline(ev.checkpoint_uri))
-                if r.checkpoint is None or cp > r.checkpoint:
-                    r.checkpoint = cp
+                r.latest_checkpoint(ev.step, at, redact_inline(ev.checkpoint_uri))
             return
         data = redact_value(ev.model_dump(exclude={"schema_", "event_id", "run_id", "at", "kind", "status"},
                                           mode="json"))  # messages, input refs, the output URI: redacted
