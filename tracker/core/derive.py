@@ -136,7 +136,8 @@ class Derivation:
     the latest checkpoint: ``RunFacts.progress_time`` and ``RunFacts.latest_checkpoint`` count those as a change of
     shape); it reads the run's conditions, deployments, events and intake events, which do not grow with its pods.
     A progress report that changed nothing else (most of a running run's changes) costs the goodput ledger, the
-    checkpoints and the metrics only."""
+    checkpoints and the metrics only. The shape is kept only while the run is running: a pending or finished run
+    rarely reports progress, and its derivation stays the size it was."""
 
     __slots__ = ("_facts", "_metrics", "_points_of", "_progress", "_seq", "_shape", "_shape_seq", "_steps", "_taken",
                  "history", "pods", "shapes")
@@ -172,9 +173,12 @@ class Derivation:
             self._steps = r.steps.records()
         shape = self._shape
         if shape is None or not same:
-            shape = self._shape = _shape(r, self.pods, changed, self._progress)
+            shape = _shape(r, self.pods, changed, self._progress)
             self._shape_seq = r.shape_seq
             self.shapes += 1
+        # kept for the next update while the run runs (what reports progress); not for the others, which would keep
+        # about 2 KiB each for a change that rarely comes
+        self._shape = shape if shape.record.status is Status.RUNNING else None
         self.history = _derive(r, shape, self.pods, self._metrics, self._steps)
         return self.history
 
