@@ -14,11 +14,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tracker.core import wire
 from tracker.core.curves import METRIC_POINTS_PER_RUN, MetricPoints
 from tracker.core.facts import RunFacts
 from tracker.core.limits import ReducerLimits
 from tracker.core.model import HistoryUpdate, to_json
 from tracker.core.reducer import Reducer
+from tracker.core.snapshot import point_of_state, point_state
+from tracker.errors import StoredStateError
 
 T0 = datetime(2026, 8, 20, 10, 0, tzinfo=UTC)
 METRICS = ("loss", "acc", "lr")
@@ -222,3 +225,106 @@ def test_one_report_to_a_run_of_many_points_updates_its_points_only() -> None:
     assert {(p.metric, p.step) for p in fourth.points or ()} <= kept
     assert [to_json(p) for p in (first.then(second).then(third).then(fourth).points or ())] == \
         [to_json(p) for p in h.metric_points]
+
+
+def _changelog_write(log: dict[str, Any], red: Reducer, run_id: str) -> None:
+    """What ``tracker reduce`` writes to its run-state changelog for ``run_id`` (keys as there, tombstones delete):
+    the run's snapshot without its points, a record per point the last flush changed, a tombstone per point dropped."""
+    snap = red.snapshot_run(run_id, points_apart=True)
+    assert snap is not None
+    snap.pop("pods"), snap.pop("pods_removed")
+    points, gone = snap.pop("points"), snap.pop("points_removed")
+    for metric, step in gone:
+        log.pop(wire.point_key(run_id, metric, step), None)
+    log[run_id] = json.loads(json.dumps(snap))
+    for metric, pts in points.items():
+        for step, value, at in pts:
+            log[wire.point_key(run_id, metric, step)] = json.loads(json.dumps(point_state(run_id, value, at)))
+
+
+def _changelog_restore(log: dict[str, Any], limits: ReducerLimits) -> Reducer:
+    """A new reducer restored from the changelog as ``tracker reduce`` restores a partition."""
+    red = Reducer(limits)
+    points: dict[str, dict[str, list[Any]]] = {}
+    docs = []
+    for key, doc in log.items():
+        point = wire.point_of_key(key)
+        if point is None:
+            docs.append(doc)
+        else:
+            points.setdefault(point[0], {}).setdefault(point[1], []).append([point[2],
+                                                                             *point_of_state(doc, point[0])])
+    for doc in docs:
+        red.restore_run(json.loads(json.dumps(doc)), {}, points.get(doc["run_id"]))
+    return red
+
+
+@settings(max_examples=150, deadline=None)
+@given(rs=reports, cap=st.integers(1, 12), cuts=st.sets(st.integers(0, 60), max_size=12),
+       restarts=st.sets(st.integers(0, 60), max_size=3))
+def test_a_changelog_of_points_apart_restores_the_rules_points_and_a_retired_run_leaves_none(
+        rs: list[Report], cap: int, cuts: set[int], restarts: set[int]) -> None:
+    """The run-state changelog keeps each point in a record of its own (``snapshot_run(points_apart=True)``): written
+    at each flush, restored from at any flush (a restart), it ends with the rule's points, the run's record holds none
+    of them, and a run retired leaves its marker and no point record."""
+    limits = ReducerLimits(metric_points_per_run=cap)
+    red = Reducer(limits)
+    log: dict[str, Any] = {}
+
+    def flush(n: int) -> Reducer:
+        for u in red.flush().updates:
+            _changelog_write(log, red, u.run_id)
+        if n in restarts:
+            return _changelog_restore(log, limits)
+        return red
+
+    for n, r in enumerate(rs):
+        red.apply(progress(*r), "law")
+        if n in cuts:
+            red = flush(n)
+    red = flush(-1)
+    want = expected(rs, cap)
+    if "r" not in red.runs:
+        assert want == [] and not log
+        return
+    assert log["r"]["version"] == 3 and log["r"]["facts"]["points"][1] == {}
+    assert points_of(red) == want
+    restored = _changelog_restore(log, limits)
+    assert points_of(restored) == want
+    assert restored.runs["r"].points.to_json() == red.runs["r"].points.to_json()
+    red.retire("r")
+    red.flush()
+    _changelog_write(log, red, "r")
+    assert set(log) == {"r"} and log["r"]["retired"] is True and log["r"]["version"] == 3
+
+
+def test_a_run_kept_with_its_points_inside_writes_them_all_apart_at_its_next_snapshot() -> None:
+    """A run-state record of version 2 (points inside the facts, as trackers before version 3 and the index keep it)
+    is read, and the run's next version-3 snapshot writes every point, even when no flush changed one of them."""
+    red = Reducer()
+    for step in range(5):
+        red.apply(progress(f"p{step}", step, step, {"loss": 1.0 / (step + 1)}), "intake")
+    red.flush()
+    old = red.snapshot_run("r")
+    assert old is not None and old["version"] == 2 and len(old["facts"]["points"][1]["loss"]) == 5
+    new = Reducer()
+    new.restore_run(json.loads(json.dumps(old)))
+    snap = new.snapshot_run("r", points_apart=True)
+    assert snap is not None and snap["version"] == 3 and snap["facts"]["points"] == [1, {}]
+    assert [p[0] for p in snap["points"]["loss"]] == [0, 1, 2, 3, 4] and snap["points_removed"] == []
+    again = new.snapshot_run("r", points_apart=True)  # written: the next snapshot holds none
+    assert again is not None and again["points"] == {}
+
+
+def test_a_points_record_that_is_not_one_is_refused_in_one_line() -> None:
+    with pytest.raises(StoredStateError, match="is not a metric point's record of run 'r'"):
+        point_of_state({"version": 2, "run_id": "r", "point": [1.0, 0]}, "r")
+    with pytest.raises(StoredStateError, match="is not a metric point's record"):
+        point_of_state({"version": 3, "run_id": "other", "point": [1.0, 0]}, "r")
+    red = Reducer()
+    red.apply(progress("a", 3, 0, {"loss": 2.0}), "intake")
+    red.flush()
+    snap = red.snapshot_run("r", points_apart=True)
+    assert snap is not None
+    with pytest.raises(StoredStateError, match="points"):  # the values are checked with the facts
+        Reducer().restore_run(json.loads(json.dumps(snap)), {}, {"loss": [[3, "not a number", 0]]})

@@ -737,7 +737,7 @@ async def latest_run_state(settings: Settings) -> dict[str, dict[str, Any]]:
     latest: dict[str, dict[str, Any]] = {}
     for rec in await read_topic(settings, settings.kafka.topics.run_state, PARTITIONS):
         assert rec.key is not None
-        if b"/pod/" in rec.key:  # a pod's state, apart from its run's
+        if b"/pod/" in rec.key or b"/point/" in rec.key:  # a pod's or a metric point's state, apart from its run's
             continue
         if rec.value is None:
             latest.pop(rec.key.decode(), None)
@@ -778,6 +778,27 @@ async def test_finished_runs_are_retired_after_their_grace_also_across_a_restart
     assert {run_id for run_id, doc in state.items() if doc.get("retired")} == done
     assert {run_id for run_id, doc in state.items() if not doc.get("retired")} == \
         (set(expected) - done) | {f"tick-{p}" for p in range(PARTITIONS)}
+    # each metric point is a run-state record of its own (snapshot version 3), and a retired run keeps none
+    points = await run_state_points(settings)
+    assert points == {run_id: {(p.metric, p.step) for p in h.metric_points or ()}
+                      for run_id, h in expected.items() if run_id not in done and h.metric_points}
+    assert all(doc["version"] == 3 and doc["facts"]["points"][1] == {} for doc in state.values()
+               if not doc.get("retired"))
+
+
+async def run_state_points(settings: Settings) -> dict[str, set[tuple[str, int]]]:
+    """Each run's metric points kept in run-state (tombstones applied), from their records' keys."""
+    latest: dict[str, bool] = {}
+    for rec in await read_topic(settings, settings.kafka.topics.run_state, PARTITIONS):
+        assert rec.key is not None
+        if wire.point_of_key(rec.key.decode()) is not None:
+            latest[rec.key.decode()] = rec.value is not None
+    out: dict[str, set[tuple[str, int]]] = {}
+    for key, kept in latest.items():
+        point = wire.point_of_key(key)
+        if kept and point is not None:
+            out.setdefault(point[0], set()).add((point[1], point[2]))
+    return out
 
 
 @pytest.mark.kafka

@@ -415,9 +415,10 @@ class RunFacts:
             self.shape_seq += 1
 
     # ---------------------------------------------------------------- snapshot
-    def to_json(self, pods: bool = True) -> dict[str, Any]:
+    def to_json(self, pods: bool = True, points: bool = True) -> dict[str, Any]:
         """The facts as JSON values; ``pods=False`` leaves the pods out (a per-pod changelog keeps them apart:
-        ``PodFacts.to_json``), and ``from_json`` then reads none."""
+        ``PodFacts.to_json``), and ``from_json`` then reads none; ``points=False`` leaves the metric points out but
+        their width (a per-point changelog keeps them apart: ``snapshot.Snapshots.snapshot_run``)."""
         doc = {
             "run_id": self.run_id, "kind": self.kind, "uid": self.uid, "namespace": self.namespace,
             "name": self.name, "created": self.created, "labels": self.labels,
@@ -439,7 +440,7 @@ class RunFacts:
             "progress_buckets": [[k, v] for k, v in self.progress_buckets.items()],
             "metrics": {k: [list(m.first), list(m.latest), m.lo, m.hi, m.points]
                         for k, m in self.metrics.items()},
-            "checkpoint": self.checkpoint, "points": self.points.to_json(),
+            "checkpoint": self.checkpoint, "points": self.points.to_json() if points else [self.points.width, {}],
             "steps": self.steps.to_json(), "ckpts": self.ckpts.to_json(), "workload": self.workload,
         }
         if not pods:

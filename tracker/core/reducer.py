@@ -116,6 +116,13 @@ class Reducer(Snapshots):
         # longer has (a root that lost the run id took them; a retired run's)
         self._state_pods: dict[str, set[str]] = {}
         self._state_removed: dict[str, set[str]] = {}
+        # for ``snapshot_run(points_apart=True)``: the (metric, step) of the points each run's update of the last
+        # flush changed and removed (of a run retired since the flush before: all its points, ``_retiring_points``),
+        # and the runs restored from a snapshot that kept their points inside their facts (not in snapshots: read
+        # after the flush only; bounded by what one flush changed)
+        self._state_points: dict[str, tuple[tuple[tuple[str, int], ...], tuple[tuple[str, int], ...]]] = {}
+        self._retiring_points: dict[str, tuple[tuple[str, int], ...]] = {}
+        self._points_inside: set[str] = set()
         self._retired_now: list[str] = []
         self._forgotten_now: list[str] = []
         self._forgotten_seq: dict[str, int] = {}  # (not in snapshots: read at the next flush only)
@@ -447,11 +454,16 @@ class Reducer(Snapshots):
         retired since (their last updates are among the updates)."""
         updates = {}
         keep = self.limits.keep_finished_derivations
+        state_points: dict[str, tuple[tuple[tuple[str, int], ...], tuple[tuple[str, int], ...]]] = {
+            k: ((), keys) for k, keys in self._retiring_points.items()}
         for k in self.dirty:
             h = self._update(k)
-            updates[k] = self.derivations[k].take()
+            u = updates[k] = self.derivations[k].take()
+            if u.points or u.removed_points:
+                state_points[k] = (tuple((p.metric, p.step) for p in u.points or ()), u.removed_points)
             if not keep and h.run.status in FINAL_STATUSES:
                 del self.derivations[k]  # derived again from the facts if a late record changes the run
+        self._state_points, self._retiring_points = state_points, {}
         updates.update(self._retired_updates)
         queues, positions = self.queues.take()
         out = Flushed([updates[k] for k in sorted(updates)], self.dead, self._retired_now, self._forgotten_now,

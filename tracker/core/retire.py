@@ -56,6 +56,9 @@ class Retirement:
     _pods_changed: dict[str, set[str]]
     _state_pods: dict[str, set[str]]
     _state_removed: dict[str, set[str]]
+    _state_points: dict[str, tuple[tuple[tuple[str, int], ...], tuple[tuple[str, int], ...]]]
+    _retiring_points: dict[str, tuple[tuple[str, int], ...]]
+    _points_inside: set[str]
     _retired_now: list[str]
     _forgotten_now: list[str]
     _forgotten_seq: dict[str, int]
@@ -140,6 +143,9 @@ class Retirement:
         self._state_pods.pop(run_id, None)
         if r is not None and r.pods:  # its pods' state goes with it
             self._state_removed.setdefault(run_id, set()).update(r.pods)
+        self._points_inside.discard(run_id)
+        if r is not None and r.points.size:  # and its points' (at the next flush: ``snapshot_run``)
+            self._retiring_points[run_id] = tuple((k, pt[0]) for k, c in r.points.curves.items() for pt in c.values())
         self.retirements += 1
         self.retired.pop(run_id, None)
         self.retired[run_id] = self.retirements

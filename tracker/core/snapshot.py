@@ -6,7 +6,9 @@ Two forms, both versioned (``SNAPSHOT_VERSION``; a version this tracker cannot c
 - ``snapshot_run`` / ``restore_run``: one run's state for a per-run changelog (the ``run-state`` topic, the index's
   reducer state): its facts without its pods, its owner bindings, and apart the facts of each pod that changed since
   the run's previous snapshot, so a change of one pod of a wide run rewrites that pod only; a retired run's is a
-  marker (its ordinal and owners). Version 1 kept the pods inside the facts and is still read.
+  marker (its ordinal and owners). Version 1 kept the pods inside the facts and is still read. Version 3 (the
+  ``run-state`` topic: ``points_apart``) keeps the metric points apart too, each point the last flush changed
+  (``point_state``), so a progress report rewrites its points only; version 2 (the index) keeps them inside.
 - ``snapshot`` / ``Reducer.restore``: the whole reducer in one document (pods inside their runs' facts), with what
   is pending until the next flush.
 
@@ -31,6 +33,24 @@ from tracker.core.retire import Retirement
 from tracker.core.snapshot_shape import check_pod, check_run_snapshot
 
 SNAPSHOT_VERSION = 2  # 2: a run's snapshot holds its pods apart (``snapshot_run``: "pods"); 1 inside its facts
+POINTS_APART_VERSION = 3  # 3: its metric points apart too (``snapshot_run(points_apart=True)``: "points")
+
+
+def point_state(run_id: str, value: float, at: int) -> dict[str, Any]:
+    """A metric point's record in a per-run changelog (``snapshot_run(points_apart=True)``; its metric and step are
+    in its key): of snapshot version 3, so that a tracker that keeps points inside its runs' facts refuses it."""
+    return {"version": POINTS_APART_VERSION, "run_id": run_id, "point": [value, at]}
+
+
+def point_of_state(doc: Any, run_id: str) -> list[Any]:
+    """[value, at] of a point's record (``point_state``) of run ``run_id`` (``restore_run`` checks the values); a
+    StoredStateError if it is not one."""
+    if not (isinstance(doc, dict) and doc.get("version") == POINTS_APART_VERSION and doc.get("run_id") == run_id
+            and isinstance(doc.get("point"), list) and len(doc["point"]) == 2):
+        text = repr(doc)
+        raise errors.StoredStateError(f"{text[:200]} is not a metric point's record of run {run_id[:200]!r} "
+                                      f"(version {POINTS_APART_VERSION}: run_id, point [value, at])")
+    return list(doc["point"])
 
 
 class Snapshots(Retirement):
@@ -39,13 +59,15 @@ class Snapshots(Retirement):
     def _release(self, uid: str, run_id: str) -> None:
         raise NotImplementedError  # the reducer's
 
-    def retired_marker(self, run_id: str, seq: int, owners: list[str] | None = None) -> dict[str, Any]:
+    def retired_marker(self, run_id: str, seq: int, owners: list[str] | None = None,
+                       version: int = SNAPSHOT_VERSION) -> dict[str, Any]:
         """A retired run's state: its retirement ordinal and owner bindings, no facts (also for a run retired and
         forgotten since the last flush, ``Flushed.forgotten_seq``, whose bindings are gone)."""
-        return {"version": SNAPSHOT_VERSION, "run_id": run_id, "retired": True, "owners": owners or [],
+        return {"version": version, "run_id": run_id, "retired": True, "owners": owners or [],
                 "retired_seq": seq, "marks": self.marks, "pods": {}}
 
-    def snapshot_run(self, run_id: str, forgotten_seq: Mapping[str, int] | None = None) -> dict[str, Any] | None:
+    def snapshot_run(self, run_id: str, forgotten_seq: Mapping[str, int] | None = None, *,
+                     points_apart: bool = False) -> dict[str, Any] | None:
         """One run's state, for a per-run changelog: its facts without its pods, its owner bindings (and the uids of
         roots that lost its run id to another and of their objects, when there are any; its pods' uids, which are owners
         too, are bound again from its pods: ``pods_own``), and apart, in ``pods``,
@@ -53,41 +75,76 @@ class Snapshots(Retirement):
         and in ``pods_removed`` the uids of pods it no longer has. A changelog keeps each pod in a record of its
         own (``restore_run`` takes them back), so that a change of one pod of a wide run rewrites that pod only.
         Taking a snapshot clears what it reports of the pods. A run of ``forgotten_seq`` (retired and forgotten since
-        the last flush: ``Flushed.forgotten_seq``) is given its retirement marker all the same."""
+        the last flush: ``Flushed.forgotten_seq``) is given its retirement marker all the same.
+
+        ``points_apart`` (version 3; the ``run-state`` topic): the facts leave the metric points out (their width
+        stays), and ``points`` holds the points the last flush changed (metric -> [[step, value, at], ...]: every
+        point for a run restored from a version that kept them inside), ``points_removed`` the [metric, step] of
+        those it dropped (of a run retired since: all its points), so that a changelog keeps each point in a record
+        of its own and a progress report rewrites its points, not the run's every point. Without it (version 2; the
+        index's reducer state, written once a replay's flush) the points stay inside the facts."""
         owners = self.corr.owners_of(run_id)
         lost = self.corr.owners_of(lost_key(run_id))
         changed = self._state_pods.pop(run_id, set())
         removed = self._state_removed.pop(run_id, set())
+        points_changed, points_removed = self._state_points.pop(run_id, ((), ()))
+        whole = run_id in self._points_inside
+        self._points_inside.discard(run_id)
+        version = POINTS_APART_VERSION if points_apart else SNAPSHOT_VERSION
         seq = self.retired.get(run_id)
         if seq is None and forgotten_seq is not None:
             seq = forgotten_seq.get(run_id)
         if seq is not None:
-            snap = self.retired_marker(run_id, seq, owners)
+            snap = self.retired_marker(run_id, seq, owners, version)
+            if points_apart:
+                snap["points"] = {}
         else:
             r = self.runs.get(run_id)
             if r is None:
                 return None
             # the pods' own uids are bound to the run as owners (of their Events): restore binds them from the pods,
             # so that the run's record does not grow with its width
-            snap = {"version": SNAPSHOT_VERSION, "run_id": run_id, "facts": r.to_json(pods=False),
+            snap = {"version": version, "run_id": run_id, "facts": r.to_json(pods=False, points=not points_apart),
                     "owners": [u for u in owners if u not in r.pods], "pods_own": True, "marks": self.marks,
                     "pods": {u: r.pods[u].to_json() for u in sorted(changed) if u in r.pods}}
             removed = {u for u in removed if u not in r.pods}
             if run_id in self.quiet:
                 snap["quiet"] = self.quiet[run_id]
+            if points_apart:
+                mp = r.points
+                if whole:
+                    snap["points"] = {k: sorted(c.values()) for k, c in sorted(mp.curves.items())}
+                else:
+                    out: dict[str, list[tuple[int, float, int]]] = {}
+                    for k, step in points_changed:
+                        if mp.holds(k, step):
+                            out.setdefault(k, []).append(mp.point(k, step))
+                    snap["points"] = out
+                points_removed = tuple(p for p in points_removed if not mp.holds(*p))
         snap["pods_removed"] = sorted(removed)
+        if points_apart:
+            snap["points_removed"] = [list(p) for p in sorted(points_removed)]
         if lost:
             snap["lost"] = lost
         return snap
 
-    def restore_run(self, snap: Any, pods: Mapping[str, Any] | None = None) -> None:
+    def restore_run(self, snap: Any, pods: Mapping[str, Any] | None = None,
+                    points: Mapping[str, list[Any]] | None = None) -> None:
         """Load one run's state written by ``snapshot_run`` (replacing what was known of it): ``pods`` holds the
-        run's pods, uid -> facts, as the changelog kept them (a version-1 snapshot holds them in its facts).
+        run's pods, uid -> facts, as the changelog kept them (a version-1 snapshot holds them in its facts);
+        ``points`` its metric points, metric -> [[step, value, at], ...], as the changelog kept them (a version-3
+        snapshot's facts hold their width only; earlier ones hold them, and the run's next version-3 snapshot
+        writes them all).
 
         The snapshot and the pods are checked first (``tracker.core.snapshot_shape``): a value of a wrong type, out
         of range or missing is a StoredStateError naming it, raised before anything of the reducer changes. ``snap``
         is typed ``Any``: it is checked here, and a compiled core would check a declared type at the call first,
         with a TypeError instead of the error naming the value."""
+        if isinstance(snap, dict) and snap.get("version") == POINTS_APART_VERSION and \
+                isinstance(snap.get("facts"), dict):  # the points kept apart go back in (then checked with the rest)
+            facts = snap["facts"]
+            width = facts.get("points")
+            facts["points"] = [width[0] if isinstance(width, list) and width else 1, dict(points or {})]
         check_run_snapshot(snap)  # StoredStateError naming the first value that is not the format's
         for uid, pod in (pods or {}).items():
             check_pod(pod, f"pods.{uid}")
@@ -98,6 +155,7 @@ class Snapshots(Retirement):
             self.marks = [max(a, b) for a, b in zip(self.marks, marks, strict=True)]
         self.derivations.pop(run_id, None)
         self._pods_changed.pop(run_id, None)
+        self._points_inside.discard(run_id)
         if snap.get("retired"):
             self.runs.pop(run_id, None)
             self.quiet.pop(run_id, None)
@@ -112,6 +170,8 @@ class Snapshots(Retirement):
                 r.pods.update((uid, PodFacts.from_json(v)) for uid, v in kept.items())
             if version == 1 and r.pods:  # its pods were in its facts: the next snapshot keeps each apart
                 self._state_pods[run_id] = set(r.pods)
+            if version != POINTS_APART_VERSION and r.points.size:  # so were its points
+                self._points_inside.add(run_id)
             if self.limits.retire_after_us is not None and self.watermark:
                 quiet = snap.get("quiet")  # none: kept by a tracker that did not retire; quiet from now
                 self._schedule(run_id, self.watermark if quiet is None else quiet)

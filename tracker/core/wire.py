@@ -21,8 +21,10 @@ is written here once, so that a change of key layout is one change, and the modu
   complete set of points as a tracker before per-point records published it (its tombstone: that record is
   replaced by the run's point records). A run id is a label value or a uid: it holds no ``/`` and no ``:``.
 - ``run-state`` (``tracker reduce`` writes and restores from it): a run's snapshot keyed by its run id, each of its
-  pods keyed ``<run id>/pod/<uid>`` with header ``kind: pod`` (``POD_STATE_HEADERS``), a queue's, a position's or
-  a Node's state under its transitions key with its ``kind``; a tombstone for what was forgotten.
+  pods keyed ``<run id>/pod/<uid>`` with header ``kind: pod`` (``POD_STATE_HEADERS``), each of its metric points
+  keyed as on ``transitions`` (``point_key``) with header ``kind: point`` (``POINT_STATE_HEADERS``; snapshot version
+  3: the run's snapshot holds their width only), a queue's, a position's or a Node's state under its transitions
+  key with its ``kind``; a tombstone for what was forgotten.
 - ``alerts``: a stuck-run alert keyed by its run id (``alert_key``). ``dead-letters``: no key, no header.
 
 Pure: the standard library only (headers are ``(name, bytes)`` pairs as aiokafka takes and gives them).
@@ -145,6 +147,7 @@ def header(headers: Headers | None, name: str) -> bytes | None:
 # ------------------------------------------------------------------------------------------ run-state, alerts
 
 POD_STATE_HEADERS = ((KIND_HEADER, POD.encode()),)  # a pod's run-state record (key: record_key(run, POD, uid))
+POINT_STATE_HEADERS = ((KIND_HEADER, POINT.encode()),)  # a metric point's run-state record (key: point_key)
 
 
 def alert_key(run_id: str) -> bytes:
