@@ -4,9 +4,12 @@ are retired (their facts freed, their ids remembered up to a bound) so that late
 from __future__ import annotations
 
 import json
+import random
 from datetime import UTC, datetime, timedelta
 
-from tracker.core.facts import MAX_PROGRESS_SEEN
+import pytest
+
+from tracker.core.facts import MAX_PROGRESS_SEEN, RunFacts
 from tracker.core.reducer import Reducer
 
 T0 = datetime(2026, 8, 20, 10, 0, tzinfo=UTC)
@@ -111,3 +114,36 @@ def test_a_malformed_first_record_of_a_run_leaves_no_run_behind() -> None:
     good["object"]["metadata"]["creationTimestamp"] = "2026-08-20T10:00:00Z"
     red.apply(good, "capture:2")
     assert [h.run.run_id for h in red.flush().histories] == ["run-1"]
+
+
+def _reference_seen(seen: dict[str, int], event_id: str, at: int) -> bool:
+    """The rule of ``RunFacts.seen_progress`` as a scan of every remembered id (what it computed before it kept them
+    in order)."""
+    if event_id in seen:
+        return True
+    if len(seen) >= MAX_PROGRESS_SEEN:
+        oldest = min(seen.items(), key=lambda kv: (kv[1], kv[0]))
+        if (at, event_id) < (oldest[1], oldest[0]):
+            return True
+        del seen[oldest[0]]
+    seen[event_id] = at
+    return False
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_reports_remembered_at_the_bound_are_the_latest_whatever_the_order_and_a_restore(seed: int) -> None:
+    """At its bound a run forgets its oldest report id (by time, then id) for each new one, as a scan of them all
+    would: the same answers and the same ids, reports out of order, repeated, older than all, tied in time, and
+    across a snapshot restored (the order is built again from the restored ids)."""
+    rng = random.Random(seed)
+    facts, ref = RunFacts("r"), dict[str, int]()
+    n = MAX_PROGRESS_SEEN + 4_000
+    # new ids, and one in ten a repeat of an earlier one; times out of order, many tied
+    reports = [(f"e{k}" if rng.random() < 0.9 else f"e{rng.randrange(k + 1)}", rng.randrange(n // 4))
+               for k in range(n)]
+    for k, (event_id, at) in enumerate(reports):
+        if k == MAX_PROGRESS_SEEN + 1_000:
+            facts = RunFacts.from_json(json.loads(json.dumps(facts.to_json())))
+        assert facts.seen_progress(event_id, at) == _reference_seen(ref, event_id, at), k
+    assert facts.progress_seen == ref and len(ref) == MAX_PROGRESS_SEEN
+    assert facts.seen_order == sorted(ref, key=lambda e: (ref[e], e))

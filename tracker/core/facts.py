@@ -12,6 +12,7 @@ All times are integer microseconds since the epoch, UTC.
 
 from __future__ import annotations
 
+from bisect import insort
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -342,6 +343,10 @@ class RunFacts:
     # Not a fact either: counts the merges that may change the history's shape (``derive._Shape``): every merge but
     # a progress report's, and a progress report's that changed the progress times or the latest checkpoint.
     shape_seq: int = 0
+    # Nor this: once the run remembers MAX_PROGRESS_SEEN report ids, those ids by (time, id) (``seen_progress``),
+    # built from the dict ``seen_of`` (another dict, as after a restore: built again)
+    seen_order: list[str] | None = field(default=None, compare=False, repr=False)
+    seen_of: dict[str, int] | None = field(default=None, compare=False, repr=False)
 
     # ---------------------------------------------------------------- merges used by the extractor
     def cond(self, conds: CondFacts, versions: CondVersions, key: CondKey, message: str, rv: int | None) -> None:
@@ -388,14 +393,22 @@ class RunFacts:
         Only the latest ``MAX_PROGRESS_SEEN`` reports (by time, then id) are remembered, so a long run's state
         stays small enough to snapshot; a report older than all of them is taken as a late repeat and ignored.
         """
-        if event_id in self.progress_seen:
+        seen = self.progress_seen
+        if event_id in seen:
             return True
-        if len(self.progress_seen) >= MAX_PROGRESS_SEEN:
-            oldest = min(self.progress_seen.items(), key=lambda kv: (kv[1], kv[0]))
-            if (at, event_id) < (oldest[1], oldest[0]):
-                return True
-            del self.progress_seen[oldest[0]]
-        self.progress_seen[event_id] = at
+        if len(seen) < MAX_PROGRESS_SEEN:
+            seen[event_id] = at
+            return False
+        order = self.seen_order  # the ids by (time, id), so that the oldest is found without a scan of them all
+        if order is None or self.seen_of is not seen:
+            order = self.seen_order = sorted(seen, key=lambda k: (seen[k], k))
+            self.seen_of = seen
+        oldest = order[0]
+        if (at, event_id) < (seen[oldest], oldest):
+            return True
+        del seen[order.pop(0)]
+        seen[event_id] = at
+        insort(order, event_id, key=lambda k: (seen[k], k))  # reports come in time order: near the end
         return False
 
     def progress_time(self, at: int) -> None:
