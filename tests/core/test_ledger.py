@@ -185,6 +185,22 @@ def test_the_step_trail_is_bounded_and_a_function_of_the_set_of_records(rs: list
     assert StepTrail.from_json(a.to_json()) == a
 
 
+@settings(max_examples=300, deadline=None)
+@given(records, st.integers(2, 16), st.integers(0, 1 << 32))
+def test_the_step_trails_records_kept_up_to_date_equal_them_sorted_anew(rs: list[tuple[int, int]], cap: int,
+                                                                      seed: int) -> None:
+    """``records`` is kept up to date by each ``add`` once asked for (a report moves one record, not a sort of a long
+    run's every record): asked for at any point, it is the records sorted anew from the buckets."""
+    rng = random.Random(seed)
+    t = StepTrail()
+    for at, step in _shuffled_with_repeats(rs, seed):
+        t.add(at, step, cap)
+        if rng.random() < 0.3:
+            assert t.records() == sorted({r for pair in t.buckets.values() for r in pair})
+    assert t.records() == sorted({r for pair in t.buckets.values() for r in pair})
+    assert t.records() is not t.records()  # a copy: a later report does not change what a caller holds
+
+
 ops = st.lists(st.one_of(
     st.tuples(st.just("save"), st.integers(0, 40), st.sampled_from(["u1", "u2"]),
               st.sampled_from(["started", "completed", "failed"]), st.integers(0, 1000),

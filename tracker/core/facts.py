@@ -12,7 +12,7 @@ All times are integer microseconds since the epoch, UTC.
 
 from __future__ import annotations
 
-from bisect import insort
+from bisect import bisect_left, insort
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -48,6 +48,9 @@ class StepTrail:
 
     width: int = STEP_TRAIL_WIDTH
     buckets: dict[int, tuple[StepRecord, StepRecord]] = field(default_factory=dict)
+    # not a fact: ``records`` kept up to date by ``add`` once asked for (None: built at the next ``records``), so that
+    # a report does not sort a long run's every record again (a record replaced or added is moved in place)
+    kept: list[StepRecord] | None = field(default=None, compare=False, repr=False)
 
     def add(self, at: int, step: int, cap: int = STEP_TRAIL_BUCKETS) -> None:
         rec = (at, step)
@@ -55,7 +58,10 @@ class StepTrail:
         cur = self.buckets.get(b)
         if cur is None:
             self.buckets[b] = (rec, rec)
+            if self.kept is not None:
+                insort(self.kept, rec)
             while len(self.buckets) > cap and self.width < _MAX_WIDTH:
+                self.kept = None  # records merged away: built again when asked for
                 self.width *= 2
                 coarse: dict[int, tuple[StepRecord, StepRecord]] = {}
                 for k, (lo, hi) in self.buckets.items():
@@ -65,10 +71,18 @@ class StepTrail:
                 self.buckets = coarse
         elif rec < cur[0] or rec > cur[1]:
             self.buckets[b] = (min(cur[0], rec), max(cur[1], rec))
+            kept = self.kept
+            if kept is not None:
+                gone = cur[0] if rec < cur[0] else cur[1]  # the record it replaces: no longer kept unless it is
+                if cur[0] != cur[1]:  # the bucket's other one too
+                    del kept[bisect_left(kept, gone)]
+                insort(kept, rec)
 
     def records(self) -> list[StepRecord]:
         """The kept records, by time then step, each once."""
-        return sorted({r for pair in self.buckets.values() for r in pair})
+        if self.kept is None:
+            self.kept = sorted({r for pair in self.buckets.values() for r in pair})
+        return list(self.kept)
 
     def to_json(self) -> list[Any]:
         return [self.width, [[lo[0], lo[1], hi[0], hi[1]] for lo, hi in self.buckets.values()]]
