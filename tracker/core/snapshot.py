@@ -113,7 +113,7 @@ class Snapshots(Retirement):
             if points_apart:
                 mp = r.points
                 if whole:
-                    snap["points"] = {k: sorted(c.values()) for k, c in sorted(mp.curves.items())}
+                    snap["points"] = mp.to_json()[1]
                 else:
                     out: dict[str, list[tuple[int, float, int]]] = {}
                     for k, step in points_changed:

@@ -291,7 +291,7 @@ class ReduceService:
             point = wire.point_of_key(text)  # before pods: a metric's name may hold "/pod/"
             if point is not None:
                 run_id, metric, step = point
-                points.setdefault(run_id, {}).setdefault(metric, []).append([step, *_point_state(text, value)])
+                points.setdefault(run_id, {}).setdefault(metric, []).append([step, *_point_state(text, run_id, value)])
                 continue
             pod = wire.pod_of_key(text)
             if pod is not None:
@@ -302,7 +302,7 @@ class ReduceService:
             shell = doc.pop("shell", {})
             run_id = doc["run_id"]
             part.reducer.restore_run(doc, pods.get(run_id, {}), points.get(run_id))
-            part.policy.restore_shell(doc["run_id"], shell, retired=bool(doc.get("retired")))
+            part.policy.restore_shell(run_id, shell, retired=bool(doc.get("retired")))
         part.policy.restored([h for run_id in part.policy.runs if (h := part.reducer.current(run_id)) is not None])
         return part
 
@@ -574,12 +574,11 @@ def _point_value(run_id: str, value: float, at: int) -> bytes:
     return jsonio.dumps(point_state(run_id, value, at))
 
 
-def _point_state(key: str, value: bytes) -> list[Any]:
-    """[value, at] of the metric point's run-state record under ``key`` (a StoredStateError naming it if not)."""
-    point = wire.point_of_key(key)
-    assert point is not None
+def _point_state(key: str, run_id: str, value: bytes) -> list[Any]:
+    """[value, at] of the metric point's run-state record under ``key``, of run ``run_id`` (a StoredStateError naming
+    the key if not)."""
     try:
-        return point_of_state(jsonio.loads(value), point[0])
+        return point_of_state(jsonio.loads(value), run_id)
     except ValueError as exc:
         raise errors.StoredStateError(f"run-state record {key[:200]!r}: {exc}") from None
 
