@@ -9,10 +9,12 @@ over ``--sample`` further reports (each folded, flushed, and the run's run-state
 reducer does per transaction), it prints:
 
 - the CPU time a report costs: folding it (``Reducer.apply``), flushing it (``Reducer.flush``: the derivation and
-  its update), the run's state record (``snapshot_run(points_apart=True)`` and its JSON; a tracker from before that
-  option, run through ``PYTHONPATH``, keeps the points inside the record);
-- the bytes of that run-state record, and of its largest parts (the seen report ids, the step records, the progress
-  minutes), and the metric points kept;
+  its update), the run's state records (``snapshot_run(points_apart=True)`` and their JSON, as
+  ``tracker.runtime.run_state`` writes them; a tracker from before that option, run through ``PYTHONPATH``, keeps
+  the points inside the record, and one from before snapshot version 4 the report ids);
+- the bytes of the run's own run-state record, of its largest parts (the seen report ids, the step records, the
+  progress minutes), and of all the run-state records the report wrote (the run's, its changed points', its
+  minute's ids'), and the metric points kept;
 - the reducer's memory for the run (tracemalloc at the mark, the derivation included).
 
 The figure to look at is how each cost grows with the reports seen: flat is the goal. Pure: no Kafka, no index.
@@ -32,6 +34,11 @@ from typing import Any
 from tracker.core.reducer import Reducer
 from tracker.runtime.gctune import tune_gc
 from tracker.shell import jsonio
+
+try:  # snapshot version 4: the run's parts as the Kafka reducer writes them
+    from tracker.runtime.run_state import run_records
+except ImportError:  # an older tree (``PYTHONPATH``): its snapshot is one record
+    run_records = None  # type: ignore[assignment]
 
 T0 = datetime(2026, 8, 20, tzinfo=UTC)
 
@@ -59,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"one run, a progress report every {args.every_s:g} s (UUID event ids, 2 metrics), flushed after each; "
           f"per report, over {args.sample} reports at each mark:")
     print(f"{'reports seen':>12} | {'fold us':>8} {'flush us':>9} {'state us':>9} | {'state B':>9} "
-          f"{'seen ids B':>10} {'steps B':>8} {'minutes B':>9} {'points':>6} | {'memory KiB':>10}")
+          f"{'seen ids B':>10} {'steps B':>8} {'minutes B':>9} {'written B':>9} {'points':>6} | {'memory KiB':>10}")
     for mark in args.reports:
         while i < mark:  # fold up to the mark (flushing now and then: what it costs is not measured here)
             red.apply(report(i, args.every_s), "bench")
@@ -78,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         tracemalloc.stop()
         del probe
         fold = flush = state = 0.0
-        size = 0
+        size = written = 0
         parts: dict[str, int] = {}
         for _ in range(args.sample):
             rec = report(i, args.every_s)
@@ -90,16 +97,20 @@ def main(argv: list[str] | None = None) -> int:
             t2 = time.process_time()
             snap = red.snapshot_run("long-run", None, **apart)
             assert snap is not None
-            value = jsonio.dumps(snap)
+            facts = snap["facts"]
+            if run_records is not None:
+                values = [v for _k, v, _h in run_records("long-run", snap)[1]]
+            else:
+                values = [jsonio.dumps(snap)]
             t3 = time.process_time()
             fold, flush, state = fold + t1 - t0, flush + t2 - t1, state + t3 - t2
-            size = len(value)
-            facts = snap["facts"]
+            size, written = len(values[0]), written + sum(len(v) for v in values)
             parts = {k: len(jsonio.dumps(facts[k])) for k in ("progress_seen", "steps", "progress_buckets")}
         n = args.sample
         points = red.runs["long-run"].points.size
         print(f"{mark:>12,} | {fold / n * 1e6:>8.0f} {flush / n * 1e6:>9.0f} {state / n * 1e6:>9.0f} | {size:>9,} "
-              f"{parts['progress_seen']:>10,} {parts['steps']:>8,} {parts['progress_buckets']:>9,} {points:>6} | "
+              f"{parts['progress_seen']:>10,} {parts['steps']:>8,} {parts['progress_buckets']:>9,} "
+              f"{written // n:>9,} {points:>6} | "
               f"{memory / 1024:>10,.0f}")
     return 0
 

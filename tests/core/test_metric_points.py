@@ -14,13 +14,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tracker.core import wire
+from tests.support import changelog
 from tracker.core.curves import METRIC_POINTS_PER_RUN, MetricPoints
 from tracker.core.facts import RunFacts
 from tracker.core.limits import ReducerLimits
 from tracker.core.model import HistoryUpdate, to_json
 from tracker.core.reducer import Reducer
-from tracker.core.snapshot import point_of_state, point_state
+from tracker.core.snapshot import point_of_state
 from tracker.errors import StoredStateError
 
 T0 = datetime(2026, 8, 20, 10, 0, tzinfo=UTC)
@@ -227,38 +227,6 @@ def test_one_report_to_a_run_of_many_points_updates_its_points_only() -> None:
         [to_json(p) for p in h.metric_points]
 
 
-def _changelog_write(log: dict[str, Any], red: Reducer, run_id: str) -> None:
-    """What ``tracker reduce`` writes to its run-state changelog for ``run_id`` (keys as there, tombstones delete):
-    the run's snapshot without its points, a record per point the last flush changed, a tombstone per point dropped."""
-    snap = red.snapshot_run(run_id, points_apart=True)
-    assert snap is not None
-    snap.pop("pods"), snap.pop("pods_removed")
-    points, gone = snap.pop("points"), snap.pop("points_removed")
-    for metric, step in gone:
-        log.pop(wire.point_key(run_id, metric, step), None)
-    log[run_id] = json.loads(json.dumps(snap))
-    for metric, pts in points.items():
-        for step, value, at in pts:
-            log[wire.point_key(run_id, metric, step)] = json.loads(json.dumps(point_state(run_id, value, at)))
-
-
-def _changelog_restore(log: dict[str, Any], limits: ReducerLimits) -> Reducer:
-    """A new reducer restored from the changelog as ``tracker reduce`` restores a partition."""
-    red = Reducer(limits)
-    points: dict[str, dict[str, list[Any]]] = {}
-    docs = []
-    for key, doc in log.items():
-        point = wire.point_of_key(key)
-        if point is None:
-            docs.append(doc)
-        else:
-            points.setdefault(point[0], {}).setdefault(point[1], []).append([point[2],
-                                                                             *point_of_state(doc, point[0])])
-    for doc in docs:
-        red.restore_run(json.loads(json.dumps(doc)), {}, points.get(doc["run_id"]))
-    return red
-
-
 @settings(max_examples=150, deadline=None)
 @given(rs=reports, cap=st.integers(1, 12), cuts=st.sets(st.integers(0, 60), max_size=12),
        restarts=st.sets(st.integers(0, 60), max_size=3))
@@ -269,13 +237,13 @@ def test_a_changelog_of_points_apart_restores_the_rules_points_and_a_retired_run
     of them, and a run retired leaves its marker and no point record."""
     limits = ReducerLimits(metric_points_per_run=cap)
     red = Reducer(limits)
-    log: dict[str, Any] = {}
+    log: changelog.Changelog = {}
 
     def flush(n: int) -> Reducer:
         for u in red.flush().updates:
-            _changelog_write(log, red, u.run_id)
+            changelog.write(log, red, u.run_id)
         if n in restarts:
-            return _changelog_restore(log, limits)
+            return changelog.restore(log, limits)
         return red
 
     for n, r in enumerate(rs):
@@ -287,20 +255,22 @@ def test_a_changelog_of_points_apart_restores_the_rules_points_and_a_retired_run
     if "r" not in red.runs:
         assert want == [] and not log
         return
-    assert log["r"]["version"] == 3 and log["r"]["facts"]["points"][1] == {}
+    run = changelog.doc(log, "r")
+    assert run["version"] == 4 and run["facts"]["points"][1] == {} and run["facts"]["progress_seen"] == []
     assert points_of(red) == want
-    restored = _changelog_restore(log, limits)
+    restored = changelog.restore(log, limits)
     assert points_of(restored) == want
     assert restored.runs["r"].points.to_json() == red.runs["r"].points.to_json()
     red.retire("r")
     red.flush()
-    _changelog_write(log, red, "r")
-    assert set(log) == {"r"} and log["r"]["retired"] is True and log["r"]["version"] == 3
+    changelog.write(log, red, "r")
+    marker = changelog.doc(log, "r")
+    assert set(log) == {"r"} and marker["retired"] is True and marker["version"] == 4
 
 
 def test_a_run_kept_with_its_points_inside_writes_them_all_apart_at_its_next_snapshot() -> None:
     """A run-state record of version 2 (points inside the facts, as trackers before version 3 and the index keep it)
-    is read, and the run's next version-3 snapshot writes every point, even when no flush changed one of them."""
+    is read, and the run's next version-4 snapshot writes every point, even when no flush changed one of them."""
     red = Reducer()
     for step in range(5):
         red.apply(progress(f"p{step}", step, step, {"loss": 1.0 / (step + 1)}), "intake")
@@ -310,7 +280,7 @@ def test_a_run_kept_with_its_points_inside_writes_them_all_apart_at_its_next_sna
     new = Reducer()
     new.restore_run(json.loads(json.dumps(old)))
     snap = new.snapshot_run("r", points_apart=True)
-    assert snap is not None and snap["version"] == 3 and snap["facts"]["points"] == [1, {}]
+    assert snap is not None and snap["version"] == 4 and snap["facts"]["points"] == [1, {}]
     assert [p[0] for p in snap["points"]["loss"]] == [0, 1, 2, 3, 4] and snap["points_removed"] == []
     again = new.snapshot_run("r", points_apart=True)  # written: the next snapshot holds none
     assert again is not None and again["points"] == {}

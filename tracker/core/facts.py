@@ -29,6 +29,11 @@ MAX_PROGRESS_BUCKETS = 20_000
 MAX_PROGRESS_SEEN = 10_000
 PROGRESS_BUCKET_US = 60_000_000
 
+
+def seen_minute(at: int) -> int:
+    """The progress minute of a report's time: a run-state changelog keeps each minute's report ids apart."""
+    return at // PROGRESS_BUCKET_US
+
 # The goodput ledger's facts (tracker.core.ledger; schemas/goodput.md "Bounds")
 STEP_TRAIL_BUCKETS = 2048  # time buckets of step records a run keeps (two records each)
 STEP_TRAIL_WIDTH = 1 << 20  # µs: the first bucket width, about a second; it doubles as a run grows
@@ -361,6 +366,10 @@ class RunFacts:
     # built from the dict ``seen_of`` (another dict, as after a restore: built again)
     seen_order: list[str] | None = field(default=None, compare=False, repr=False)
     seen_of: dict[str, int] | None = field(default=None, compare=False, repr=False)
+    # Nor this: the progress minutes (``seen_minute``) whose remembered report ids changed since the last snapshot
+    # that kept them apart (``snapshot.Snapshots.snapshot_run(points_apart=True)``, which sets it); None: every
+    # minute (a run never kept apart, or restored from a record that held its ids inside)
+    seen_changed: set[int] | None = field(default=None, compare=False, repr=False)
 
     # ---------------------------------------------------------------- merges used by the extractor
     def cond(self, conds: CondFacts, versions: CondVersions, key: CondKey, message: str, rv: int | None) -> None:
@@ -410,20 +419,39 @@ class RunFacts:
         seen = self.progress_seen
         if event_id in seen:
             return True
-        if len(seen) < MAX_PROGRESS_SEEN:
-            seen[event_id] = at
-            return False
-        order = self.seen_order  # the ids by (time, id), so that the oldest is found without a scan of them all
-        if order is None or self.seen_of is not seen:
-            order = self.seen_order = sorted(seen, key=lambda k: (seen[k], k))
-            self.seen_of = seen
-        oldest = order[0]
-        if (at, event_id) < (seen[oldest], oldest):
-            return True
-        del seen[order.pop(0)]
+        order = self.seen_order if self.seen_of is seen else None
+        if len(seen) >= MAX_PROGRESS_SEEN:
+            if order is None:  # the ids by (time, id), so that the oldest is found without a scan of them all
+                order = self.ordered_seen()
+            oldest = order[0]
+            if (at, event_id) < (seen[oldest], oldest):
+                return True
+            self._seen_changed(seen.pop(order.pop(0)))
         seen[event_id] = at
-        insort(order, event_id, key=lambda k: (seen[k], k))  # reports come in time order: near the end
+        self._seen_changed(at)
+        if order is not None:  # kept in order once built: reports come in time order, so near the end
+            insort(order, event_id, key=lambda k: (seen[k], k))
         return False
+
+    def ordered_seen(self) -> list[str]:
+        """The remembered report ids by (time, id); ``seen_progress`` keeps the list in order from then on (built
+        again for another dict of ids, as after a restore)."""
+        seen = self.progress_seen
+        if self.seen_order is None or self.seen_of is not seen:
+            self.seen_order = sorted(seen, key=lambda k: (seen[k], k))
+            self.seen_of = seen
+        return self.seen_order
+
+    def seen_in(self, minute: int) -> list[tuple[str, int]]:
+        """The remembered report ids (and times) of one progress minute (``seen_minute``), by (time, id)."""
+        seen, order = self.progress_seen, self.ordered_seen()
+        lo = bisect_left(order, (minute * PROGRESS_BUCKET_US, ""), key=lambda k: (seen[k], k))
+        hi = bisect_left(order, ((minute + 1) * PROGRESS_BUCKET_US, ""), key=lambda k: (seen[k], k))
+        return [(k, seen[k]) for k in order[lo:hi]]
+
+    def _seen_changed(self, at: int) -> None:
+        if self.seen_changed is not None:
+            self.seen_changed.add(seen_minute(at))
 
     def progress_time(self, at: int) -> None:
         b = at // PROGRESS_BUCKET_US
@@ -445,7 +473,8 @@ class RunFacts:
     def to_json(self, pods: bool = True, points: bool = True) -> dict[str, Any]:
         """The facts as JSON values; ``pods=False`` leaves the pods out (a per-pod changelog keeps them apart:
         ``PodFacts.to_json``), and ``from_json`` then reads none; ``points=False`` leaves the metric points out but
-        their width (a per-point changelog keeps them apart: ``snapshot.Snapshots.snapshot_run``)."""
+        their width, and the remembered report ids (a changelog keeps each point, and each progress minute's ids,
+        apart: ``snapshot.Snapshots.snapshot_run``)."""
         doc = {
             "run_id": self.run_id, "kind": self.kind, "uid": self.uid, "namespace": self.namespace,
             "name": self.name, "created": self.created, "labels": self.labels,
@@ -463,7 +492,7 @@ class RunFacts:
             "ray": [[k, v.to_json()] for k, v in self.ray.items()],
             "ray_clusters": {k: tuple(v) for k, v in self.ray_clusters.items()},
             "events": {k: v.to_json() for k, v in self.events.items()},
-            "intake": self.intake, "progress_seen": sorted(self.progress_seen.items()),
+            "intake": self.intake, "progress_seen": sorted(self.progress_seen.items()) if points else [],
             "progress_buckets": [[k, v] for k, v in self.progress_buckets.items()],
             "metrics": {k: [list(m.first), list(m.latest), m.lo, m.hi, m.points]
                         for k, m in self.metrics.items()},

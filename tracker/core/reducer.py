@@ -123,6 +123,10 @@ class Reducer(Snapshots):
         self._state_points: dict[str, tuple[tuple[tuple[str, int], ...], tuple[tuple[str, int], ...]]] = {}
         self._retiring_points: dict[str, tuple[tuple[str, int], ...]] = {}
         self._points_inside: set[str] = set()
+        # and the progress minutes of the report ids of a run retired since the flush before (``_retiring_seen``;
+        # ``_state_seen`` from the flush on), whose records it tombstones
+        self._state_seen: dict[str, tuple[int, ...]] = {}
+        self._retiring_seen: dict[str, tuple[int, ...]] = {}
         self._retired_now: list[str] = []
         self._forgotten_now: list[str] = []
         self._forgotten_seq: dict[str, int] = {}  # (not in snapshots: read at the next flush only)
@@ -372,6 +376,7 @@ class Reducer(Snapshots):
         fresh.intake, fresh.progress_seen, fresh.progress_buckets = r.intake, r.progress_seen, r.progress_buckets
         fresh.metrics, fresh.checkpoint, fresh.points = r.metrics, r.checkpoint, r.points
         fresh.steps, fresh.ckpts = r.steps, r.ckpts
+        fresh.seen_order, fresh.seen_of, fresh.seen_changed = r.seen_order, r.seen_of, r.seen_changed
         self.corr.rebind_run(r.run_id, lost_key(r.run_id))
         # the displaced root's pods are no longer the run's (the derivation sees the new facts and drops their rows)
         self._state_removed.setdefault(r.run_id, set()).update(r.pods)
@@ -464,6 +469,7 @@ class Reducer(Snapshots):
             if not keep and h.run.status in FINAL_STATUSES:
                 del self.derivations[k]  # derived again from the facts if a late record changes the run
         self._state_points, self._retiring_points = state_points, {}
+        self._state_seen, self._retiring_seen = self._retiring_seen, {}
         updates.update(self._retired_updates)
         queues, positions = self.queues.take()
         out = Flushed([updates[k] for k in sorted(updates)], self.dead, self._retired_now, self._forgotten_now,

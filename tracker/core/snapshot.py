@@ -6,9 +6,11 @@ Two forms, both versioned (``SNAPSHOT_VERSION``; a version this tracker cannot c
 - ``snapshot_run`` / ``restore_run``: one run's state for a per-run changelog (the ``run-state`` topic, the index's
   reducer state): its facts without its pods, its owner bindings, and apart the facts of each pod that changed since
   the run's previous snapshot, so a change of one pod of a wide run rewrites that pod only; a retired run's is a
-  marker (its ordinal and owners). Version 1 kept the pods inside the facts and is still read. Version 3 (the
+  marker (its ordinal and owners). Version 1 kept the pods inside the facts and is still read. Version 4 (the
   ``run-state`` topic: ``points_apart``) keeps the metric points apart too, each point the last flush changed
-  (``point_state``), so a progress report rewrites its points only; version 2 (the index) keeps them inside.
+  (``point_state``), and the remembered progress report ids, a record per progress minute whose ids changed
+  (``seen_state``), so a progress report rewrites its points and its minute only; version 3 kept the ids inside
+  and is still read; version 2 (the index) keeps both inside.
 - ``snapshot`` / ``Reducer.restore``: the whole reducer in one document (pods inside their runs' facts), with what
   is pending until the next flush.
 
@@ -25,7 +27,7 @@ from typing import Any
 
 from tracker import errors
 from tracker.core.correlate import Correlator, lost_key
-from tracker.core.facts import PodFacts, RunFacts
+from tracker.core.facts import PodFacts, RunFacts, seen_minute
 from tracker.core.model import HistoryUpdate, load, to_json
 from tracker.core.nodes import NodeBook
 from tracker.core.queues import QueueBook
@@ -34,6 +36,7 @@ from tracker.core.snapshot_shape import check_pod, check_run_snapshot
 
 SNAPSHOT_VERSION = 2  # 2: a run's snapshot holds its pods apart (``snapshot_run``: "pods"); 1 inside its facts
 POINTS_APART_VERSION = 3  # 3: its metric points apart too (``snapshot_run(points_apart=True)``: "points")
+SEEN_APART_VERSION = 4  # 4: and its report ids, by progress minute ("seen"; points are still version 3 records)
 
 
 def point_state(run_id: str, value: float, at: int) -> dict[str, Any]:
@@ -51,6 +54,27 @@ def point_of_state(doc: Any, run_id: str) -> list[Any]:
         raise errors.StoredStateError(f"{text[:200]} is not a metric point's record of run {run_id[:200]!r} "
                                       f"(version {POINTS_APART_VERSION}: run_id, point [value, at])")
     return list(doc["point"])
+
+
+def seen_state(run_id: str, ids: list[tuple[str, int]]) -> dict[str, Any]:
+    """The record of one progress minute's remembered report ids (``snapshot_run(points_apart=True)``; the minute
+    is in its key): [[event id, at], ...] by time, of snapshot version 4."""
+    return {"version": SEEN_APART_VERSION, "run_id": run_id, "seen": [list(p) for p in ids]}
+
+
+def seen_of_state(doc: Any, run_id: str, minute: int) -> list[list[Any]]:
+    """[[event id, at], ...] of a minute's record of report ids (``seen_state``) of run ``run_id``, each of that
+    minute; a StoredStateError if it is not one."""
+    ids = doc.get("seen") if isinstance(doc, dict) else None
+    if not (isinstance(doc, dict) and doc.get("version") == SEEN_APART_VERSION and doc.get("run_id") == run_id
+            and isinstance(ids, list) and all(
+                isinstance(p, list) and len(p) == 2 and isinstance(p[0], str) and type(p[1]) is int
+                and seen_minute(p[1]) == minute for p in ids)):
+        text = repr(doc)
+        raise errors.StoredStateError(f"{text[:200]} is not a record of run {run_id[:200]!r}'s report ids of progress "
+                                      f"minute {minute} (version {SEEN_APART_VERSION}: run_id, seen [[event id, at "
+                                      "in that minute], ...])")
+    return ids
 
 
 class Snapshots(Retirement):
@@ -77,12 +101,15 @@ class Snapshots(Retirement):
         Taking a snapshot clears what it reports of the pods. A run of ``forgotten_seq`` (retired and forgotten since
         the last flush: ``Flushed.forgotten_seq``) is given its retirement marker all the same.
 
-        ``points_apart`` (version 3; the ``run-state`` topic): the facts leave the metric points out (their width
+        ``points_apart`` (version 4; the ``run-state`` topic): the facts leave the metric points out (their width
         stays), and ``points`` holds the points the last flush changed (metric -> [[step, value, at], ...]: every
         point for a run restored from a version that kept them inside), ``points_removed`` the [metric, step] of
         those it dropped (of a run retired since: all its points), so that a changelog keeps each point in a record
-        of its own and a progress report rewrites its points, not the run's every point. Without it (version 2; the
-        index's reducer state, written once a replay's flush) the points stay inside the facts."""
+        of its own and a progress report rewrites its points, not the run's every point. So too the remembered
+        progress report ids: ``seen`` holds, for each progress minute whose ids changed since the last such
+        snapshot (every minute, the first time), minute -> [[event id, at], ...], ``seen_removed`` the minutes
+        left with none (of a run retired since: all of them). Without it (version 2; the index's reducer state,
+        written once a replay's flush) the points and ids stay inside the facts."""
         owners = self.corr.owners_of(run_id)
         lost = self.corr.owners_of(lost_key(run_id))
         changed = self._state_pods.pop(run_id, set())
@@ -90,7 +117,8 @@ class Snapshots(Retirement):
         points_changed, points_removed = self._state_points.pop(run_id, ((), ()))
         whole = run_id in self._points_inside
         self._points_inside.discard(run_id)
-        version = POINTS_APART_VERSION if points_apart else SNAPSHOT_VERSION
+        seen_gone: list[int] = list(self._state_seen.pop(run_id, ()))
+        version = SEEN_APART_VERSION if points_apart else SNAPSHOT_VERSION
         seq = self.retired.get(run_id)
         if seq is None and forgotten_seq is not None:
             seq = forgotten_seq.get(run_id)
@@ -121,30 +149,52 @@ class Snapshots(Retirement):
                             out.setdefault(k, []).append(mp.point(k, step))
                     snap["points"] = out
                 points_removed = tuple(p for p in points_removed if not mp.holds(*p))
+                snap["seen"], seen_gone = self._seen_apart(r)
         snap["pods_removed"] = sorted(removed)
         if points_apart:
             snap["points_removed"] = [list(p) for p in sorted(points_removed)]
+            snap.setdefault("seen", {})
+            snap["seen_removed"] = sorted(seen_gone)
         if lost:
             snap["lost"] = lost
         return snap
 
+    @staticmethod
+    def _seen_apart(r: RunFacts) -> tuple[dict[int, list[tuple[str, int]]], list[int]]:
+        """The report ids of each progress minute changed since the run's last snapshot apart (all, the first time),
+        and the minutes left with none; from now on the run notes the minutes changed (``RunFacts.seen_changed``)."""
+        minutes, r.seen_changed = r.seen_changed, set()
+        if minutes is None:
+            out: dict[int, list[tuple[str, int]]] = {}
+            seen = r.progress_seen
+            for k in r.ordered_seen():
+                out.setdefault(seen_minute(seen[k]), []).append((k, seen[k]))
+            return out, []
+        chunks = {m: r.seen_in(m) for m in sorted(minutes)}
+        return {m: ids for m, ids in chunks.items() if ids}, [m for m, ids in chunks.items() if not ids]
+
     def restore_run(self, snap: Any, pods: Mapping[str, Any] | None = None,
-                    points: Mapping[str, list[Any]] | None = None) -> None:
+                    points: Mapping[str, list[Any]] | None = None,
+                    seen: Mapping[int, list[Any]] | None = None) -> None:
         """Load one run's state written by ``snapshot_run`` (replacing what was known of it): ``pods`` holds the
         run's pods, uid -> facts, as the changelog kept them (a version-1 snapshot holds them in its facts);
         ``points`` its metric points, metric -> [[step, value, at], ...], as the changelog kept them (a version-3
-        snapshot's facts hold their width only; earlier ones hold them, and the run's next version-3 snapshot
-        writes them all).
+        snapshot's facts hold their width only; earlier ones hold them, and the run's next version-4 snapshot
+        writes them all); ``seen`` its remembered report ids, minute -> [[event id, at], ...] (``seen_of_state``),
+        as the changelog kept them (a version-4 snapshot's facts hold none; earlier ones hold them all, and the run's
+        next version-4 snapshot writes every minute).
 
         The snapshot and the pods are checked first (``tracker.core.snapshot_shape``): a value of a wrong type, out
         of range or missing is a StoredStateError naming it, raised before anything of the reducer changes. ``snap``
         is typed ``Any``: it is checked here, and a compiled core would check a declared type at the call first,
         with a TypeError instead of the error naming the value."""
-        if isinstance(snap, dict) and snap.get("version") == POINTS_APART_VERSION and \
-                isinstance(snap.get("facts"), dict):  # the points kept apart go back in (then checked with the rest)
+        apart = isinstance(snap, dict) and snap.get("version") in (POINTS_APART_VERSION, SEEN_APART_VERSION)
+        if apart and isinstance(snap.get("facts"), dict):  # what was kept apart goes back (then checked with the rest)
             facts = snap["facts"]
             width = facts.get("points")
             facts["points"] = [width[0] if isinstance(width, list) and width else 1, dict(points or {})]
+            if snap["version"] == SEEN_APART_VERSION:
+                facts["progress_seen"] = [p for _m, ids in sorted((seen or {}).items()) for p in ids]
         check_run_snapshot(snap)  # StoredStateError naming the first value that is not the format's
         for uid, pod in (pods or {}).items():
             check_pod(pod, f"pods.{uid}")
@@ -170,8 +220,10 @@ class Snapshots(Retirement):
                 r.pods.update((uid, PodFacts.from_json(v)) for uid, v in kept.items())
             if version == 1 and r.pods:  # its pods were in its facts: the next snapshot keeps each apart
                 self._state_pods[run_id] = set(r.pods)
-            if version != POINTS_APART_VERSION and r.points.size:  # so were its points
+            if not apart and r.points.size:  # so were its points
                 self._points_inside.add(run_id)
+            if version == SEEN_APART_VERSION:  # its report ids are in the changelog (else: all written next time)
+                r.seen_changed = set()
             if self.limits.retire_after_us is not None and self.watermark:
                 quiet = snap.get("quiet")  # none: kept by a tracker that did not retire; quiet from now
                 self._schedule(run_id, self.watermark if quiet is None else quiet)

@@ -237,22 +237,22 @@ MARKS = row(*[TIME] * STREAM_COUNT)
 _COMMON = {"owners": list_of(STR)}
 _COMMON_OPTIONAL = {"pods_removed": list_of(STR), "marks": MARKS, "lost": list_of(STR), "pods": dict_of(POD),
                     "pods_own": BOOL}
-_LIVE = fields({"version": one_of(1, 2, 3), "run_id": STR, "facts": _FACTS, **_COMMON},
+_LIVE = fields({"version": one_of(1, 2, 3, 4), "run_id": STR, "facts": _FACTS, **_COMMON},
                {**_COMMON_OPTIONAL, "retired": one_of(False), "quiet": TIME})
-_RETIRED = fields({"version": one_of(1, 2, 3), "run_id": STR, "retired": one_of(True),
+_RETIRED = fields({"version": one_of(1, 2, 3, 4), "run_id": STR, "retired": one_of(True),
                    "retired_seq": _int(1, INT64_MAX, "a retirement ordinal from 1 to 2**63-1"), **_COMMON},
                   _COMMON_OPTIONAL)
 
 
 def check_run_snapshot(snap: Any) -> None:
-    """StoredStateError unless ``snap`` is a run snapshot as ``snapshot_run`` writes it (version 1 to 3, facts or a
+    """StoredStateError unless ``snap`` is a run snapshot as ``snapshot_run`` writes it (version 1 to 4, facts or a
     retired marker) whose facts name the same run."""
     if not isinstance(snap, dict):
         raise _bad("", "a JSON object", snap)
     version = snap.get("version")
-    if version not in (1, 2, 3) or isinstance(version, bool):
+    if version not in (1, 2, 3, 4) or isinstance(version, bool):
         raise errors.StoredStateError(f"unsupported run snapshot version {_show(version)} (this tracker reads 1 "
-                                      "to 3)")
+                                      "to 4)")
     _checked(_RETIRED if snap.get("retired") is True else _LIVE, snap, "")
     facts = snap.get("facts")
     if isinstance(facts, dict) and facts["run_id"] != snap["run_id"]:

@@ -63,9 +63,9 @@ from tracker.core.limits import ReducerLimits
 from tracker.core.model import DeadLetter, Phase, Status
 from tracker.core.publish import Decisions, Limits, PartitionPolicy, content_hash
 from tracker.core.reducer import Flushed, Reducer
-from tracker.core.snapshot import point_of_state, point_state
 from tracker.core.stuck import STUCK_RUN_SCHEMA, StalledAdmissionAlert, StuckRunAlert
 from tracker.core.waits import PENDING_CATEGORIES
+from tracker.runtime import run_state
 from tracker.runtime.ops import Health, Metrics
 from tracker.settings import Settings
 from tracker.shell import jsonio, kafka, kafka_batches
@@ -275,33 +275,21 @@ class ReduceService:
         latest = await kafka.read_to_end(self._restorer, TopicPartition(self.topics.run_state, tp.partition),
                                          ks=self.ks, timeout_s=self.s.reduce.restore_timeout_s)
         part = _Partition(tp, producer, Reducer(self.limits))
-        docs: list[dict[str, Any]] = []
-        pods: dict[str, dict[str, Any]] = {}
-        points: dict[str, dict[str, list[Any]]] = {}
+        kept = run_state.Restored()
         for key, value in latest.items():
             if value is None:
                 continue
             text = key.decode(errors="replace")
             if wire.is_queue_key(text):  # a queue's, a position's
                 part.reducer.queues.restore(part.policy.restore_queue_record(text, jsonio.loads(value)))
-                continue
-            if wire.is_node_key(text):  # a Node's
+            elif wire.is_node_key(text):  # a Node's
                 part.reducer.nodes.restore(part.policy.restore_node_record(text, jsonio.loads(value)))
-                continue
-            point = wire.point_of_key(text)  # before pods: a metric's name may hold "/pod/"
-            if point is not None:
-                run_id, metric, step = point
-                points.setdefault(run_id, {}).setdefault(metric, []).append([step, *_point_state(text, run_id, value)])
-                continue
-            pod = wire.pod_of_key(text)
-            if pod is not None:
-                pods.setdefault(pod[0], {})[pod[1]] = jsonio.loads(value)
             else:
-                docs.append(jsonio.loads(value))
-        for doc in docs:
+                kept.add(text, value)
+        for doc in kept.docs:
             shell = doc.pop("shell", {})
             run_id = doc["run_id"]
-            part.reducer.restore_run(doc, pods.get(run_id, {}), points.get(run_id))
+            part.reducer.restore_run(doc, kept.pods.get(run_id, {}), kept.points.get(run_id), kept.seen.get(run_id))
             part.policy.restore_shell(run_id, shell, retired=bool(doc.get("retired")))
         part.policy.restored([h for run_id in part.policy.runs if (h := part.reducer.current(run_id)) is not None])
         return part
@@ -396,28 +384,19 @@ class ReduceService:
         return plan
 
     def _state_record(self, part: _Partition, run_id: str, dead: list[DeadLetter]) -> list[_Out]:
-        """The run's run-state records: its own (facts without pods and metric points, and the shell), one per pod
-        that changed, one per metric point the last flush changed, and a tombstone per pod it no longer has and per
-        point no longer kept (``Reducer.snapshot_run(points_apart=True)``)."""
+        """The run's run-state records: its own (facts without pods, metric points and report ids, and the shell),
+        one per pod that changed, per metric point the last flush changed and per progress minute whose report ids
+        changed, and a tombstone per pod it no longer has, point no longer kept and minute left with no id
+        (``tracker.runtime.run_state``)."""
         snap = part.reducer.snapshot_run(run_id, points_apart=True)
         if snap is None:
             return []
         topic, partition = self.topics.run_state, part.tp.partition
-        pods, removed = snap.pop("pods"), snap.pop("pods_removed")
-        points, gone = snap.pop("points"), snap.pop("points_removed")
         snap["shell"] = part.policy.shell_doc(run_id)
-        pod_key, pod_headers = wire.record_key, wire.POD_STATE_HEADERS
-        point_key, point_headers = wire.point_key, wire.POINT_STATE_HEADERS
-        out = [_Out(topic, partition, pod_key(run_id, wire.POD, uid).encode(), None, pod_headers) for uid in removed]
-        out.extend(_Out(topic, partition, point_key(run_id, metric, step).encode(), None, point_headers)
-                   for metric, step in gone)
+        tombs, records = run_state.run_records(run_id, snap)
+        out = [_Out(topic, partition, key.encode(), None, headers) for key, headers in tombs]
         limit = self.topics.max_message_bytes - _OUTPUT_MARGIN
-        for key, value, headers in [(run_id, jsonio.dumps(snap), ()),
-                                    *((pod_key(run_id, wire.POD, uid), jsonio.dumps(doc), pod_headers)
-                                      for uid, doc in pods.items()),
-                                    *((point_key(run_id, metric, step), _point_value(run_id, value, at),
-                                       point_headers)
-                                      for metric, pts in points.items() for step, value, at in pts)]:
+        for key, value, headers in records:
             if len(value) > limit:
                 log.error("run_state_too_large", key=key, bytes=len(value), limit=limit)
                 dead.append(DeadLetter(source=f"{topic}:{key}", reason="run state too large to persist",
@@ -568,19 +547,6 @@ class ReduceService:
         for category in PENDING_CATEGORIES:  # every category, 0 without an open span
             m.pending_open.labels(category).set(pending_open.get(category, 0.0))
         m.partitions.labels(group).set(sum(1 for tp in self._parts if tp not in self._pending))
-
-
-def _point_value(run_id: str, value: float, at: int) -> bytes:
-    return jsonio.dumps(point_state(run_id, value, at))
-
-
-def _point_state(key: str, run_id: str, value: bytes) -> list[Any]:
-    """[value, at] of the metric point's run-state record under ``key``, of run ``run_id`` (a StoredStateError naming
-    the key if not)."""
-    try:
-        return point_of_state(jsonio.loads(value), run_id)
-    except ValueError as exc:
-        raise errors.StoredStateError(f"run-state record {key[:200]!r}: {exc}") from None
 
 
 def _keyless(record: Any, source: str) -> list[DeadLetter]:
