@@ -54,7 +54,7 @@ from tracker import errors
 from tracker.core import wire
 from tracker.core.model import FINAL_STATUSES, HistoryUpdate, RunHistory, Status, adapter, load_json, pod_order
 from tracker.core.reducer import Reducer
-from tracker.core.snapshot import seen_of_state
+from tracker.core.snapshot import minute_of_state
 from tracker.core.stuck import Stuck, StuckRunAlert, stuck_candidate
 from tracker.core.timefmt import ts
 from tracker.core.wire import CONTENT_HASH_HEADER
@@ -738,8 +738,8 @@ async def latest_run_state(settings: Settings) -> dict[str, dict[str, Any]]:
     latest: dict[str, dict[str, Any]] = {}
     for rec in await read_topic(settings, settings.kafka.topics.run_state, PARTITIONS):
         assert rec.key is not None
-        if b"/pod/" in rec.key or b"/point/" in rec.key or b"/seen/" in rec.key:  # a pod's, a point's, a
-            continue  # minute's report ids: apart from its run's
+        if b"/pod/" in rec.key or b"/point/" in rec.key or b"/minute/" in rec.key:  # a pod's, a point's, a
+            continue  # progress minute's: apart from its run's
         if rec.value is None:
             latest.pop(rec.key.decode(), None)
         else:
@@ -779,38 +779,44 @@ async def test_finished_runs_are_retired_after_their_grace_also_across_a_restart
     assert {run_id for run_id, doc in state.items() if doc.get("retired")} == done
     assert {run_id for run_id, doc in state.items() if not doc.get("retired")} == \
         (set(expected) - done) | {f"tick-{p}" for p in range(PARTITIONS)}
-    # each metric point is a run-state record of its own, and each progress minute's report ids (snapshot version
-    # 4); a retired run keeps none
-    points, seen = await run_state_parts(settings)
+    # each metric point is a run-state record of its own, and each progress minute (its report ids; snapshot
+    # version 4); a retired run keeps none
+    points, seen, firsts = await run_state_parts(settings)
     assert points == {run_id: {(p.metric, p.step) for p in h.metric_points or ()}
                       for run_id, h in expected.items() if run_id not in done and h.metric_points}
     folded = Reducer()
     for i, rec in enumerate(records):
         folded.apply(rec, f"synthetic:{i}")
-    assert seen == {run_id: set(r.progress_seen) for run_id, r in folded.runs.items()
-                    if run_id not in done and r.progress_seen}
-    assert seen and all(doc["version"] == 4 and doc["facts"]["points"][1] == {} and
-                        doc["facts"]["progress_seen"] == [] for doc in state.values() if not doc.get("retired"))
+    live = {run_id: r for run_id, r in folded.runs.items() if run_id not in done}
+    assert seen == {run_id: set(r.progress_seen) for run_id, r in live.items() if r.progress_seen}
+    assert firsts == {run_id: r.progress_buckets for run_id, r in live.items() if r.progress_buckets}
+    assert seen and all(doc["version"] == 4 and doc["facts"]["points"][1] == {} and doc["facts"]["progress_seen"] == []
+                        and doc["facts"]["progress_buckets"] == [] for doc in state.values() if not doc.get("retired"))
 
 
-async def run_state_parts(settings: Settings) -> tuple[dict[str, set[tuple[str, int]]], dict[str, set[str]]]:
-    """Each run's metric points kept in run-state (tombstones applied), from their records' keys, and the report ids
-    it remembers, from its minutes' records."""
+async def run_state_parts(settings: Settings) -> tuple[dict[str, set[tuple[str, int]]], dict[str, set[str]],
+                                                        dict[str, dict[int, int]]]:
+    """Each run's metric points kept in run-state (tombstones applied), from their records' keys, and from its
+    progress minutes' records the report ids it remembers and each minute's earliest report."""
     latest: dict[str, bytes | None] = {}
     for rec in await read_topic(settings, settings.kafka.topics.run_state, PARTITIONS):
         assert rec.key is not None
         key = rec.key.decode()
-        if wire.point_of_key(key) is not None or wire.seen_of_key(key) is not None:
+        if wire.point_of_key(key) is not None or wire.minute_of_key(key) is not None:
             latest[key] = rec.value
     points: dict[str, set[tuple[str, int]]] = {}
     seen: dict[str, set[str]] = {}
+    firsts: dict[str, dict[int, int]] = {}
     for key, value in latest.items():
-        point, minute = wire.point_of_key(key), wire.seen_of_key(key)
+        point, minute = wire.point_of_key(key), wire.minute_of_key(key)
         if value is not None and point is not None:
             points.setdefault(point[0], set()).add((point[1], point[2]))
         elif value is not None and minute is not None:
-            seen.setdefault(minute[0], set()).update(k for k, _at in seen_of_state(json.loads(value), *minute))
-    return points, seen
+            ids, first = minute_of_state(json.loads(value), *minute)
+            seen.setdefault(minute[0], set()).update(k for k, _at in ids)
+            if first is not None:
+                firsts.setdefault(minute[0], {})[minute[1]] = first
+    return points, seen, firsts
 
 
 @pytest.mark.kafka

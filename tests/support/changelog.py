@@ -33,7 +33,7 @@ def restore(log: Changelog, limits: ReducerLimits | None = None) -> Reducer:
         kept.add(key, value)
     for doc in kept.docs:
         run_id = doc["run_id"]
-        red.restore_run(doc, kept.pods.get(run_id, {}), kept.points.get(run_id), kept.seen.get(run_id))
+        red.restore_run(doc, kept.pods.get(run_id, {}), kept.points.get(run_id), kept.minutes.get(run_id))
     return red
 
 

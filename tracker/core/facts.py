@@ -31,7 +31,8 @@ PROGRESS_BUCKET_US = 60_000_000
 
 
 def seen_minute(at: int) -> int:
-    """The progress minute of a report's time: a run-state changelog keeps each minute's report ids apart."""
+    """The progress minute of a report's time (``PROGRESS_BUCKET_US``): a run-state changelog keeps each minute's
+    report ids and earliest report apart."""
     return at // PROGRESS_BUCKET_US
 
 # The goodput ledger's facts (tracker.core.ledger; schemas/goodput.md "Bounds")
@@ -366,10 +367,10 @@ class RunFacts:
     # built from the dict ``seen_of`` (another dict, as after a restore: built again)
     seen_order: list[str] | None = field(default=None, compare=False, repr=False)
     seen_of: dict[str, int] | None = field(default=None, compare=False, repr=False)
-    # Nor this: the progress minutes (``seen_minute``) whose remembered report ids changed since the last snapshot
-    # that kept them apart (``snapshot.Snapshots.snapshot_run(points_apart=True)``, which sets it); None: every
-    # minute (a run never kept apart, or restored from a record that held its ids inside)
-    seen_changed: set[int] | None = field(default=None, compare=False, repr=False)
+    # Nor this: the progress minutes (``seen_minute``) whose remembered report ids or earliest report changed since
+    # the last snapshot that kept them apart (``snapshot.Snapshots.snapshot_run(points_apart=True)``, which sets
+    # it); None: every minute (a run never kept apart, or restored from a record that held them inside)
+    minutes_changed: set[int] | None = field(default=None, compare=False, repr=False)
 
     # ---------------------------------------------------------------- merges used by the extractor
     def cond(self, conds: CondFacts, versions: CondVersions, key: CondKey, message: str, rv: int | None) -> None:
@@ -426,9 +427,9 @@ class RunFacts:
             oldest = order[0]
             if (at, event_id) < (seen[oldest], oldest):
                 return True
-            self._seen_changed(seen.pop(order.pop(0)))
+            self._minute_changed(seen.pop(order.pop(0)))
         seen[event_id] = at
-        self._seen_changed(at)
+        self._minute_changed(at)
         if order is not None:  # kept in order once built: reports come in time order, so near the end
             insort(order, event_id, key=lambda k: (seen[k], k))
         return False
@@ -449,18 +450,20 @@ class RunFacts:
         hi = bisect_left(order, ((minute + 1) * PROGRESS_BUCKET_US, ""), key=lambda k: (seen[k], k))
         return [(k, seen[k]) for k in order[lo:hi]]
 
-    def _seen_changed(self, at: int) -> None:
-        if self.seen_changed is not None:
-            self.seen_changed.add(seen_minute(at))
+    def _minute_changed(self, at: int) -> None:
+        if self.minutes_changed is not None:
+            self.minutes_changed.add(seen_minute(at))
 
     def progress_time(self, at: int) -> None:
-        b = at // PROGRESS_BUCKET_US
+        b = seen_minute(at)
         cur = self.progress_buckets.get(b)
         if cur is None or at < cur:
             self.progress_buckets[b] = at
             self.shape_seq += 1
+            self._minute_changed(at)
             if len(self.progress_buckets) > MAX_PROGRESS_BUCKETS:
-                del self.progress_buckets[max(self.progress_buckets)]
+                last = max(self.progress_buckets)
+                self._minute_changed(self.progress_buckets.pop(last))
 
     def latest_checkpoint(self, step: int, at: int, uri: str) -> None:
         """A completed checkpoint reported with progress: kept if it is the latest (by step, time, then URI)."""
@@ -473,8 +476,8 @@ class RunFacts:
     def to_json(self, pods: bool = True, points: bool = True) -> dict[str, Any]:
         """The facts as JSON values; ``pods=False`` leaves the pods out (a per-pod changelog keeps them apart:
         ``PodFacts.to_json``), and ``from_json`` then reads none; ``points=False`` leaves the metric points out but
-        their width, and the remembered report ids (a changelog keeps each point, and each progress minute's ids,
-        apart: ``snapshot.Snapshots.snapshot_run``)."""
+        their width, the remembered report ids and the progress minutes (a changelog keeps each point, and each
+        progress minute's ids and earliest report, apart: ``snapshot.Snapshots.snapshot_run``)."""
         doc = {
             "run_id": self.run_id, "kind": self.kind, "uid": self.uid, "namespace": self.namespace,
             "name": self.name, "created": self.created, "labels": self.labels,
@@ -493,7 +496,7 @@ class RunFacts:
             "ray_clusters": {k: tuple(v) for k, v in self.ray_clusters.items()},
             "events": {k: v.to_json() for k, v in self.events.items()},
             "intake": self.intake, "progress_seen": sorted(self.progress_seen.items()) if points else [],
-            "progress_buckets": [[k, v] for k, v in self.progress_buckets.items()],
+            "progress_buckets": [[k, v] for k, v in self.progress_buckets.items()] if points else [],
             "metrics": {k: [list(m.first), list(m.latest), m.lo, m.hi, m.points]
                         for k, m in self.metrics.items()},
             "checkpoint": self.checkpoint, "points": self.points.to_json() if points else [self.points.width, {}],

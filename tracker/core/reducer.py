@@ -123,8 +123,8 @@ class Reducer(Snapshots):
         self._state_points: dict[str, tuple[tuple[tuple[str, int], ...], tuple[tuple[str, int], ...]]] = {}
         self._retiring_points: dict[str, tuple[tuple[str, int], ...]] = {}
         self._points_inside: set[str] = set()
-        # and the progress minutes of the report ids of a run retired since the flush before (``_retiring_seen``;
-        # ``_state_seen`` from the flush on), whose records it tombstones
+        # and the progress minutes of a run retired since the flush before (``_retiring_seen``; ``_state_seen`` from
+        # the flush on), whose records it tombstones
         self._state_seen: dict[str, tuple[int, ...]] = {}
         self._retiring_seen: dict[str, tuple[int, ...]] = {}
         self._retired_now: list[str] = []
@@ -376,7 +376,7 @@ class Reducer(Snapshots):
         fresh.intake, fresh.progress_seen, fresh.progress_buckets = r.intake, r.progress_seen, r.progress_buckets
         fresh.metrics, fresh.checkpoint, fresh.points = r.metrics, r.checkpoint, r.points
         fresh.steps, fresh.ckpts = r.steps, r.ckpts
-        fresh.seen_order, fresh.seen_of, fresh.seen_changed = r.seen_order, r.seen_of, r.seen_changed
+        fresh.seen_order, fresh.seen_of, fresh.minutes_changed = r.seen_order, r.seen_of, r.minutes_changed
         self.corr.rebind_run(r.run_id, lost_key(r.run_id))
         # the displaced root's pods are no longer the run's (the derivation sees the new facts and drops their rows)
         self._state_removed.setdefault(r.run_id, set()).update(r.pods)

@@ -8,9 +8,9 @@ Two forms, both versioned (``SNAPSHOT_VERSION``; a version this tracker cannot c
   the run's previous snapshot, so a change of one pod of a wide run rewrites that pod only; a retired run's is a
   marker (its ordinal and owners). Version 1 kept the pods inside the facts and is still read. Version 4 (the
   ``run-state`` topic: ``points_apart``) keeps the metric points apart too, each point the last flush changed
-  (``point_state``), and the remembered progress report ids, a record per progress minute whose ids changed
-  (``seen_state``), so a progress report rewrites its points and its minute only; version 3 kept the ids inside
-  and is still read; version 2 (the index) keeps both inside.
+  (``point_state``), and its progress minutes, a record per minute whose remembered report ids or earliest report
+  changed (``minute_state``), so a progress report rewrites its points and its minute only; version 3 kept the
+  minutes inside and is still read; version 2 (the index) keeps both inside.
 - ``snapshot`` / ``Reducer.restore``: the whole reducer in one document (pods inside their runs' facts), with what
   is pending until the next flush.
 
@@ -36,7 +36,7 @@ from tracker.core.snapshot_shape import check_pod, check_run_snapshot
 
 SNAPSHOT_VERSION = 2  # 2: a run's snapshot holds its pods apart (``snapshot_run``: "pods"); 1 inside its facts
 POINTS_APART_VERSION = 3  # 3: its metric points apart too (``snapshot_run(points_apart=True)``: "points")
-SEEN_APART_VERSION = 4  # 4: and its report ids, by progress minute ("seen"; points are still version 3 records)
+MINUTES_APART_VERSION = 4  # 4: and its progress minutes ("minutes"; points are still version 3 records)
 
 
 def point_state(run_id: str, value: float, at: int) -> dict[str, Any]:
@@ -56,25 +56,28 @@ def point_of_state(doc: Any, run_id: str) -> list[Any]:
     return list(doc["point"])
 
 
-def seen_state(run_id: str, ids: list[tuple[str, int]]) -> dict[str, Any]:
-    """The record of one progress minute's remembered report ids (``snapshot_run(points_apart=True)``; the minute
-    is in its key): [[event id, at], ...] by time, of snapshot version 4."""
-    return {"version": SEEN_APART_VERSION, "run_id": run_id, "seen": [list(p) for p in ids]}
+def minute_state(run_id: str, ids: list[tuple[str, int]], first: int | None) -> dict[str, Any]:
+    """The record of one progress minute of a run (``snapshot_run(points_apart=True)``; the minute is in its key): the
+    report ids it remembers of that minute, [[event id, at], ...] by time, and the time of the minute's earliest
+    report (``first``; None if the run no longer keeps it), of snapshot version 4."""
+    return {"version": MINUTES_APART_VERSION, "run_id": run_id, "seen": [list(p) for p in ids], "first": first}
 
 
-def seen_of_state(doc: Any, run_id: str, minute: int) -> list[list[Any]]:
-    """[[event id, at], ...] of a minute's record of report ids (``seen_state``) of run ``run_id``, each of that
-    minute; a StoredStateError if it is not one."""
+def minute_of_state(doc: Any, run_id: str, minute: int) -> tuple[list[list[Any]], int | None]:
+    """The report ids ([[event id, at], ...]) and the earliest report's time of a progress minute's record
+    (``minute_state``) of run ``run_id``, every time of that minute; a StoredStateError if it is not one."""
     ids = doc.get("seen") if isinstance(doc, dict) else None
-    if not (isinstance(doc, dict) and doc.get("version") == SEEN_APART_VERSION and doc.get("run_id") == run_id
+    first = doc.get("first") if isinstance(doc, dict) else None
+    if not (isinstance(doc, dict) and doc.get("version") == MINUTES_APART_VERSION and doc.get("run_id") == run_id
             and isinstance(ids, list) and all(
                 isinstance(p, list) and len(p) == 2 and isinstance(p[0], str) and type(p[1]) is int
-                and seen_minute(p[1]) == minute for p in ids)):
+                and seen_minute(p[1]) == minute for p in ids)
+            and (first is None or (type(first) is int and seen_minute(first) == minute))):
         text = repr(doc)
-        raise errors.StoredStateError(f"{text[:200]} is not a record of run {run_id[:200]!r}'s report ids of progress "
-                                      f"minute {minute} (version {SEEN_APART_VERSION}: run_id, seen [[event id, at "
-                                      "in that minute], ...])")
-    return ids
+        raise errors.StoredStateError(f"{text[:200]} is not a record of run {run_id[:200]!r}'s progress minute "
+                                      f"{minute} (version {MINUTES_APART_VERSION}: run_id, seen [[event id, at], "
+                                      "...], first: at or null, every at in that minute)")
+    return ids, first
 
 
 class Snapshots(Retirement):
@@ -105,11 +108,12 @@ class Snapshots(Retirement):
         stays), and ``points`` holds the points the last flush changed (metric -> [[step, value, at], ...]: every
         point for a run restored from a version that kept them inside), ``points_removed`` the [metric, step] of
         those it dropped (of a run retired since: all its points), so that a changelog keeps each point in a record
-        of its own and a progress report rewrites its points, not the run's every point. So too the remembered
-        progress report ids: ``seen`` holds, for each progress minute whose ids changed since the last such
-        snapshot (every minute, the first time), minute -> [[event id, at], ...], ``seen_removed`` the minutes
-        left with none (of a run retired since: all of them). Without it (version 2; the index's reducer state,
-        written once a replay's flush) the points and ids stay inside the facts."""
+        of its own and a progress report rewrites its points, not the run's every point. So too its progress
+        minutes (the report ids it remembers and the earliest report, by minute): ``minutes`` holds, for each
+        minute changed since the last such snapshot (every minute, the first time), minute -> ([[event id, at],
+        ...], the earliest report's time or None), ``minutes_removed`` the minutes left with neither (of a run
+        retired since: all of them). Without it (version 2; the index's reducer state, written once a replay's
+        flush) the points and minutes stay inside the facts."""
         owners = self.corr.owners_of(run_id)
         lost = self.corr.owners_of(lost_key(run_id))
         changed = self._state_pods.pop(run_id, set())
@@ -117,8 +121,8 @@ class Snapshots(Retirement):
         points_changed, points_removed = self._state_points.pop(run_id, ((), ()))
         whole = run_id in self._points_inside
         self._points_inside.discard(run_id)
-        seen_gone: list[int] = list(self._state_seen.pop(run_id, ()))
-        version = SEEN_APART_VERSION if points_apart else SNAPSHOT_VERSION
+        minutes_gone: list[int] = list(self._state_seen.pop(run_id, ()))
+        version = MINUTES_APART_VERSION if points_apart else SNAPSHOT_VERSION
         seq = self.retired.get(run_id)
         if seq is None and forgotten_seq is not None:
             seq = forgotten_seq.get(run_id)
@@ -149,52 +153,58 @@ class Snapshots(Retirement):
                             out.setdefault(k, []).append(mp.point(k, step))
                     snap["points"] = out
                 points_removed = tuple(p for p in points_removed if not mp.holds(*p))
-                snap["seen"], seen_gone = self._seen_apart(r)
+                snap["minutes"], minutes_gone = self._minutes_apart(r)
         snap["pods_removed"] = sorted(removed)
         if points_apart:
             snap["points_removed"] = [list(p) for p in sorted(points_removed)]
-            snap.setdefault("seen", {})
-            snap["seen_removed"] = sorted(seen_gone)
+            snap.setdefault("minutes", {})
+            snap["minutes_removed"] = sorted(minutes_gone)
         if lost:
             snap["lost"] = lost
         return snap
 
     @staticmethod
-    def _seen_apart(r: RunFacts) -> tuple[dict[int, list[tuple[str, int]]], list[int]]:
-        """The report ids of each progress minute changed since the run's last snapshot apart (all, the first time),
-        and the minutes left with none; from now on the run notes the minutes changed (``RunFacts.seen_changed``)."""
-        minutes, r.seen_changed = r.seen_changed, set()
-        if minutes is None:
-            out: dict[int, list[tuple[str, int]]] = {}
+    def _minutes_apart(r: RunFacts) -> tuple[dict[int, tuple[list[tuple[str, int]], int | None]], list[int]]:
+        """The progress minutes changed since the run's last snapshot apart (all, the first time), minute -> (its
+        report ids, its earliest report's time), and the minutes left with neither; from now on the run notes the
+        minutes changed (``RunFacts.minutes_changed``)."""
+        changed, r.minutes_changed = r.minutes_changed, set()
+        buckets = r.progress_buckets
+        if changed is None:
+            ids: dict[int, list[tuple[str, int]]] = {}
             seen = r.progress_seen
             for k in r.ordered_seen():
-                out.setdefault(seen_minute(seen[k]), []).append((k, seen[k]))
-            return out, []
-        chunks = {m: r.seen_in(m) for m in sorted(minutes)}
-        return {m: ids for m, ids in chunks.items() if ids}, [m for m, ids in chunks.items() if not ids]
+                ids.setdefault(seen_minute(seen[k]), []).append((k, seen[k]))
+            return {m: (ids.get(m, []), buckets.get(m)) for m in sorted(ids.keys() | buckets.keys())}, []
+        out = {m: (r.seen_in(m), buckets.get(m)) for m in sorted(changed)}
+        return {m: v for m, v in out.items() if v[0] or v[1] is not None}, \
+            [m for m, v in out.items() if not v[0] and v[1] is None]
 
     def restore_run(self, snap: Any, pods: Mapping[str, Any] | None = None,
                     points: Mapping[str, list[Any]] | None = None,
-                    seen: Mapping[int, list[Any]] | None = None) -> None:
+                    minutes: Mapping[int, tuple[list[Any], int | None]] | None = None) -> None:
         """Load one run's state written by ``snapshot_run`` (replacing what was known of it): ``pods`` holds the
         run's pods, uid -> facts, as the changelog kept them (a version-1 snapshot holds them in its facts);
         ``points`` its metric points, metric -> [[step, value, at], ...], as the changelog kept them (a version-3
         snapshot's facts hold their width only; earlier ones hold them, and the run's next version-4 snapshot
-        writes them all); ``seen`` its remembered report ids, minute -> [[event id, at], ...] (``seen_of_state``),
-        as the changelog kept them (a version-4 snapshot's facts hold none; earlier ones hold them all, and the run's
-        next version-4 snapshot writes every minute).
+        writes them all); ``minutes`` its progress minutes, minute -> ([[event id, at], ...], the earliest report's
+        time or None) (``minute_of_state``), as the changelog kept them (a version-4 snapshot's facts hold none of
+        the report ids and minutes; earlier ones hold them all, and the run's next version-4 snapshot writes every
+        minute).
 
         The snapshot and the pods are checked first (``tracker.core.snapshot_shape``): a value of a wrong type, out
         of range or missing is a StoredStateError naming it, raised before anything of the reducer changes. ``snap``
         is typed ``Any``: it is checked here, and a compiled core would check a declared type at the call first,
         with a TypeError instead of the error naming the value."""
-        apart = isinstance(snap, dict) and snap.get("version") in (POINTS_APART_VERSION, SEEN_APART_VERSION)
+        apart = isinstance(snap, dict) and snap.get("version") in (POINTS_APART_VERSION, MINUTES_APART_VERSION)
         if apart and isinstance(snap.get("facts"), dict):  # what was kept apart goes back (then checked with the rest)
             facts = snap["facts"]
             width = facts.get("points")
             facts["points"] = [width[0] if isinstance(width, list) and width else 1, dict(points or {})]
-            if snap["version"] == SEEN_APART_VERSION:
-                facts["progress_seen"] = [p for _m, ids in sorted((seen or {}).items()) for p in ids]
+            if snap["version"] == MINUTES_APART_VERSION:
+                by_minute = sorted((minutes or {}).items())
+                facts["progress_seen"] = [p for _m, (ids, _first) in by_minute for p in ids]
+                facts["progress_buckets"] = [[m, first] for m, (_ids, first) in by_minute if first is not None]
         check_run_snapshot(snap)  # StoredStateError naming the first value that is not the format's
         for uid, pod in (pods or {}).items():
             check_pod(pod, f"pods.{uid}")
@@ -222,8 +232,8 @@ class Snapshots(Retirement):
                 self._state_pods[run_id] = set(r.pods)
             if not apart and r.points.size:  # so were its points
                 self._points_inside.add(run_id)
-            if version == SEEN_APART_VERSION:  # its report ids are in the changelog (else: all written next time)
-                r.seen_changed = set()
+            if version == MINUTES_APART_VERSION:  # its minutes are in the changelog (else: all written next time)
+                r.minutes_changed = set()
             if self.limits.retire_after_us is not None and self.watermark:
                 quiet = snap.get("quiet")  # none: kept by a tracker that did not retire; quiet from now
                 self._schedule(run_id, self.watermark if quiet is None else quiet)

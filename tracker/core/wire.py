@@ -23,10 +23,10 @@ is written here once, so that a change of key layout is one change, and the modu
 - ``run-state`` (``tracker reduce`` writes and restores from it): a run's snapshot keyed by its run id, each of its
   pods keyed ``<run id>/pod/<uid>`` with header ``kind: pod`` (``POD_STATE_HEADERS``), each of its metric points
   keyed as on ``transitions`` (``point_key``) with header ``kind: point`` (``POINT_STATE_HEADERS``; snapshot version
-  3: the run's snapshot holds their width only), the report ids it remembers of each progress minute keyed
-  ``<run id>/seen/<minute>`` (``seen_key``) with header ``kind: seen`` (``SEEN_STATE_HEADERS``; snapshot version 4:
-  the run's snapshot holds none), a queue's, a position's or a Node's state under its transitions key with its
-  ``kind``; a tombstone for what was forgotten.
+  3: the run's snapshot holds their width only), each of its progress minutes (the report ids it remembers of the
+  minute, its earliest report) keyed ``<run id>/minute/<minute>`` (``minute_key``) with header ``kind: minute``
+  (``MINUTE_STATE_HEADERS``; snapshot version 4: the run's snapshot holds none), a queue's, a position's or a
+  Node's state under its transitions key with its ``kind``; a tombstone for what was forgotten.
 - ``alerts``: a stuck-run alert keyed by its run id (``alert_key``). ``dead-letters``: no key, no header.
 
 Pure: the standard library only (headers are ``(name, bytes)`` pairs as aiokafka takes and gives them).
@@ -61,7 +61,7 @@ def change_source(headers: Headers | None) -> str | None:
 # ------------------------------------------------------------------------------------------ transitions
 
 KIND_HEADER = "kind"  # of a transitions record: history, point, pod, queue, position, node (points: older ones);
-# of a run-state one: pod, point, seen, queue, position or node
+# of a run-state one: pod, point, minute, queue, position or node
 CONTENT_HASH_HEADER = "content-hash"  # of a history (or older points) record: the sha256 of its value, hex
 HISTORY, POINT, POD = "history", "point", "pod"  # the kinds of a run's records on transitions
 POINTS = "points"  # a run's complete set of points, as trackers before per-point records published it
@@ -71,7 +71,7 @@ POINTS_SUFFIX = "/points"
 POSITION_SUFFIX = "/position"
 POD_KEY = "/pod/"  # a pod's key: <run id>/pod/<uid>
 POINT_KEY = "/point/"  # a metric point's key: <run id>/point/<step>/<metric>
-SEEN_KEY = "/seen/"  # on run-state, a progress minute's report ids: <run id>/seen/<minute>
+MINUTE_KEY = "/minute/"  # on run-state, a run's progress minute: <run id>/minute/<minute>
 QUEUE_KEY_PREFIX = "queue:"  # a queue's key: queue:<ClusterQueue> or queue:<namespace>/<LocalQueue>
 NODE_KEY_PREFIX = "node:"  # a Node's key on changes: node:<name> (``tracker.core.nodes``)
 
@@ -108,15 +108,16 @@ def point_of_key(key: str) -> tuple[str, str, int] | None:
     return (run_id, metric, n) if str(n) == step else None  # the step as record_key wrote it, nothing else
 
 
-def seen_key(run_id: str, minute: int) -> str:
-    """The run-state key of the report ids a run remembers of one progress minute: ``<run id>/seen/<minute>``."""
-    return f"{run_id}{SEEN_KEY}{minute}"
+def minute_key(run_id: str, minute: int) -> str:
+    """The run-state key of a run's progress minute (its report ids, its earliest report):
+    ``<run id>/minute/<minute>``."""
+    return f"{run_id}{MINUTE_KEY}{minute}"
 
 
-def seen_of_key(key: str) -> tuple[str, int] | None:
-    """``(run id, minute)`` of a key written by ``seen_key``; None if ``key`` is not one (a run id holds no ``/``,
+def minute_of_key(key: str) -> tuple[str, int] | None:
+    """``(run id, minute)`` of a key written by ``minute_key``; None if ``key`` is not one (a run id holds no ``/``,
     so no metric point's key is one)."""
-    run_id, sep, minute = key.partition(SEEN_KEY)
+    run_id, sep, minute = key.partition(MINUTE_KEY)
     if not sep or not run_id or "/" in run_id:
         return None
     try:
@@ -169,8 +170,8 @@ def header(headers: Headers | None, name: str) -> bytes | None:
 
 POD_STATE_HEADERS = ((KIND_HEADER, POD.encode()),)  # a pod's run-state record (key: record_key(run, POD, uid))
 POINT_STATE_HEADERS = ((KIND_HEADER, POINT.encode()),)  # a metric point's run-state record (key: point_key)
-SEEN = "seen"  # the kind of a progress minute's report ids on run-state
-SEEN_STATE_HEADERS = ((KIND_HEADER, SEEN.encode()),)  # (key: seen_key)
+MINUTE = "minute"  # the kind of a run's progress minute on run-state
+MINUTE_STATE_HEADERS = ((KIND_HEADER, MINUTE.encode()),)  # (key: minute_key)
 
 
 def alert_key(run_id: str) -> bytes:

@@ -289,7 +289,8 @@ class ReduceService:
         for doc in kept.docs:
             shell = doc.pop("shell", {})
             run_id = doc["run_id"]
-            part.reducer.restore_run(doc, kept.pods.get(run_id, {}), kept.points.get(run_id), kept.seen.get(run_id))
+            part.reducer.restore_run(doc, kept.pods.get(run_id, {}), kept.points.get(run_id),
+                                        kept.minutes.get(run_id))
             part.policy.restore_shell(run_id, shell, retired=bool(doc.get("retired")))
         part.policy.restored([h for run_id in part.policy.runs if (h := part.reducer.current(run_id)) is not None])
         return part
@@ -384,9 +385,9 @@ class ReduceService:
         return plan
 
     def _state_record(self, part: _Partition, run_id: str, dead: list[DeadLetter]) -> list[_Out]:
-        """The run's run-state records: its own (facts without pods, metric points and report ids, and the shell),
-        one per pod that changed, per metric point the last flush changed and per progress minute whose report ids
-        changed, and a tombstone per pod it no longer has, point no longer kept and minute left with no id
+        """The run's run-state records: its own (facts without pods, metric points and progress minutes, and the
+        shell), one per pod that changed, per metric point the last flush changed and per progress minute that
+        changed, and a tombstone per pod it no longer has, point no longer kept and minute no longer kept
         (``tracker.runtime.run_state``)."""
         snap = part.reducer.snapshot_run(run_id, points_apart=True)
         if snap is None:

@@ -1,11 +1,11 @@
 """A run's records on the ``run-state`` topic, as ``tracker reduce`` writes them and reads them back at a restore.
 
-A run's state is its snapshot (``Reducer.snapshot_run(points_apart=True)``, snapshot version 4) keyed by its run id,
-and apart from it a record per pod (``<run id>/pod/<uid>``), per metric point (``<run id>/point/<step>/<metric>``)
-and per progress minute of the report ids it remembers (``<run id>/seen/<minute>``), so that a change rewrites what
-it changed only; a tombstone deletes one (deploy/kafka/topics.md). The keys and headers are ``tracker.core.wire``'s,
-the values ``tracker.core.snapshot``'s. A record that is not what its key says is a StoredStateError naming the key.
-"""
+A run's state is its snapshot (``Reducer.snapshot_run(points_apart=True)``, snapshot version 4) keyed by its run id, and
+apart from it a record per pod (``<run id>/pod/<uid>``), per metric point (``<run id>/point/<step>/<metric>``) and per
+progress minute (``<run id>/minute/<minute>``: the report ids it remembers of it, its earliest report), so that a change
+rewrites what it changed only; a tombstone deletes one (deploy/kafka/topics.md). The keys and headers are
+``tracker.core.wire``'s, the values ``tracker.core.snapshot``'s. A record that is not what its key says is a
+StoredStateError naming the key."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Any
 
 from tracker import errors
 from tracker.core import wire
-from tracker.core.snapshot import point_of_state, point_state, seen_of_state, seen_state
+from tracker.core.snapshot import minute_of_state, minute_state, point_of_state, point_state
 from tracker.shell import jsonio
 
 Headers = tuple[tuple[str, bytes], ...]
@@ -23,45 +23,45 @@ Record = tuple[str, bytes, Headers]  # key, value, headers
 
 def run_records(run_id: str, snap: dict[str, Any]) -> tuple[list[tuple[str, Headers]], list[Record]]:
     """The tombstones (key and headers) and the records of a run's snapshot kept apart: ``snap`` loses its parts
-    (``pods``, ``points``, ``seen`` and what was removed of them) and is the first record."""
+    (``pods``, ``points``, ``minutes`` and what was removed of them) and is the first record."""
     pods, removed = snap.pop("pods"), snap.pop("pods_removed")
     points, gone = snap.pop("points"), snap.pop("points_removed")
-    seen, seen_gone = snap.pop("seen"), snap.pop("seen_removed")
-    pod_h, point_h, seen_h = wire.POD_STATE_HEADERS, wire.POINT_STATE_HEADERS, wire.SEEN_STATE_HEADERS
+    minutes, minutes_gone = snap.pop("minutes"), snap.pop("minutes_removed")
+    pod_h, point_h, minute_h = wire.POD_STATE_HEADERS, wire.POINT_STATE_HEADERS, wire.MINUTE_STATE_HEADERS
     tombs: list[tuple[str, Headers]] = [(wire.record_key(run_id, wire.POD, uid), pod_h) for uid in removed]
     tombs.extend((wire.point_key(run_id, metric, step), point_h) for metric, step in gone)
-    tombs.extend((wire.seen_key(run_id, minute), seen_h) for minute in seen_gone)
+    tombs.extend((wire.minute_key(run_id, minute), minute_h) for minute in minutes_gone)
     out: list[Record] = [(run_id, jsonio.dumps(snap), ())]
     out.extend((wire.record_key(run_id, wire.POD, uid), jsonio.dumps(doc), pod_h) for uid, doc in pods.items())
     out.extend((wire.point_key(run_id, metric, step), jsonio.dumps(point_state(run_id, value, at)), point_h)
                for metric, pts in points.items() for step, value, at in pts)
-    out.extend((wire.seen_key(run_id, minute), jsonio.dumps(seen_state(run_id, ids)), seen_h)
-               for minute, ids in seen.items())
+    out.extend((wire.minute_key(run_id, minute), jsonio.dumps(minute_state(run_id, ids, first)), minute_h)
+               for minute, (ids, first) in minutes.items())
     return tombs, out
 
 
 @dataclass
 class Restored:
     """The runs' records read back from a partition of ``run-state`` (``add`` each; ``Reducer.restore_run`` each
-    of ``docs`` with its run's ``pods``, ``points`` and ``seen``)."""
+    of ``docs`` with its run's ``pods``, ``points`` and ``minutes``)."""
 
     docs: list[dict[str, Any]] = field(default_factory=list)
     pods: dict[str, dict[str, Any]] = field(default_factory=dict)
     points: dict[str, dict[str, list[Any]]] = field(default_factory=dict)
-    seen: dict[str, dict[int, list[Any]]] = field(default_factory=dict)
+    minutes: dict[str, dict[int, tuple[list[Any], int | None]]] = field(default_factory=dict)
 
     def add(self, key: str, value: bytes) -> None:
         """A run's record (not a queue's, a position's or a Node's), by its key."""
-        point = wire.point_of_key(key)  # before pods: a metric's name may hold "/pod/" (or "/seen/")
+        point = wire.point_of_key(key)  # before pods: a metric's name may hold "/pod/" (or "/minute/")
         if point is not None:
             run_id, metric, step = point
             doc = _decoded(key, value, lambda d: point_of_state(d, run_id))
             self.points.setdefault(run_id, {}).setdefault(metric, []).append([step, *doc])
             return
-        minute = wire.seen_of_key(key)
+        minute = wire.minute_of_key(key)
         if minute is not None:
             run_id, m = minute
-            self.seen.setdefault(run_id, {})[m] = _decoded(key, value, lambda d: seen_of_state(d, run_id, m))
+            self.minutes.setdefault(run_id, {})[m] = _decoded(key, value, lambda d: minute_of_state(d, run_id, m))
             return
         pod = wire.pod_of_key(key)
         if pod is not None:
@@ -70,9 +70,9 @@ class Restored:
             self.docs.append(jsonio.loads(value))
 
 
-def _decoded(key: str, value: bytes, read: Any) -> list[Any]:
+def _decoded(key: str, value: bytes, read: Any) -> Any:
     try:
-        out: list[Any] = read(jsonio.loads(value))
+        out = read(jsonio.loads(value))
     except ValueError as exc:  # invalid JSON, or not the record its key says (StoredStateError is a ValueError)
         raise errors.StoredStateError(f"run-state record {key[:200]!r}: {exc}") from None
     return out
