@@ -11,7 +11,8 @@ reducer does per transaction), it prints:
 - the CPU time a report costs: folding it (``Reducer.apply``), flushing it (``Reducer.flush``: the derivation and
   its update), the run's state records (``snapshot_run(points_apart=True)`` and their JSON, as
   ``tracker.runtime.run_state`` writes them; a tracker from before that option, run through ``PYTHONPATH``, keeps
-  the points inside the record, and one from before snapshot version 4 the report ids);
+  the points inside the record, and one from before snapshot version 4 the report ids, progress minutes and step
+  records);
 - the bytes of the run's own run-state record, of its largest parts (the seen report ids, the step records, the
   progress minutes), and of all the run-state records the report wrote (the run's, its changed points', its
   minute's ids'), and the metric points kept;

@@ -812,7 +812,7 @@ async def run_state_parts(settings: Settings) -> tuple[dict[str, set[tuple[str, 
         if value is not None and point is not None:
             points.setdefault(point[0], set()).add((point[1], point[2]))
         elif value is not None and minute is not None:
-            ids, first = minute_of_state(json.loads(value), *minute)
+            ids, first, _steps = minute_of_state(json.loads(value), *minute)
             seen.setdefault(minute[0], set()).update(k for k, _at in ids)
             if first is not None:
                 firsts.setdefault(minute[0], {})[minute[1]] = first

@@ -44,6 +44,10 @@ MAX_RESTORE_TIMES = 8  # start (and end) times kept of the restores of one check
 StepRecord = tuple[int, int]  # (at, step)
 
 
+def _time(rec: StepRecord) -> int:
+    return rec[0]
+
+
 @dataclass(slots=True)
 class StepTrail:
     """A run's step records (the time each reported step was reached), bounded: records fall in time buckets of one
@@ -58,7 +62,9 @@ class StepTrail:
     # a report does not sort a long run's every record again (a record replaced or added is moved in place)
     kept: list[StepRecord] | None = field(default=None, compare=False, repr=False)
 
-    def add(self, at: int, step: int, cap: int = STEP_TRAIL_BUCKETS) -> None:
+    def add(self, at: int, step: int, cap: int = STEP_TRAIL_BUCKETS) -> tuple[int, ...]:
+        """Take a step record; the times of the records it added or dropped (none: nothing changed), so that a
+        changelog keeping them by time (``RunFacts.minutes_changed``) rewrites those only."""
         rec = (at, step)
         b = at // self.width
         cur = self.buckets.get(b)
@@ -66,6 +72,9 @@ class StepTrail:
             self.buckets[b] = (rec, rec)
             if self.kept is not None:
                 insort(self.kept, rec)
+            if len(self.buckets) <= cap or self.width >= _MAX_WIDTH:
+                return (at,)
+            before = {r for pair in self.buckets.values() for r in pair}
             while len(self.buckets) > cap and self.width < _MAX_WIDTH:
                 self.kept = None  # records merged away: built again when asked for
                 self.width *= 2
@@ -75,14 +84,41 @@ class StepTrail:
                     old = coarse.get(ck)
                     coarse[ck] = (lo, hi) if old is None else (min(old[0], lo), max(old[1], hi))
                 self.buckets = coarse
-        elif rec < cur[0] or rec > cur[1]:
+            after = {r for pair in self.buckets.values() for r in pair}
+            return (at, *sorted(r[0] for r in before - after))
+        if rec < cur[0] or rec > cur[1]:
             self.buckets[b] = (min(cur[0], rec), max(cur[1], rec))
             kept = self.kept
+            if cur[0] == cur[1]:  # the bucket's one record stays, as its other extreme
+                if kept is not None:
+                    insort(kept, rec)
+                return (at,)
+            gone = cur[0] if rec < cur[0] else cur[1]  # the record it replaces
             if kept is not None:
-                gone = cur[0] if rec < cur[0] else cur[1]  # the record it replaces: no longer kept unless it is
-                if cur[0] != cur[1]:  # the bucket's other one too
-                    del kept[bisect_left(kept, gone)]
+                del kept[bisect_left(kept, gone)]
                 insort(kept, rec)
+            return (at, gone[0])
+        return ()
+
+    def records_in(self, lo: int, hi: int) -> list[StepRecord]:
+        """The kept records of times in [lo, hi), by time then step."""
+        kept = self.kept
+        if kept is None:
+            self.records()
+            kept = self.kept
+            assert kept is not None
+        return kept[bisect_left(kept, lo, key=_time):bisect_left(kept, hi, key=_time)]
+
+    @classmethod
+    def of_records(cls, width: int, records: list[list[int]]) -> list[Any]:
+        """The JSON of a trail of ``width`` holding ``records`` ([[at, step], ...], as ``records`` gives them): each
+        bucket's two records are its extremes, so the records alone give the buckets back (``to_json``)."""
+        buckets: dict[int, tuple[StepRecord, StepRecord]] = {}
+        for at, step in records:
+            rec, b = (at, step), at // width
+            cur = buckets.get(b)
+            buckets[b] = (rec, rec) if cur is None else (min(cur[0], rec), max(cur[1], rec))
+        return [width, [[lo[0], lo[1], hi[0], hi[1]] for lo, hi in buckets.values()]]
 
     def records(self) -> list[StepRecord]:
         """The kept records, by time then step, each once."""
@@ -367,9 +403,9 @@ class RunFacts:
     # built from the dict ``seen_of`` (another dict, as after a restore: built again)
     seen_order: list[str] | None = field(default=None, compare=False, repr=False)
     seen_of: dict[str, int] | None = field(default=None, compare=False, repr=False)
-    # Nor this: the progress minutes (``seen_minute``) whose remembered report ids or earliest report changed since
-    # the last snapshot that kept them apart (``snapshot.Snapshots.snapshot_run(points_apart=True)``, which sets
-    # it); None: every minute (a run never kept apart, or restored from a record that held them inside)
+    # Nor this: the progress minutes (``seen_minute``) whose remembered report ids, earliest report or step records
+    # changed since the last snapshot that kept them apart (``snapshot.Snapshots.snapshot_run(points_apart=True)``,
+    # which sets it); None: every minute (a run never kept apart, or restored from a record that held them inside)
     minutes_changed: set[int] | None = field(default=None, compare=False, repr=False)
 
     # ---------------------------------------------------------------- merges used by the extractor
@@ -454,6 +490,11 @@ class RunFacts:
         if self.minutes_changed is not None:
             self.minutes_changed.add(seen_minute(at))
 
+    def step(self, at: int, step: int) -> None:
+        """A step record (``StepTrail.add``), noting the progress minutes of the records it changed."""
+        for t in self.steps.add(at, step):
+            self._minute_changed(t)
+
     def progress_time(self, at: int) -> None:
         b = seen_minute(at)
         cur = self.progress_buckets.get(b)
@@ -476,8 +517,9 @@ class RunFacts:
     def to_json(self, pods: bool = True, points: bool = True) -> dict[str, Any]:
         """The facts as JSON values; ``pods=False`` leaves the pods out (a per-pod changelog keeps them apart:
         ``PodFacts.to_json``), and ``from_json`` then reads none; ``points=False`` leaves the metric points out but
-        their width, the remembered report ids and the progress minutes (a changelog keeps each point, and each
-        progress minute's ids and earliest report, apart: ``snapshot.Snapshots.snapshot_run``)."""
+        their width, the remembered report ids, the progress minutes and the step records but their width (a changelog
+        keeps each point, and each progress minute's ids, earliest report and step records, apart:
+        ``snapshot.Snapshots.snapshot_run``)."""
         doc = {
             "run_id": self.run_id, "kind": self.kind, "uid": self.uid, "namespace": self.namespace,
             "name": self.name, "created": self.created, "labels": self.labels,
@@ -500,7 +542,8 @@ class RunFacts:
             "metrics": {k: [list(m.first), list(m.latest), m.lo, m.hi, m.points]
                         for k, m in self.metrics.items()},
             "checkpoint": self.checkpoint, "points": self.points.to_json() if points else [self.points.width, {}],
-            "steps": self.steps.to_json(), "ckpts": self.ckpts.to_json(), "workload": self.workload,
+            "steps": self.steps.to_json() if points else [self.steps.width, []], "ckpts": self.ckpts.to_json(),
+            "workload": self.workload,
         }
         if not pods:
             del doc["pods"]

@@ -434,7 +434,7 @@ class Reducer(Snapshots):
             cap = self.limits.metric_points_per_run
             for name, value in ev.metrics.items():  # idempotent on its own: before the repeat check
                 r.points.add(name, ev.step, value, at, cap)
-            r.steps.add(at, ev.step)  # idempotent too
+            r.step(at, ev.step)  # idempotent too
             if ev.checkpoint_uri:  # v1's completed checkpoint (no duration)
                 r.ckpts.save(ev.step, redact_inline(ev.checkpoint_uri), "completed", at, None)
             if r.seen_progress(ev.event_id, at):

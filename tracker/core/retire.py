@@ -148,8 +148,9 @@ class Retirement:
         self._points_inside.discard(run_id)
         if r is not None and r.points.size:  # and its points' (at the next flush: ``snapshot_run``)
             self._retiring_points[run_id] = tuple((k, pt[0]) for k, c in r.points.curves.items() for pt in c.values())
-        if r is not None and (r.progress_seen or r.progress_buckets):  # and its progress minutes'
-            minutes = {seen_minute(at) for at in r.progress_seen.values()} | r.progress_buckets.keys()
+        if r is not None and (r.progress_seen or r.progress_buckets or r.steps.buckets):  # and its progress minutes'
+            minutes = {seen_minute(at) for at in r.progress_seen.values()} | r.progress_buckets.keys() | \
+                {seen_minute(rec[0]) for rec in r.steps.records()}
             self._retiring_seen[run_id] = tuple(sorted(minutes))
         self.retirements += 1
         self.retired.pop(run_id, None)

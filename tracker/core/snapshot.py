@@ -8,9 +8,9 @@ Two forms, both versioned (``SNAPSHOT_VERSION``; a version this tracker cannot c
   the run's previous snapshot, so a change of one pod of a wide run rewrites that pod only; a retired run's is a
   marker (its ordinal and owners). Version 1 kept the pods inside the facts and is still read. Version 4 (the
   ``run-state`` topic: ``points_apart``) keeps the metric points apart too, each point the last flush changed
-  (``point_state``), and its progress minutes, a record per minute whose remembered report ids or earliest report
-  changed (``minute_state``), so a progress report rewrites its points and its minute only; version 3 kept the
-  minutes inside and is still read; version 2 (the index) keeps both inside.
+  (``point_state``), and its progress minutes, a record per minute whose remembered report ids, earliest report or
+  step records changed (``minute_state``), so a progress report rewrites its points and its minute only; version 3
+  kept the minutes inside and is still read; version 2 (the index) keeps both inside.
 - ``snapshot`` / ``Reducer.restore``: the whole reducer in one document (pods inside their runs' facts), with what
   is pending until the next flush.
 
@@ -27,7 +27,7 @@ from typing import Any
 
 from tracker import errors
 from tracker.core.correlate import Correlator, lost_key
-from tracker.core.facts import PodFacts, RunFacts, seen_minute
+from tracker.core.facts import PROGRESS_BUCKET_US, PodFacts, RunFacts, StepTrail, seen_minute
 from tracker.core.model import HistoryUpdate, load, to_json
 from tracker.core.nodes import NodeBook
 from tracker.core.queues import QueueBook
@@ -56,28 +56,39 @@ def point_of_state(doc: Any, run_id: str) -> list[Any]:
     return list(doc["point"])
 
 
-def minute_state(run_id: str, ids: list[tuple[str, int]], first: int | None) -> dict[str, Any]:
+Minute = tuple[list[Any], int | None, list[Any]]  # a progress minute: its report ids, earliest report, step records
+
+
+def minute_state(run_id: str, minute: Minute) -> dict[str, Any]:
     """The record of one progress minute of a run (``snapshot_run(points_apart=True)``; the minute is in its key): the
-    report ids it remembers of that minute, [[event id, at], ...] by time, and the time of the minute's earliest
-    report (``first``; None if the run no longer keeps it), of snapshot version 4."""
-    return {"version": MINUTES_APART_VERSION, "run_id": run_id, "seen": [list(p) for p in ids], "first": first}
+    report ids it remembers of that minute, [[event id, at], ...] by time, the time of the minute's earliest report
+    (``first``; None if the run no longer keeps it) and its step records of that minute ([[at, step], ...] by time),
+    of snapshot version 4."""
+    ids, first, steps = minute
+    return {"version": MINUTES_APART_VERSION, "run_id": run_id, "seen": [list(p) for p in ids], "first": first,
+            "steps": [list(r) for r in steps]}
 
 
-def minute_of_state(doc: Any, run_id: str, minute: int) -> tuple[list[list[Any]], int | None]:
-    """The report ids ([[event id, at], ...]) and the earliest report's time of a progress minute's record
-    (``minute_state``) of run ``run_id``, every time of that minute; a StoredStateError if it is not one."""
+def minute_of_state(doc: Any, run_id: str, minute: int) -> Minute:
+    """The report ids ([[event id, at], ...]), the earliest report's time and the step records ([[at, step], ...]) of
+    a progress minute's record (``minute_state``) of run ``run_id``, every time of that minute; a StoredStateError if
+    it is not one."""
     ids = doc.get("seen") if isinstance(doc, dict) else None
     first = doc.get("first") if isinstance(doc, dict) else None
+    steps = doc.get("steps") if isinstance(doc, dict) else None
     if not (isinstance(doc, dict) and doc.get("version") == MINUTES_APART_VERSION and doc.get("run_id") == run_id
             and isinstance(ids, list) and all(
                 isinstance(p, list) and len(p) == 2 and isinstance(p[0], str) and type(p[1]) is int
                 and seen_minute(p[1]) == minute for p in ids)
-            and (first is None or (type(first) is int and seen_minute(first) == minute))):
+            and (first is None or (type(first) is int and seen_minute(first) == minute))
+            and isinstance(steps, list) and all(
+                isinstance(r, list) and len(r) == 2 and type(r[0]) is int and type(r[1]) is int
+                and seen_minute(r[0]) == minute for r in steps)):
         text = repr(doc)
         raise errors.StoredStateError(f"{text[:200]} is not a record of run {run_id[:200]!r}'s progress minute "
                                       f"{minute} (version {MINUTES_APART_VERSION}: run_id, seen [[event id, at], "
-                                      "...], first: at or null, every at in that minute)")
-    return ids, first
+                                      "...], first: at or null, steps [[at, step], ...], every at in that minute)")
+    return ids, first, steps
 
 
 class Snapshots(Retirement):
@@ -109,11 +120,11 @@ class Snapshots(Retirement):
         point for a run restored from a version that kept them inside), ``points_removed`` the [metric, step] of
         those it dropped (of a run retired since: all its points), so that a changelog keeps each point in a record
         of its own and a progress report rewrites its points, not the run's every point. So too its progress
-        minutes (the report ids it remembers and the earliest report, by minute): ``minutes`` holds, for each
-        minute changed since the last such snapshot (every minute, the first time), minute -> ([[event id, at],
-        ...], the earliest report's time or None), ``minutes_removed`` the minutes left with neither (of a run
-        retired since: all of them). Without it (version 2; the index's reducer state, written once a replay's
-        flush) the points and minutes stay inside the facts."""
+        minutes (the report ids it remembers, the earliest report and the step records, by minute): ``minutes``
+        holds, for each minute changed since the last such snapshot (every minute, the first time), minute ->
+        ``Minute``, ``minutes_removed`` the minutes left with nothing (of a run retired since: all of them); the
+        facts keep the step records' width only. Without it (version 2; the index's reducer state, written once a
+        replay's flush) the points and minutes stay inside the facts."""
         owners = self.corr.owners_of(run_id)
         lost = self.corr.owners_of(lost_key(run_id))
         changed = self._state_pods.pop(run_id, set())
@@ -164,32 +175,43 @@ class Snapshots(Retirement):
         return snap
 
     @staticmethod
-    def _minutes_apart(r: RunFacts) -> tuple[dict[int, tuple[list[tuple[str, int]], int | None]], list[int]]:
-        """The progress minutes changed since the run's last snapshot apart (all, the first time), minute -> (its
-        report ids, its earliest report's time), and the minutes left with neither; from now on the run notes the
-        minutes changed (``RunFacts.minutes_changed``)."""
+    def _minutes_apart(r: RunFacts) -> tuple[dict[int, Minute], list[int]]:
+        """The progress minutes changed since the run's last snapshot apart (all, the first time), minute -> its
+        report ids, earliest report's time and step records, and the minutes left with none of them; from now on the
+        run notes the minutes changed (``RunFacts.minutes_changed``)."""
         changed, r.minutes_changed = r.minutes_changed, set()
-        buckets = r.progress_buckets
+        buckets, trail = r.progress_buckets, r.steps
         if changed is None:
-            ids: dict[int, list[tuple[str, int]]] = {}
+            ids: dict[int, list[Any]] = {}
+            steps: dict[int, list[Any]] = {}
             seen = r.progress_seen
             for k in r.ordered_seen():
                 ids.setdefault(seen_minute(seen[k]), []).append((k, seen[k]))
-            return {m: (ids.get(m, []), buckets.get(m)) for m in sorted(ids.keys() | buckets.keys())}, []
-        out = {m: (r.seen_in(m), buckets.get(m)) for m in sorted(changed)}
-        return {m: v for m, v in out.items() if v[0] or v[1] is not None}, \
-            [m for m, v in out.items() if not v[0] and v[1] is None]
+            for rec in trail.records():
+                steps.setdefault(seen_minute(rec[0]), []).append(rec)
+            every = sorted(ids.keys() | buckets.keys() | steps.keys())
+            return {m: (ids.get(m, []), buckets.get(m), steps.get(m, [])) for m in every}, []
+        out: dict[int, Minute] = {}
+        gone = []
+        for m in sorted(changed):
+            minute = (r.seen_in(m), buckets.get(m), trail.records_in(m * PROGRESS_BUCKET_US,
+                                                                   (m + 1) * PROGRESS_BUCKET_US))
+            if minute[0] or minute[1] is not None or minute[2]:
+                out[m] = minute
+            else:
+                gone.append(m)
+        return out, gone
 
     def restore_run(self, snap: Any, pods: Mapping[str, Any] | None = None,
                     points: Mapping[str, list[Any]] | None = None,
-                    minutes: Mapping[int, tuple[list[Any], int | None]] | None = None) -> None:
+                    minutes: Mapping[int, Minute] | None = None) -> None:
         """Load one run's state written by ``snapshot_run`` (replacing what was known of it): ``pods`` holds the
         run's pods, uid -> facts, as the changelog kept them (a version-1 snapshot holds them in its facts);
         ``points`` its metric points, metric -> [[step, value, at], ...], as the changelog kept them (a version-3
         snapshot's facts hold their width only; earlier ones hold them, and the run's next version-4 snapshot
-        writes them all); ``minutes`` its progress minutes, minute -> ([[event id, at], ...], the earliest report's
-        time or None) (``minute_of_state``), as the changelog kept them (a version-4 snapshot's facts hold none of
-        the report ids and minutes; earlier ones hold them all, and the run's next version-4 snapshot writes every
+        writes them all); ``minutes`` its progress minutes, minute -> its report ids, earliest report's time and step
+        records (``minute_of_state``), as the changelog kept them (a version-4 snapshot's facts hold none of them
+        but the step records' width; earlier ones hold them all, and the run's next version-4 snapshot writes every
         minute).
 
         The snapshot and the pods are checked first (``tracker.core.snapshot_shape``): a value of a wrong type, out
@@ -203,8 +225,12 @@ class Snapshots(Retirement):
             facts["points"] = [width[0] if isinstance(width, list) and width else 1, dict(points or {})]
             if snap["version"] == MINUTES_APART_VERSION:
                 by_minute = sorted((minutes or {}).items())
-                facts["progress_seen"] = [p for _m, (ids, _first) in by_minute for p in ids]
-                facts["progress_buckets"] = [[m, first] for m, (_ids, first) in by_minute if first is not None]
+                facts["progress_seen"] = [p for _m, (ids, _first, _steps) in by_minute for p in ids]
+                facts["progress_buckets"] = [[m, first] for m, (_ids, first, _steps) in by_minute if first is not None]
+                trail = facts.get("steps")
+                if isinstance(trail, list) and trail and type(trail[0]) is int and trail[0] > 0:
+                    facts["steps"] = StepTrail.of_records(trail[0], [r for _m, (_i, _f, steps) in by_minute
+                                                                     for r in steps])
         check_run_snapshot(snap)  # StoredStateError naming the first value that is not the format's
         for uid, pod in (pods or {}).items():
             check_pod(pod, f"pods.{uid}")

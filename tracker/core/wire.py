@@ -24,9 +24,9 @@ is written here once, so that a change of key layout is one change, and the modu
   pods keyed ``<run id>/pod/<uid>`` with header ``kind: pod`` (``POD_STATE_HEADERS``), each of its metric points
   keyed as on ``transitions`` (``point_key``) with header ``kind: point`` (``POINT_STATE_HEADERS``; snapshot version
   3: the run's snapshot holds their width only), each of its progress minutes (the report ids it remembers of the
-  minute, its earliest report) keyed ``<run id>/minute/<minute>`` (``minute_key``) with header ``kind: minute``
-  (``MINUTE_STATE_HEADERS``; snapshot version 4: the run's snapshot holds none), a queue's, a position's or a
-  Node's state under its transitions key with its ``kind``; a tombstone for what was forgotten.
+  minute, its earliest report, its step records) keyed ``<run id>/minute/<minute>`` (``minute_key``) with header
+  ``kind: minute`` (``MINUTE_STATE_HEADERS``; snapshot version 4: the run's snapshot holds none), a queue's, a
+  position's or a Node's state under its transitions key with its ``kind``; a tombstone for what was forgotten.
 - ``alerts``: a stuck-run alert keyed by its run id (``alert_key``). ``dead-letters``: no key, no header.
 
 Pure: the standard library only (headers are ``(name, bytes)`` pairs as aiokafka takes and gives them).

@@ -1,11 +1,11 @@
 """A run's records on the ``run-state`` topic, as ``tracker reduce`` writes them and reads them back at a restore.
 
-A run's state is its snapshot (``Reducer.snapshot_run(points_apart=True)``, snapshot version 4) keyed by its run id, and
-apart from it a record per pod (``<run id>/pod/<uid>``), per metric point (``<run id>/point/<step>/<metric>``) and per
-progress minute (``<run id>/minute/<minute>``: the report ids it remembers of it, its earliest report), so that a change
-rewrites what it changed only; a tombstone deletes one (deploy/kafka/topics.md). The keys and headers are
-``tracker.core.wire``'s, the values ``tracker.core.snapshot``'s. A record that is not what its key says is a
-StoredStateError naming the key."""
+A run's state is its snapshot (``Reducer.snapshot_run(points_apart=True)``, snapshot version 4) keyed by its run id,
+and apart from it a record per pod (``<run id>/pod/<uid>``), per metric point (``<run id>/point/<step>/<metric>``)
+and per progress minute (``<run id>/minute/<minute>``: the report ids it remembers of it, its earliest report, its
+step records), so that a change rewrites what it changed only; a tombstone deletes one (deploy/kafka/topics.md). The
+keys and headers are ``tracker.core.wire``'s, the values ``tracker.core.snapshot``'s. A record that is not what its
+key says is a StoredStateError naming the key."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Any
 
 from tracker import errors
 from tracker.core import wire
-from tracker.core.snapshot import minute_of_state, minute_state, point_of_state, point_state
+from tracker.core.snapshot import Minute, minute_of_state, minute_state, point_of_state, point_state
 from tracker.shell import jsonio
 
 Headers = tuple[tuple[str, bytes], ...]
@@ -35,8 +35,8 @@ def run_records(run_id: str, snap: dict[str, Any]) -> tuple[list[tuple[str, Head
     out.extend((wire.record_key(run_id, wire.POD, uid), jsonio.dumps(doc), pod_h) for uid, doc in pods.items())
     out.extend((wire.point_key(run_id, metric, step), jsonio.dumps(point_state(run_id, value, at)), point_h)
                for metric, pts in points.items() for step, value, at in pts)
-    out.extend((wire.minute_key(run_id, minute), jsonio.dumps(minute_state(run_id, ids, first)), minute_h)
-               for minute, (ids, first) in minutes.items())
+    out.extend((wire.minute_key(run_id, minute), jsonio.dumps(minute_state(run_id, m)), minute_h)
+               for minute, m in minutes.items())
     return tombs, out
 
 
@@ -48,7 +48,7 @@ class Restored:
     docs: list[dict[str, Any]] = field(default_factory=list)
     pods: dict[str, dict[str, Any]] = field(default_factory=dict)
     points: dict[str, dict[str, list[Any]]] = field(default_factory=dict)
-    minutes: dict[str, dict[int, tuple[list[Any], int | None]]] = field(default_factory=dict)
+    minutes: dict[str, dict[int, Minute]] = field(default_factory=dict)
 
     def add(self, key: str, value: bytes) -> None:
         """A run's record (not a queue's, a position's or a Node's), by its key."""
