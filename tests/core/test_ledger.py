@@ -1,5 +1,5 @@
 """The goodput ledger (tracker/core/ledger.py) on hand-made inputs, every figure worked out by hand from the rules
-of its docstring; and its facts (tracker/core/facts.py: StepTrail, Checkpoints): bounded, and the same for any
+of its docstring; and its facts (tracker/core/ledger_facts.py: StepTrail, Checkpoints): bounded, and the same for any
 order and repeats of the same reports."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from tracker.core import facts
 from tracker.core.derive_ledger import restores, saves
-from tracker.core.facts import STEP_TRAIL_WIDTH, Checkpoints, StepTrail
 from tracker.core.ledger import Ledger, LedgerAttempt, LedgerInput, Restore, Save, ledger
+from tracker.core.ledger_facts import STEP_TRAIL_WIDTH, Checkpoints, StepTrail
 
 S = 1_000_000  # µs in a second: the inputs below are in seconds
 SCHED, STARTUP, PROD, SAVE, RESTORE, WASTED, INFRA = ("scheduling", "startup", "productive", "checkpoint-save",

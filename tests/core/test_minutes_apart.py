@@ -19,11 +19,10 @@ from tracker.core import wire
 from tracker.core.facts import (
     MAX_PROGRESS_BUCKETS,
     MAX_PROGRESS_SEEN,
-    STEP_TRAIL_WIDTH,
     RunFacts,
-    StepTrail,
     seen_minute,
 )
+from tracker.core.ledger_facts import STEP_TRAIL_WIDTH, StepTrail
 from tracker.core.model import to_json
 from tracker.core.reducer import Reducer
 from tracker.core.snapshot import Minute, minute_of_state, minute_state

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from tracker.core.derive_attempts import _Att
 from tracker.core.derive_pods import AttemptPods
-from tracker.core.facts import Checkpoints, RunFacts
+from tracker.core.facts import RunFacts
 from tracker.core.ledger import (
     US_PER_HOUR,
     US_PER_S,
@@ -22,6 +22,7 @@ from tracker.core.ledger import (
     attempt_at,
     ledger,
 )
+from tracker.core.ledger_facts import Checkpoints
 from tracker.core.model import (
     Attempt,
     CheckpointRecord,

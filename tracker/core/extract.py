@@ -25,11 +25,10 @@ from tracker.core.facts import (
     RayOutcome,
     RunFacts,
     Unschedulable,
-    _max,
-    _min,
     newer,
 )
 from tracker.core.gpu import DEFAULT_ACCELERATORS, Accelerators, pod_gpus
+from tracker.core.ledger_facts import _max, _min
 from tracker.core.model import LABEL_QUEUE, TAUGRID_ANNOTATION_PREFIX
 from tracker.core.redact import annotation, label, redact_inline
 from tracker.core.timefmt import BadTimestamp, in_range, ts

@@ -27,7 +27,8 @@ from typing import Any
 
 from tracker import errors
 from tracker.core.correlate import Correlator, lost_key
-from tracker.core.facts import PROGRESS_BUCKET_US, PodFacts, RunFacts, StepTrail, seen_minute
+from tracker.core.facts import PROGRESS_BUCKET_US, PodFacts, RunFacts, seen_minute
+from tracker.core.ledger_facts import StepTrail
 from tracker.core.model import HistoryUpdate, load, to_json
 from tracker.core.nodes import NodeBook
 from tracker.core.queues import QueueBook
