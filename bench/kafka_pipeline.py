@@ -44,6 +44,7 @@ import tracemalloc
 import uuid
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -223,6 +224,7 @@ def synthetic_stream(runs: int, seed: int = 0, *, progress: int = 3, start: int 
 PARTITIONS = 4
 WAIT_S = 600  # the longest any wait of this benchmark may take (a reducer that stalls fails the run, not hangs it)
 LATENCY_RUNS = 200  # running runs that receive the progress changes of the latency phase
+REPORTS_FROM = datetime(2026, 8, 20, 12, tzinfo=UTC)  # the event time of their first report
 
 
 def keyed(records: Sequence[Event], label: str) -> list[service.SourceItem]:
@@ -442,12 +444,14 @@ class Phase:
 
 async def end_to_end(settings: Settings, producer: Any, tmp: Path, rates: Sequence[float], seconds: float,
                      seed: int, runs_before: int, miss_after: float, *, reducer: asyncio.subprocess.Process,
-                     reducer_port: int, sink: str = "inprocess", poll_s: float = 0.01) -> dict[float, Phase]:
+                     reducer_port: int, sink: str = "inprocess", poll_s: float = 0.01,
+                     every_s: float = 0.0) -> dict[float, Phase]:
     """Per offered load (changes/s, one phase each): seconds from a progress change produced to the index row
     showing it committed, with ``inf`` for each change not indexed within ``miss_after`` seconds of the phase's
     last send; and how many such misses there were. ``sink``: ``inprocess`` (the index sink runs in this process
     and notes its own commits) or ``process`` (``tracker sink index`` in a process of its own, the index polled
-    read-only every ``poll_s``)."""
+    read-only every ``poll_s``). ``every_s``: the event time between two reports of one run (0: all at one
+    instant)."""
     warm = keyed(synthetic_stream(LATENCY_RUNS, seed + 1, start=100_000, outcomes=["running"]), "warm")
     await service.publish(as_source(warm), settings)
     run_ids = sorted({key for _, key in warm if key})
@@ -497,8 +501,9 @@ async def end_to_end(settings: Settings, producer: Any, tmp: Path, rates: Sequen
                     await asyncio.sleep(delay)
                 run_id, step = run_ids[k % LATENCY_RUNS], 10_000 + k
                 k += 1
+                at = REPORTS_FROM + timedelta(seconds=every_s * ((step - 10_000) // LATENCY_RUNS))
                 event = {"schema": "taugrid.io/intake/v1", "event_id": f"{run_id}-bench-{step}", "run_id": run_id,
-                         "at": "2026-08-20T12:00:00Z", "kind": "Progress", "step": step,
+                         "at": at.isoformat().replace("+00:00", "Z"), "kind": "Progress", "step": step,
                          "metrics": {"loss": 1 / step}}
                 sent.setdefault(run_id, []).append((step, time.perf_counter()))
                 await producer.send(settings.kafka.topics.changes, json.dumps(event).encode(), key=run_id.encode())
@@ -551,6 +556,9 @@ async def main(argv: list[str] | None = None) -> int:
                              "`tracker sink index` in a process of its own, the index polled read-only (process)")
     parser.add_argument("--poll", type=float, default=0.01, metavar="SECONDS",
                         help="with --sink process: how often the index is read")
+    parser.add_argument("--progress-every-s", type=float, default=0.0, metavar="SECONDS",
+                        help="end to end: the event time between two progress reports of a run, as a training loop "
+                             "reporting every SECONDS would send them (default 0: all at one instant, as before)")
     args = parser.parse_args(argv)
     bootstrap = args.bootstrap or default_bootstrap()
     if not bootstrap:
@@ -604,7 +612,7 @@ async def main(argv: list[str] | None = None) -> int:
 
         latencies = await end_to_end(settings, producer, tmp, args.rates, args.seconds, args.seed, args.runs,
                                      args.miss_after, reducer=reducer, reducer_port=port, sink=args.sink,
-                                     poll_s=args.poll)
+                                     poll_s=args.poll, every_s=args.progress_every_s)
         stages = histogram_means(http_get(port, "/metrics") or "")
         rss = rss_mib(reducer.pid)
     finally:
@@ -629,7 +637,7 @@ async def main(argv: list[str] | None = None) -> int:
     where = ("the index sink in this process" if args.sink == "inprocess" else
              f"`tracker sink index` in its own process, the index read every {args.poll * 1e3:g} ms")
     print(f"  end to end, progress changes to {LATENCY_RUNS} running runs, produced -> index row committed "
-          f"({args.seconds:g} s per load; {where}):")
+          f"({args.seconds:g} s per load; {where}; a run's reports {args.progress_every_s:g} s apart in event time):")
     for rate, ph in latencies.items():
         values, misses = ph.latencies, ph.misses
         print(f"      {rate:6,.0f} changes/s offered: p50 {percentile(values, 50) * 1e3:5.0f} ms   "
