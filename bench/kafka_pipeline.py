@@ -2,7 +2,7 @@
 
     uv run python -m tests.infra up --components kafka      # or any broker: --bootstrap HOST:PORT
     uv run python bench/kafka_pipeline.py [--runs 2000] [--rates 50 200 500] [--seconds 10] [--scale-out 1 2]
-                                          [--sink inprocess|process] [--poll 0.01]
+                                          [--sink inprocess|process] [--poll 0.01] [--progress-every-s 0]
 
 Figures, in one run against the same broker and topic layout (4 partitions):
 
@@ -11,7 +11,8 @@ Figures, in one run against the same broker and topic layout (4 partitions):
    folded and committed between ready and every offset committed, divided by that interval (what it did while
    starting, before it was ready, counts on neither side): changes/s, and its ratio to (1);
 3. end to end: progress changes offered at fixed rates (one phase per rate) while ``tracker reduce`` and the index
-   sink run; latency from a change produced to the experiment-index row that reflects it committed (p50/p95/p99).
+   sink run (``--progress-every-s``: the event time between two reports of one run; 0, all at one instant); latency
+   from a change produced to the experiment-index row that reflects it committed (p50/p95/p99).
    A change not indexed within ``--miss-after`` seconds (default 60) of the phase's last send is a miss: it counts
    as an infinite latency in the percentiles, and the misses are reported. Beside them, per phase: the rate the
    changes were really sent at, the reducer's backlog (``tracker_consumer_lag``) right after the last send, the CPU

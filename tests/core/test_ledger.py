@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tracker.core import facts
+from tracker.core import ledger_facts
 from tracker.core.derive_ledger import restores, saves
 from tracker.core.ledger import Ledger, LedgerAttempt, LedgerInput, Restore, Save, ledger
 from tracker.core.ledger_facts import STEP_TRAIL_WIDTH, Checkpoints, StepTrail
@@ -227,9 +227,9 @@ def _apply(c: Checkpoints, op: tuple[Any, ...]) -> None:
 def test_checkpoints_are_bounded_and_a_function_of_the_set_of_reports(
         reports: list[tuple[Any, ...]], seed: int, max_saves: int, max_restores: int, max_times: int) -> None:
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(facts, "MAX_CHECKPOINT_SAVES", max_saves)
-        mp.setattr(facts, "MAX_CHECKPOINT_RESTORES", max_restores)
-        mp.setattr(facts, "MAX_RESTORE_TIMES", max_times)
+        mp.setattr(ledger_facts, "MAX_CHECKPOINT_SAVES", max_saves)
+        mp.setattr(ledger_facts, "MAX_CHECKPOINT_RESTORES", max_restores)
+        mp.setattr(ledger_facts, "MAX_RESTORE_TIMES", max_times)
         a, b = Checkpoints(), Checkpoints()
         for op in reports:
             _apply(a, op)
