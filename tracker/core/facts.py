@@ -294,6 +294,12 @@ class RunFacts:
         hi = bisect_left(order, ((minute + 1) * PROGRESS_BUCKET_US, ""), key=lambda k: (seen[k], k))
         return [(k, seen[k]) for k in order[lo:hi]]
 
+    def minutes(self) -> set[int]:
+        """Every progress minute the run keeps something of: a remembered report id, a minute's earliest report or a
+        step record (what a changelog keeps apart, ``snapshot.Snapshots.snapshot_run``)."""
+        return {seen_minute(at) for at in self.progress_seen.values()} | self.progress_buckets.keys() | \
+            {seen_minute(rec[0]) for rec in self.steps.records()}
+
     def _minute_changed(self, at: int) -> None:
         if self.minutes_changed is not None:
             self.minutes_changed.add(seen_minute(at))

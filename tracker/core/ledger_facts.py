@@ -77,11 +77,7 @@ class StepTrail:
 
     def records_in(self, lo: int, hi: int) -> list[StepRecord]:
         """The kept records of times in [lo, hi), by time then step."""
-        kept = self.kept
-        if kept is None:
-            self.records()
-            kept = self.kept
-            assert kept is not None
+        kept = self._kept()
         return kept[bisect_left(kept, lo, key=_time):bisect_left(kept, hi, key=_time)]
 
     @classmethod
@@ -97,9 +93,12 @@ class StepTrail:
 
     def records(self) -> list[StepRecord]:
         """The kept records, by time then step, each once."""
+        return list(self._kept())
+
+    def _kept(self) -> list[StepRecord]:
         if self.kept is None:
             self.kept = sorted({r for pair in self.buckets.values() for r in pair})
-        return list(self.kept)
+        return self.kept
 
     def to_json(self) -> list[Any]:
         return [self.width, [[lo[0], lo[1], hi[0], hi[1]] for lo, hi in self.buckets.values()]]

@@ -123,10 +123,10 @@ class Reducer(Snapshots):
         self._state_points: dict[str, tuple[tuple[tuple[str, int], ...], tuple[tuple[str, int], ...]]] = {}
         self._retiring_points: dict[str, tuple[tuple[str, int], ...]] = {}
         self._points_inside: set[str] = set()
-        # and the progress minutes of a run retired since the flush before (``_retiring_seen``; ``_state_seen`` from
-        # the flush on), whose records it tombstones
-        self._state_seen: dict[str, tuple[int, ...]] = {}
-        self._retiring_seen: dict[str, tuple[int, ...]] = {}
+        # and the progress minutes of a run retired since the flush before (``_retiring_minutes``; ``_state_minutes``
+        # from the flush on), whose records it tombstones
+        self._state_minutes: dict[str, tuple[int, ...]] = {}
+        self._retiring_minutes: dict[str, tuple[int, ...]] = {}
         self._retired_now: list[str] = []
         self._forgotten_now: list[str] = []
         self._forgotten_seq: dict[str, int] = {}  # (not in snapshots: read at the next flush only)
@@ -469,7 +469,7 @@ class Reducer(Snapshots):
             if not keep and h.run.status in FINAL_STATUSES:
                 del self.derivations[k]  # derived again from the facts if a late record changes the run
         self._state_points, self._retiring_points = state_points, {}
-        self._state_seen, self._retiring_seen = self._retiring_seen, {}
+        self._state_minutes, self._retiring_minutes = self._retiring_minutes, {}
         updates.update(self._retired_updates)
         queues, positions = self.queues.take()
         out = Flushed([updates[k] for k in sorted(updates)], self.dead, self._retired_now, self._forgotten_now,

@@ -25,7 +25,7 @@ from typing import Any
 
 from tracker.core.correlate import Correlator, lost_key
 from tracker.core.derive import Derivation, may_reopen
-from tracker.core.facts import RunFacts, seen_minute
+from tracker.core.facts import RunFacts
 from tracker.core.limits import ReducerLimits, Stats
 from tracker.core.model import FINAL_STATUSES, DeadLetter, HistoryUpdate, RunHistory
 from tracker.core.nodes import NodeBook
@@ -59,8 +59,8 @@ class Retirement:
     _state_points: dict[str, tuple[tuple[tuple[str, int], ...], tuple[tuple[str, int], ...]]]
     _retiring_points: dict[str, tuple[tuple[str, int], ...]]
     _points_inside: set[str]
-    _state_seen: dict[str, tuple[int, ...]]
-    _retiring_seen: dict[str, tuple[int, ...]]
+    _state_minutes: dict[str, tuple[int, ...]]
+    _retiring_minutes: dict[str, tuple[int, ...]]
     _retired_now: list[str]
     _forgotten_now: list[str]
     _forgotten_seq: dict[str, int]
@@ -148,10 +148,9 @@ class Retirement:
         self._points_inside.discard(run_id)
         if r is not None and r.points.size:  # and its points' (at the next flush: ``snapshot_run``)
             self._retiring_points[run_id] = tuple((k, pt[0]) for k, c in r.points.curves.items() for pt in c.values())
-        if r is not None and (r.progress_seen or r.progress_buckets or r.steps.buckets):  # and its progress minutes'
-            minutes = {seen_minute(at) for at in r.progress_seen.values()} | r.progress_buckets.keys() | \
-                {seen_minute(rec[0]) for rec in r.steps.records()}
-            self._retiring_seen[run_id] = tuple(sorted(minutes))
+        minutes = r.minutes() if r is not None else None
+        if minutes:  # and its progress minutes'
+            self._retiring_minutes[run_id] = tuple(sorted(minutes))
         self.retirements += 1
         self.retired.pop(run_id, None)
         self.retired[run_id] = self.retirements

@@ -133,7 +133,7 @@ class Snapshots(Retirement):
         points_changed, points_removed = self._state_points.pop(run_id, ((), ()))
         whole = run_id in self._points_inside
         self._points_inside.discard(run_id)
-        minutes_gone: list[int] = list(self._state_seen.pop(run_id, ()))
+        minutes_gone: list[int] = list(self._state_minutes.pop(run_id, ()))
         version = MINUTES_APART_VERSION if points_apart else SNAPSHOT_VERSION
         seq = self.retired.get(run_id)
         if seq is None and forgotten_seq is not None:
@@ -181,17 +181,9 @@ class Snapshots(Retirement):
         report ids, earliest report's time and step records, and the minutes left with none of them; from now on the
         run notes the minutes changed (``RunFacts.minutes_changed``)."""
         changed, r.minutes_changed = r.minutes_changed, set()
-        buckets, trail = r.progress_buckets, r.steps
         if changed is None:
-            ids: dict[int, list[Any]] = {}
-            steps: dict[int, list[Any]] = {}
-            seen = r.progress_seen
-            for k in r.ordered_seen():
-                ids.setdefault(seen_minute(seen[k]), []).append((k, seen[k]))
-            for rec in trail.records():
-                steps.setdefault(seen_minute(rec[0]), []).append(rec)
-            every = sorted(ids.keys() | buckets.keys() | steps.keys())
-            return {m: (ids.get(m, []), buckets.get(m), steps.get(m, [])) for m in every}, []
+            changed = r.minutes()
+        buckets, trail = r.progress_buckets, r.steps
         out: dict[int, Minute] = {}
         gone = []
         for m in sorted(changed):

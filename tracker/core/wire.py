@@ -109,7 +109,7 @@ def point_of_key(key: str) -> tuple[str, str, int] | None:
 
 
 def minute_key(run_id: str, minute: int) -> str:
-    """The run-state key of a run's progress minute (its report ids, its earliest report):
+    """The run-state key of a run's progress minute (its report ids, its earliest report, its step records):
     ``<run id>/minute/<minute>``."""
     return f"{run_id}{MINUTE_KEY}{minute}"
 
