@@ -34,7 +34,7 @@ from tests.core.test_run_id_conflicts import _copy, _run
 from tests.support.laws import by_object, interleave
 from tracker.core.derive import derive
 from tracker.core.derive_pods import PeakSet
-from tracker.core.model import HistoryUpdate, RunHistory
+from tracker.core.model import HistoryUpdate, RunHistory, utc
 from tracker.core.reducer import Reducer
 
 
@@ -240,8 +240,8 @@ def test_progress_reports_anywhere_flushed_anywhere_equal_the_derivation_from_sc
 
 def test_a_progress_report_of_a_running_run_keeps_its_shape_unless_it_changes_what_the_shape_reads() -> None:
     """The shape (attempts, phases, status, the run record without the ledger) is derived again only when a report
-    changes what it reads: a progress time in a minute not seen yet, or a later checkpoint. Each history is the one
-    from scratch."""
+    changes what it reads: an attempt's first progress report, or a later checkpoint; not a progress time in a minute
+    not seen yet after the attempt's first. Each history is the one from scratch."""
     cluster = generate_cluster([RunPlan(RunParams(pods=2, outcome="running", progress_points=1))])
     red = Reducer()
     for rec in (ev for seq in by_object(cluster.streams) for ev in seq):
@@ -261,16 +261,24 @@ def test_a_progress_report_of_a_running_run_keeps_its_shape_unless_it_changes_wh
         assert history == replace(derive(red.runs[run_id]), metric_points=None, pods=None)
         return u
 
-    report(1, base)  # a minute not seen yet: the progress times changed
-    assert red.derivations[run_id].shapes == shapes + 1
+    report(1, base)  # a minute not seen yet, after the attempt's first report: the progress times changed, not it
+    assert red.derivations[run_id].shapes == shapes
     u = report(2, base + b.SECOND)  # the same minute: steps, metrics and points only
-    assert red.derivations[run_id].shapes == shapes + 1
+    assert red.derivations[run_id].shapes == shapes
     assert u.points and u.history is not None and u.history.metrics != first.history.metrics
     report(3, base + 2 * b.SECOND, "az://ckpt/3")  # a later checkpoint
-    assert red.derivations[run_id].shapes == shapes + 2
+    assert red.derivations[run_id].shapes == shapes + 1
     report(4, base + 3 * b.SECOND)
-    assert red.derivations[run_id].shapes == shapes + 2
+    assert red.derivations[run_id].shapes == shapes + 1
     red.apply(b.progress_event(event_id="p4", run_id=run_id, when=base + 3 * b.SECOND, step=1_004,
                                metrics={"loss": 1 / 4}), "law")  # a repeat: nothing changes, nothing derived
     [u] = red.flush().updates
-    assert u.history is None and not u.points and red.derivations[run_id].shapes == shapes + 2
+    assert u.history is None and not u.points and red.derivations[run_id].shapes == shapes + 1
+    # a report before the attempt's first (after it started): the attempt's Progress entry moves
+    att = first.history.attempts[-1]
+    assert att.started_at is not None and att.progress_at is not None and att.started_at < att.progress_at
+    earlier = int(att.started_at.timestamp() * 1000) + (int(att.progress_at.timestamp() * 1000) -
+                                                         int(att.started_at.timestamp() * 1000)) // 2
+    u = report(5, earlier)
+    assert red.derivations[run_id].shapes == shapes + 2
+    assert u.history is not None and u.history.attempts[-1].progress_at == utc(earlier * 1000)

@@ -78,6 +78,7 @@ from tracker.core.derive_rules import (
     _Run,
     _source,
     _view,
+    first_report,
 )
 from tracker.core.facts import RunFacts
 from tracker.core.model import (
@@ -132,9 +133,10 @@ class Derivation:
     the pods named as changed, and the metric curves, summaries and progress times are rebuilt only when a progress
     report changed them (``RunFacts.progress_seq``). The rest (intake, attempts, final status, phase entries, the
     run record: its ``_Shape``) is recomputed from the facts when anything but a progress report changed them
-    (``RunFacts.shape_seq``), or when a progress report changed what the shape reads of progress (the progress times,
-    the latest checkpoint: ``RunFacts.progress_time`` and ``RunFacts.latest_checkpoint`` count those as a change of
-    shape); it reads the run's conditions, deployments, events and intake events, which do not grow with its pods.
+    (``RunFacts.shape_seq``), or when a progress report changed what the shape reads of progress: the latest
+    checkpoint (``RunFacts.latest_checkpoint`` counts it as a change of shape), or an attempt's first progress report
+    (``_Shape.holds``: a report in a new progress minute after its attempt's first changes none); it reads the run's
+    conditions, deployments, events and intake events, which do not grow with its pods.
     A progress report that changed nothing else (most of a running run's changes) costs the goodput ledger, the
     checkpoints and the metrics only. The shape is kept only while the run is running: a pending or finished run
     rarely reports progress, and its derivation stays the size it was."""
@@ -160,10 +162,12 @@ class Derivation:
     def update(self, r: RunFacts, changed: Iterable[str] | None = None) -> RunHistory:
         """Derive the history of ``r``; ``changed``: the uids of the pods whose facts changed since the last update
         (None: anything may have; also when ``r`` is not the facts object of the last update)."""
-        # the shape still holds if nothing it reads changed: the same facts, no pod, no change of shape
+        # the shape still holds if nothing it reads changed: the same facts, no pod, no change of shape, and each
+        # attempt's first progress report the same (``_Shape.holds``)
         same = r is self._facts and changed is not None and not changed and r.shape_seq == self._shape_seq
         if same and r.progress_seq == self._seq and self.history is not None:
             return self.history  # nothing changed since the last update
+        shape = self._shape
         if r is not self._facts or r.progress_seq != self._seq:
             if r is not self._facts:
                 changed = None
@@ -171,7 +175,7 @@ class Derivation:
             self._metrics = _metrics(r)
             self._progress = sorted(r.progress_buckets.values())
             self._steps = r.steps.records()
-        shape = self._shape
+            same = same and shape is not None and shape.holds(self._progress)
         if shape is None or not same:
             shape = _shape(r, self.pods, changed, self._progress)
             self._shape_seq = r.shape_seq
@@ -220,8 +224,9 @@ class Derivation:
 @dataclass(slots=True, frozen=True)
 class _Shape:
     """What a run's history is before the goodput ledger (steps 1 to 5 without the ledger's fields): all of it a
-    function of the facts other than its metrics, step records and checkpoint saves and restores, so a progress report
-    that changed none of its progress times nor its latest checkpoint leaves it as it was (``Derivation.update``)."""
+    function of the facts other than its metrics, step records and checkpoint saves and restores, and of each
+    attempt's first progress report, so a progress report that changed none of those nor the latest checkpoint leaves
+    it as it was (``Derivation.update``)."""
 
     atts: list[_Att]
     losses: list[str | None]
@@ -229,6 +234,13 @@ class _Shape:
     transitions: list[Transition]
     attempts: list[Attempt]  # without the ledger's fields
     record: RunRecord  # without the ledger's fields
+    # what it read of the progress times: each attempt's window and the first report found in it (``_view``)
+    reports: list[tuple[tuple[int, int | None, int | None] | None, int | None]]
+
+    def holds(self, progress_times: list[int]) -> bool:
+        """Whether the shape is the same with these progress times (and the same facts otherwise): each attempt's
+        first report is the one it read. A report in a minute not seen yet, after its attempt's first, changes none."""
+        return all(first_report(progress_times, window) == at for window, at in self.reports)
 
 
 def _derive(r: RunFacts, shape: _Shape, side: PodSide, metrics: list[MetricSummary],
@@ -276,11 +288,13 @@ def _shape(r: RunFacts, side: PodSide, changed: Iterable[str] | None, progress_t
         add(1, phase, entry)
 
     attempts_out: list[Attempt] = []
+    reports: list[tuple[tuple[int, int | None, int | None] | None, int | None]] = []
     total_retries = 0
     pend: AttemptPending | None = None
     for i, a in enumerate(atts, start=1):
         pods = side.attempts[i - 1]
         v = _view(run, i, a, pods, progress_times)
+        reports.append((v.window, v.reported_at))
         for rule in ATTEMPT_PHASES:
             e = rule.enter(run, v)
             if e is not None:
@@ -317,7 +331,7 @@ def _shape(r: RunFacts, side: PodSide, changed: Iterable[str] | None, progress_t
     phase = transitions[-1].phase if transitions else (Phase.ADMISSION if r.kind else Phase.RESOLUTION)
 
     record = _record(run, intake, final, attempts_out, status, reason, message, phase, pending, total_retries)
-    return _Shape(atts, losses, final, transitions, attempts_out, record)
+    return _Shape(atts, losses, final, transitions, attempts_out, record, reports)
 
 
 def _layout(r: RunFacts, atts: list[_Att], losses: list[str | None]) -> Layout:

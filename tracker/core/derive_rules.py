@@ -8,6 +8,7 @@ holds the rules of one decision; ``tests/core/test_derive_tables.py`` checks the
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -88,6 +89,10 @@ class _AttemptView:
     started_at: int | None  # the expected number of pods scheduled (or the RayCluster ready)
     runtime_at: int | None  # started_at if the attempt had not ended before: the Runtime entry
     progress_at: int | None  # first progress report or Ray app start inside the attempt: Progress
+    # where its progress reports are looked for (``first_report``): (from, to or None, before or None), None: nowhere
+    # yet; and the first report found there (what the shape reads of the progress times: ``derive._Shape.holds``)
+    window: tuple[int, int | None, int | None] | None
+    reported_at: int | None
 
 
 def _source(kind: str | None, ns: str | None, name: str | None) -> str:
@@ -350,19 +355,29 @@ def _view(run: _Run, number: int, a: _Att, pods: AttemptPods, progress_times: li
         # re-queued (after an eviction or a reactivation) and not admitted yet: Kueue keeps the Job suspended,
         # so no pod runs for this attempt, whatever creation times say of the pods placed in it
         started_at = None
-    progress_at = None
     lo = started_at if started_at is not None else a.start
     # a progress point from the next attempt's start on is that attempt's, whatever this one's end says
-    below = atts[number].start if number < len(atts) else None
-    if lo is not None:
-        progress_at = next((x for x in progress_times if x >= lo and (a.end is None or x <= a.end)
-                            and (below is None or x < below)), None)
+    window = None if lo is None else (lo, a.end, atts[number].start if number < len(atts) else None)
+    progress_at = reported_at = first_report(progress_times, window)
     if a.ray_start is not None:
         ray_app = r.ray[a.ray_start].app_started
         if ray_app is not None and (progress_at is None or ray_app < progress_at):
             progress_at = ray_app
     runtime_at = started_at if started_at is not None and (a.end is None or started_at <= a.end) else None
-    return _AttemptView(number, a, pods, len(sched_times), started_at, runtime_at, progress_at)
+    return _AttemptView(number, a, pods, len(sched_times), started_at, runtime_at, progress_at, window, reported_at)
+
+
+def first_report(progress_times: list[int], window: tuple[int, int | None, int | None] | None) -> int | None:
+    """The first of the run's progress times (in order) in ``window``: at or after its start, at or before its end
+    and before the next attempt's start (the bounds that are not None); None if none is, or there is no window."""
+    if window is None:
+        return None
+    lo, end, below = window
+    i = bisect_left(progress_times, lo)
+    if i == len(progress_times):
+        return None
+    x = progress_times[i]  # the only candidate: the later ones are later still
+    return x if (end is None or x <= end) and (below is None or x < below) else None
 
 
 # ------------------------------------------------------------------------------------------ 5. unfinished runs

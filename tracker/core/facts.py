@@ -205,7 +205,8 @@ class RunFacts:
     # metric curves, summaries and progress times only when one changed them (``derive.Derivation``).
     progress_seq: int = 0
     # Not a fact either: counts the merges that may change the history's shape (``derive._Shape``): every merge but
-    # a progress report's, and a progress report's that changed the progress times or the latest checkpoint.
+    # a progress report's, and a progress report's that changed the latest checkpoint (the derivation checks the
+    # progress times itself: ``derive._Shape.holds``).
     shape_seq: int = 0
     # Nor this: once the run remembers MAX_PROGRESS_SEEN report ids, those ids by (time, id) (``seen_progress``),
     # built from the dict ``seen_of`` (another dict, as after a restore: built again)
@@ -313,8 +314,7 @@ class RunFacts:
         b = seen_minute(at)
         cur = self.progress_buckets.get(b)
         if cur is None or at < cur:
-            self.progress_buckets[b] = at
-            self.shape_seq += 1
+            self.progress_buckets[b] = at  # the shape reads it (``derive._Shape.holds``): no shape_seq
             self._minute_changed(at)
             if len(self.progress_buckets) > MAX_PROGRESS_BUCKETS:
                 last = max(self.progress_buckets)
