@@ -11,9 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tracker.core import ledger as ledger_module
 from tracker.core import ledger_facts
 from tracker.core.derive_ledger import restores, saves
-from tracker.core.ledger import Ledger, LedgerAttempt, LedgerInput, Restore, Save, ledger
+from tracker.core.ledger import Ledger, LedgerAttempt, LedgerInput, Restore, Save, Stretches, ledger, stretches
 from tracker.core.ledger_facts import STEP_TRAIL_WIDTH, Checkpoints, StepTrail
 
 S = 1_000_000  # µs in a second: the inputs below are in seconds
@@ -244,3 +245,61 @@ def test_checkpoints_are_bounded_and_a_function_of_the_set_of_reports(
     keys = sorted({(op[1], op[2]) for op in reports if op[0] == "restore"})
     assert sorted(a.restores) == keys[-max_restores:] if keys else not a.restores
     assert Checkpoints.from_json(a.to_json()).to_json() == a.to_json()
+
+
+def _stretches_by_hand(steps: list[tuple[int, int]], begins: list[int | None]) -> list[tuple[int, int, int]]:
+    """The stretches as the module's docstring defines them, written plainly: (first index, end index, attempt)."""
+    def attempt(at: int) -> int:
+        return max((j for j, b in enumerate(begins) if b is not None and b <= at), default=0)
+
+    out: list[tuple[int, int, int]] = []
+    for i, (at, step) in enumerate(steps):
+        a = attempt(at)
+        if out and out[-1][1] == i and out[-1][2] == a and step > steps[i - 1][1]:
+            out[-1] = (out[-1][0], i + 1, a)  # the same attempt, the step goes up: the same stretch
+        else:
+            out.append((i, i + 1, a))
+    return out
+
+
+small_times = st.integers(0, 400)
+begins_of = st.lists(st.one_of(st.none(), small_times), max_size=4)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["report", "report", "report", "edit", "begins"]), small_times,
+                          st.integers(0, 60), st.integers(0, 1 << 32)), max_size=60), begins_of, begins_of)
+def test_stretches_kept_between_derivations_equal_them_found_anew(
+        ops: list[tuple[str, int, int, int]], begins: list[int | None], other: list[int | None]) -> None:
+    """``Stretches.of`` scans the step records from the first that changed since its last call: after any records
+    (a step trail's, reported in any order, or a list edited anywhere) and any change of the attempts' begins, it
+    gives the stretches found anew, which are the docstring's."""
+    trail, kept, edited = StepTrail(), Stretches(), Stretches()
+    mine: list[tuple[int, int]] = []
+    for kind, at, step, seed in ops:
+        if kind == "begins":
+            begins = other if begins != other else begins[:-1]
+        elif kind == "edit":  # anywhere: an insertion, a removal or a replacement
+            rng = random.Random(seed)
+            i = rng.randrange(len(mine) + 1)
+            mine = mine[:i] + [(at, step)] * rng.randrange(2) + mine[i + rng.randrange(2):]
+        else:
+            trail.add(at * S // 10, step, 8)  # a small cap: widths double, records merge away
+            mine = [*mine, (at, step)]
+        scaled = [None if b is None else b * S // 10 for b in begins]  # the trail's times are tenths of seconds
+        for cache, steps, bs in ((kept, trail.records(), scaled), (edited, list(mine), begins)):
+            got = cache.of(steps, bs)
+            assert got == stretches(steps, bs)
+            assert [(x.start, x.end, x.attempt) for x in got] == _stretches_by_hand(steps, bs)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3)), max_size=40), st.integers(0, 40),
+       st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3)), max_size=5))
+def test_the_records_scanned_again_are_those_from_the_first_that_changed(
+        a: list[tuple[int, int]], cut: int, tail: list[tuple[int, int]]) -> None:
+    """What ``Stretches.of`` scans again starts at the first record that differs (it keeps the longest common
+    prefix), whether the change is at the end (the usual case) or anywhere."""
+    b = a[:cut] + tail
+    common = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+    assert ledger_module._common(a, b) == common

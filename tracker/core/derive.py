@@ -81,6 +81,7 @@ from tracker.core.derive_rules import (
     first_report,
 )
 from tracker.core.facts import RunFacts
+from tracker.core.ledger import Stretches
 from tracker.core.model import (
     ANN_CONFIG_DIGEST,
     ANN_CONFIG_REF,
@@ -141,8 +142,8 @@ class Derivation:
     checkpoints and the metrics only. The shape is kept only while the run is running: a pending or finished run
     rarely reports progress, and its derivation stays the size it was."""
 
-    __slots__ = ("_facts", "_metrics", "_points_of", "_progress", "_seq", "_shape", "_shape_seq", "_steps", "_taken",
-                 "history", "pods", "shapes")
+    __slots__ = ("_facts", "_metrics", "_points_of", "_progress", "_seq", "_shape", "_shape_seq", "_steps",
+                 "_stretches", "_taken", "history", "pods", "shapes")
 
     def __init__(self) -> None:
         self.pods = PodSide()
@@ -152,6 +153,7 @@ class Derivation:
         self._metrics: list[MetricSummary] = []
         self._progress: list[int] = []
         self._steps: list[tuple[int, int]] = []  # the step records (the ledger's), as of progress_seq
+        self._stretches: Stretches | None = None  # their stretches, as the last update found them (once it had any)
         self._shape: _Shape | None = None
         self._shape_seq = -1  # the shape_seq the shape is of
         self.shapes = 0  # shapes derived (the cost the progress-only path saves: its tests count them)
@@ -175,6 +177,8 @@ class Derivation:
             self._metrics = _metrics(r)
             self._progress = sorted(r.progress_buckets.values())
             self._steps = r.steps.records()
+            if self._steps and self._stretches is None:
+                self._stretches = Stretches()
             same = same and shape is not None and shape.holds(self._progress)
         if shape is None or not same:
             shape = _shape(r, self.pods, changed, self._progress)
@@ -183,7 +187,7 @@ class Derivation:
         # kept for the next update while the run runs (what reports progress); not for the others, which would keep
         # about 2 KiB each for a change that rarely comes
         self._shape = shape if shape.record.status is Status.RUNNING else None
-        self.history = _derive(r, shape, self.pods, self._metrics, self._steps)
+        self.history = _derive(r, shape, self.pods, self._metrics, self._steps, self._stretches)
         return self.history
 
     def take(self) -> HistoryUpdate:
@@ -244,11 +248,12 @@ class _Shape:
 
 
 def _derive(r: RunFacts, shape: _Shape, side: PodSide, metrics: list[MetricSummary],
-            steps: list[tuple[int, int]]) -> RunHistory:
+            steps: list[tuple[int, int]], kept: Stretches | None) -> RunHistory:
     """The history of the run of ``shape``: the shape with the goodput ledger's fields, the metrics and checkpoints."""
     atts, final = shape.atts, shape.final
     rs = restores(r.ckpts)
-    led = run_ledger(r, steps, rs, atts, shape.losses, side.attempts, shape.attempts, final.at if final else None)
+    led = run_ledger(r, steps, rs, atts, shape.losses, side.attempts, shape.attempts, final.at if final else None,
+                     kept)
     attempts_out = [replace(a, **attempt_fields(led, i)) for i, a in enumerate(shape.attempts)]
     record = record_fields(r, led, shape.record, rs)
     links = [ResumeLink(run_id=r.run_id, resume_of=record.resume_of)] if record.resume_of else []

@@ -19,6 +19,7 @@ from tracker.core.ledger import (
     LedgerInput,
     Restore,
     Save,
+    Stretches,
     attempt_at,
     ledger,
 )
@@ -59,15 +60,17 @@ def restores(c: Checkpoints) -> list[tuple[int, str, int, int | None]]:
 
 def run_ledger(r: RunFacts, steps: Sequence[tuple[int, int]], rs_all: Sequence[tuple[int, str, int, int | None]],
                atts: Sequence[_Att], losses: Sequence[str | None], pods: Sequence[AttemptPods],
-               attempts: Sequence[Attempt], final_at: int | None) -> Ledger:
-    """The run's ledger, from its facts, its restores (``restores``) and its derived attempts."""
+               attempts: Sequence[Attempt], final_at: int | None, kept: Stretches | None = None) -> Ledger:
+    """The run's ledger, from its facts, its restores (``restores``) and its derived attempts; ``kept``: the run's
+    stretches as its last derivation found them (``ledger.Stretches``), None: found again."""
     la = []
     for a, loss, p, out in zip(atts, losses, pods, attempts, strict=True):
         pending = [(sp.category.value, micros(sp.start), None if sp.end is None else micros(sp.end))
                    for sp in out.pending]
         la.append(LedgerAttempt(_begin(a), a.end, loss is not None, pending, p.peak, p.held, p.lost))
     rs = [Restore(s, e, step) for step, _uri, s, e in rs_all if e is not None]
-    return ledger(LedgerInput(la, steps, saves(r.ckpts), rs, final_at, bool(losses) and losses[-1] is not None))
+    sts = kept.of(steps, [x.begin for x in la]) if kept is not None else None
+    return ledger(LedgerInput(la, steps, saves(r.ckpts), rs, final_at, bool(losses) and losses[-1] is not None, sts))
 
 
 def _begin(a: _Att) -> int | None:

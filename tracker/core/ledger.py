@@ -116,6 +116,8 @@ class LedgerInput(NamedTuple):
     restores: Sequence[Restore]
     final_at: int | None  # the run's end, None while it goes on
     lost_at_end: bool  # the run's last attempt was lost (the run failed or was stopped by an eviction)
+    # the stretches of ``steps`` (``Stretches.of``, kept between a run's derivations); None: found here
+    stretches: Sequence[Stretch] | None = None
 
 
 class Ledger(NamedTuple):
@@ -178,29 +180,78 @@ def _accounting(atts: Sequence[LedgerAttempt]) -> Ledger:
     return Ledger("accounting", gpu_out, [{} for _ in atts], None, None, [])
 
 
-class _Stretch(NamedTuple):
-    first: tuple[int, int]  # (at, step) of its first record
-    records: list[tuple[int, int]]
+class Stretch(NamedTuple):
+    """A stretch of the step records (the module's docstring): ``steps[start:end]``, all in attempt ``attempt``."""
+
+    start: int
+    end: int
     attempt: int  # index
 
 
-def _stretches(inp: LedgerInput) -> list[_Stretch]:
-    atts = inp.attempts
-    begins = [a.begin for a in atts]
-    out: list[_Stretch] = []
-    cur: list[tuple[int, int]] = []
-    cur_att = -1
-    for at, step in inp.steps:
-        i = attempt_at(begins, at)
-        if cur and (i != cur_att or step <= cur[-1][1]):
-            out.append(_Stretch(cur[0], cur, cur_att))
-            cur = []
-        if not cur:
-            cur_att = i
-        cur.append((at, step))
-    if cur:
-        out.append(_Stretch(cur[0], cur, cur_att))
+def stretches(steps: Sequence[tuple[int, int]], begins: Sequence[int | None]) -> list[Stretch]:
+    """The stretches of ``steps`` (in order), the attempts beginning at ``begins``."""
+    return _scan(steps, begins, [], 0)
+
+
+def _scan(steps: Sequence[tuple[int, int]], begins: Sequence[int | None], out: list[Stretch], i: int) -> list[Stretch]:
+    """``out``, the stretches begun in ``steps[:i]`` (the last one may go on past ``i``: only its start and attempt
+    are read), with those of the rest."""
+    if out:
+        cur_start, _end, cur_att = out.pop()
+    else:
+        cur_start, cur_att = i, -1
+    for j in range(i, len(steps)):
+        at, step = steps[j]
+        a = attempt_at(begins, at)
+        if j > cur_start and (a != cur_att or step <= steps[j - 1][1]):
+            out.append(Stretch(cur_start, j, cur_att))
+            cur_start = j
+        if j == cur_start:
+            cur_att = a
+    if cur_start < len(steps):
+        out.append(Stretch(cur_start, len(steps), cur_att))
     return out
+
+
+class Stretches:
+    """A run's stretches kept between its derivations (``derive.Derivation``): a report adds a step record at the end,
+    or replaces the last one of its time bucket (``ledger_facts.StepTrail``), so ``of`` scans the records from the
+    first that changed on, not all of them again (up to 4,096 a report). The same as ``stretches``, from any steps."""
+
+    __slots__ = ("_begins", "_out", "_steps")
+
+    def __init__(self) -> None:
+        self._steps: Sequence[tuple[int, int]] = ()
+        self._begins: Sequence[int | None] = ()
+        self._out: list[Stretch] = []
+
+    def of(self, steps: Sequence[tuple[int, int]], begins: Sequence[int | None]) -> list[Stretch]:
+        begins = tuple(begins)
+        if begins != self._begins:
+            out = stretches(steps, begins)
+        else:
+            p = _common(self._steps, steps)
+            # those begun before the first record that changed: the last goes on from there (``_scan``)
+            out = _scan(steps, begins, [st for st in self._out if st.start < p], p)
+        self._steps, self._begins, self._out = steps, begins, out
+        return list(out)
+
+
+def _common(a: Sequence[tuple[int, int]], b: Sequence[tuple[int, int]]) -> int:
+    """The length of the longest common prefix of ``a`` and ``b``; the usual cases (one or two records added or
+    replaced at the end) in a few comparisons of slices, the others by bisection (a common prefix's prefixes are)."""
+    n = min(len(a), len(b))
+    for j in range(n, max(n - 3, -1), -1):
+        if a[:j] == b[:j]:
+            return j
+    lo, hi = 0, n - 3  # a[:lo] == b[:lo], a[:hi + 1] != b[:hi + 1]
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 def attempt_at(begins: Sequence[int | None], at: int) -> int:
@@ -230,8 +281,8 @@ def _reached(records: Sequence[tuple[int, int]], step: int) -> int | None:
 
 def _pieces(inp: LedgerInput) -> tuple[list[tuple[str, int, int]], int, int]:
     """The run's time cut into (category, start, end) pieces, in order, covering [lo, hi)."""
-    atts = inp.attempts
-    stretches = _stretches(inp)
+    atts, steps = inp.attempts, inp.steps
+    sts = inp.stretches if inp.stretches is not None else stretches(steps, [a.begin for a in atts])
     times = [t for a in atts for t in (a.begin, a.end) if t is not None]
     times += [t for a in atts for t in (_held(a.held).span() or ())]
     times += [inp.steps[0][0], inp.steps[-1][0]] if inp.steps else []
@@ -255,30 +306,31 @@ def _pieces(inp: LedgerInput) -> tuple[list[tuple[str, int, int]], int, int]:
     # interruptions: of each stretch that another follows or whose attempt was lost, and of lost attempts
     interruptions: list[int] = []
     last = len(atts) - 1
-    for k, st in enumerate(stretches):
+    for k, st in enumerate(sts):
         a = atts[st.attempt]
-        nxt = stretches[k + 1] if k + 1 < len(stretches) else None
+        nxt = sts[k + 1] if k + 1 < len(sts) else None
+        first_at, last_at = steps[st.start][0], steps[st.end - 1][0]
         same_attempt_next = nxt is not None and nxt.attempt == st.attempt
         if same_attempt_next:
-            x = st.records[-1][0]
+            x = last_at
         elif a.lost and a.end is not None and (st.attempt < last or inp.lost_at_end):
             x = a.end
         elif nxt is not None:
-            x = a.end if a.end is not None else st.records[-1][0]
+            x = a.end if a.end is not None else last_at
         else:
             # the run's last stretch, not interrupted: productive to the run's end (or to now)
-            add(G.PRODUCTIVE, st.first[0], inp.final_at if inp.final_at is not None else hi)
+            add(G.PRODUCTIVE, first_at, inp.final_at if inp.final_at is not None else hi)
             continue
-        x = max(x, st.records[-1][0])
+        x = max(x, last_at)
         interruptions.append(x)
-        kept = _kept(st, nxt, x, inp.restores, completed)
-        add(G.PRODUCTIVE, st.first[0], kept)
+        kept = _kept(steps, st, nxt, x, inp.restores, completed)
+        add(G.PRODUCTIVE, first_at, kept)
         add(G.WASTED_PROGRESS, kept, x)
     for i, a in enumerate(atts):
         if a.lost and a.end is not None and (i < last or inp.lost_at_end):
             interruptions.append(a.end)
-    first_record = inp.steps[0][0] if inp.steps else hi
-    record_times = sorted(st.first[0] for st in stretches)
+    first_record = steps[0][0] if steps else hi
+    record_times = sorted(steps[st.start][0] for st in sts)
     for x in sorted(set(interruptions)):
         j = bisect_right(record_times, x)
         add(G.INFRASTRUCTURE_RECOVERY, x, record_times[j] if j < len(record_times) else
@@ -291,23 +343,23 @@ def _pieces(inp: LedgerInput) -> tuple[list[tuple[str, int, int]], int, int]:
     return _sweep(intervals), lo, hi
 
 
-def _kept(st: _Stretch, nxt: _Stretch | None, x: int, restores: Sequence[Restore],
+def _kept(steps: Sequence[tuple[int, int]], st: Stretch, nxt: Stretch | None, x: int, restores: Sequence[Restore],
           completed: Sequence[tuple[int, int]]) -> int:
     """The point an interrupted stretch's training was kept to (rule 3 of the module's docstring)."""
-    first_at = st.first[0]
+    first_at = steps[st.start][0]
     resume_step: int | None = None
     if nxt is not None:
-        resume_step = nxt.first[1]
+        next_at, resume_step = steps[nxt.start]
         # a restore between the interruption and the next stretch's first record says where it went on from
         for rs in restores:
-            if x <= rs.start <= nxt.first[0]:
+            if x <= rs.start <= next_at:
                 resume_step = rs.step
     if resume_step is not None:
         # the completion of that checkpoint's save, if it was saved in this stretch
         ends = [end for end, step in completed if step == resume_step and first_at <= end <= x]
         if ends:
             return max(ends)
-        reached = _reached(st.records, resume_step)
+        reached = _reached(steps[st.start:st.end], resume_step)
         if reached is None:
             return x  # beyond the last record: everything up to the interruption was kept
         return max(first_at, min(reached, x))
