@@ -69,8 +69,7 @@ def run_ledger(r: RunFacts, steps: Sequence[tuple[int, int]], rs_all: Sequence[t
                    for sp in out.pending]
         la.append(LedgerAttempt(_begin(a), a.end, loss is not None, pending, p.peak, p.held, p.lost))
     rs = [Restore(s, e, step) for step, _uri, s, e in rs_all if e is not None]
-    sts = kept.of(steps, [x.begin for x in la]) if kept is not None else None
-    return ledger(LedgerInput(la, steps, saves(r.ckpts), rs, final_at, bool(losses) and losses[-1] is not None, sts))
+    return ledger(LedgerInput(la, steps, saves(r.ckpts), rs, final_at, bool(losses) and losses[-1] is not None, kept))
 
 
 def _begin(a: _Att) -> int | None:

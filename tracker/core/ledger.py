@@ -116,8 +116,9 @@ class LedgerInput(NamedTuple):
     restores: Sequence[Restore]
     final_at: int | None  # the run's end, None while it goes on
     lost_at_end: bool  # the run's last attempt was lost (the run failed or was stopped by an eviction)
-    # the stretches of ``steps`` (``Stretches.of``, kept between a run's derivations); None: found here
-    stretches: Sequence[Stretch] | None = None
+    # the run's stretches as its last derivation found them, asked for those of ``steps`` (``Stretches.of``) when the
+    # ledger reads them; None: found anew
+    kept: Stretches | None = None
 
 
 class Ledger(NamedTuple):
@@ -282,7 +283,8 @@ def _reached(records: Sequence[tuple[int, int]], step: int) -> int | None:
 def _pieces(inp: LedgerInput) -> tuple[list[tuple[str, int, int]], int, int]:
     """The run's time cut into (category, start, end) pieces, in order, covering [lo, hi)."""
     atts, steps = inp.attempts, inp.steps
-    sts = inp.stretches if inp.stretches is not None else stretches(steps, [a.begin for a in atts])
+    begins = [a.begin for a in atts]
+    sts = inp.kept.of(steps, begins) if inp.kept is not None else stretches(steps, begins)
     times = [t for a in atts for t in (a.begin, a.end) if t is not None]
     times += [t for a in atts for t in (_held(a.held).span() or ())]
     times += [inp.steps[0][0], inp.steps[-1][0]] if inp.steps else []
