@@ -153,7 +153,7 @@ class Derivation:
         self._metrics: list[MetricSummary] = []
         self._progress: list[int] = []
         self._steps: list[tuple[int, int]] = []  # the step records (the ledger's), as of progress_seq
-        self._stretches: Stretches | None = None  # their stretches, as the last update found them (once it had any)
+        self._stretches: Stretches | None = None  # their stretches, as the last update found them (running runs)
         self._shape: _Shape | None = None
         self._shape_seq = -1  # the shape_seq the shape is of
         self.shapes = 0  # shapes derived (the cost the progress-only path saves: its tests count them)
@@ -177,16 +177,19 @@ class Derivation:
             self._metrics = _metrics(r)
             self._progress = sorted(r.progress_buckets.values())
             self._steps = r.steps.records()
-            if self._steps and self._stretches is None:
-                self._stretches = Stretches()
             same = same and shape is not None and shape.holds(self._progress)
         if shape is None or not same:
             shape = _shape(r, self.pods, changed, self._progress)
             self._shape_seq = r.shape_seq
             self.shapes += 1
         # kept for the next update while the run runs (what reports progress); not for the others, which would keep
-        # about 2 KiB each for a change that rarely comes
-        self._shape = shape if shape.record.status is Status.RUNNING else None
+        # about 2 KiB each for a change that rarely comes; nor are the ledger's stretches (about 250 bytes)
+        running = shape.record.status is Status.RUNNING
+        self._shape = shape if running else None
+        if not running:
+            self._stretches = None
+        elif self._stretches is None and self._steps:
+            self._stretches = Stretches()
         self.history = _derive(r, shape, self.pods, self._metrics, self._steps, self._stretches)
         return self.history
 
