@@ -217,7 +217,9 @@ def _scan(steps: Sequence[tuple[int, int]], begins: Sequence[int | None], out: l
 class Stretches:
     """A run's stretches kept between its derivations (``derive.Derivation``): a report adds a step record at the end,
     or replaces the last one of its time bucket (``ledger_facts.StepTrail``), so ``of`` scans the records from the
-    first that changed on, not all of them again (up to 4,096 a report). The same as ``stretches``, from any steps."""
+    first that changed on, not all of them again (up to 4,096 a report). The same as ``stretches``, from any steps.
+    It keeps the list of steps it was given, not a copy: a caller gives a new list when the records change (as
+    ``Derivation`` does: ``StepTrail.records``), never the same list changed in place."""
 
     __slots__ = ("_begins", "_out", "_steps")
 
