@@ -228,6 +228,16 @@ LATENCY_RUNS = 200  # running runs that receive the progress changes of the late
 REPORTS_FROM = datetime(2026, 8, 20, 12, tzinfo=UTC)  # the event time of their first report
 
 
+def latency_report(run_ids: Sequence[str], k: int, every_s: float) -> Event:
+    """The latency phase's ``k``-th progress report (from 0): the runs in turn, step 10,000 + ``k``, a run's reports
+    ``every_s`` seconds apart in event time from ``REPORTS_FROM`` (``bench/progress_reports.py`` folds the same)."""
+    run_id, step = run_ids[k % len(run_ids)], 10_000 + k
+    at = REPORTS_FROM + timedelta(seconds=every_s * (k // len(run_ids)))
+    return {"schema": "taugrid.io/intake/v1", "event_id": f"{run_id}-bench-{step}", "run_id": run_id,
+            "at": at.isoformat().replace("+00:00", "Z"), "kind": "Progress", "step": step,
+            "metrics": {"loss": 1 / step}}
+
+
 def keyed(records: Sequence[Event], label: str) -> list[service.SourceItem]:
     keyer = RunKeyer(100_000)
     return [item for i, rec in enumerate(records) for item in keyer.key_record(Record(f"{label}:{i}", rec))]
@@ -500,12 +510,9 @@ async def end_to_end(settings: Settings, producer: Any, tmp: Path, rates: Sequen
                 delay = started + n / rate - time.perf_counter()
                 if delay > 0:
                     await asyncio.sleep(delay)
-                run_id, step = run_ids[k % LATENCY_RUNS], 10_000 + k
+                event = latency_report(run_ids, k, every_s)
                 k += 1
-                at = REPORTS_FROM + timedelta(seconds=every_s * ((step - 10_000) // LATENCY_RUNS))
-                event = {"schema": "taugrid.io/intake/v1", "event_id": f"{run_id}-bench-{step}", "run_id": run_id,
-                         "at": at.isoformat().replace("+00:00", "Z"), "kind": "Progress", "step": step,
-                         "metrics": {"loss": 1 / step}}
+                run_id, step = event["run_id"], event["step"]
                 sent.setdefault(run_id, []).append((step, time.perf_counter()))
                 await producer.send(settings.kafka.topics.changes, json.dumps(event).encode(), key=run_id.encode())
             last_send = time.perf_counter()

@@ -2,17 +2,17 @@
 
     uv run python bench/progress_reports.py [--runs 200] [--reports 50000] [--every-s 10] [--flush-every 150]
 
-The input is the latency phase of ``kafka_pipeline.py`` without the broker and the sink: ``--runs`` Jobs admitted by
-Kueue and running on one pod each (the simulator's objects, folded first and not timed), then ``--reports`` progress
-reports (intake ``Progress`` events, one metric) given to the runs in turn, a run's reports ``--every-s`` seconds
-apart in event time, and a flush every ``--flush-every`` reports (what one transaction of ``tracker reduce`` folds
-at 5,000 changes/s). It prints the CPU time a report costs, folding it (``Reducer.apply``) and its share of the
-flushes (``Reducer.flush``: deriving each touched run's history and what changed), the shapes derived again, and
-the cyclic garbage collector's passes (all of them, and those that started inside ``MetricPoints.drain``, where the
-profiles of ``tracker reduce`` put them). The baseline, in the same run: decoding the same reports from their JSON
-(``jsonio.loads``, the decoder of the reducer's consumer). The load average is printed before and after. On 2 shared
-cores the Kafka benchmark's end-to-end figures depend on the broker and the sink; this one is the reducer's alone.
-Pure: no Kafka, no index.
+The input is the latency phase of ``kafka_pipeline.py`` without the broker and the sink, built by that benchmark's
+own functions: ``--runs`` Jobs admitted by Kueue and running on one pod each (``synthetic_stream``, folded first and
+not timed), then ``--reports`` progress reports (``latency_report``: the runs in turn, a run's reports ``--every-s``
+seconds apart in event time), and a flush every ``--flush-every`` reports (what one transaction of
+``tracker reduce`` folds at 5,000 changes/s). It prints the CPU time a report costs, folding it (``Reducer.apply``)
+and its share of the flushes (``Reducer.flush``: deriving each touched run's history and what changed), the shapes
+derived again, and the cyclic garbage collector's passes (all of them, and those that started inside
+``MetricPoints.drain``, where the profiles of ``tracker reduce`` put them). The baseline, in the same run: decoding
+the same reports from their JSON (``jsonio.loads``, the decoder of the reducer's consumer). The load average is
+printed before and after. On 2 shared cores the Kafka benchmark's end-to-end figures depend on the broker and the
+sink; this one is the reducer's alone. Pure: no Kafka, no index.
 """
 
 from __future__ import annotations
@@ -20,16 +20,20 @@ from __future__ import annotations
 import argparse
 import gc
 import os
+import sys
 import time
-from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from sim.lifecycles import RunParams, RunPlan, generate_cluster
-from tracker.core import curves
-from tracker.core.reducer import Reducer
-from tracker.runtime.gctune import tune_gc
-from tracker.shell import jsonio
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # run as a script: bench/progress_reports.py
+    sys.path.insert(0, str(REPO))
+
+from bench.kafka_pipeline import LATENCY_RUNS, latency_report, synthetic_stream  # noqa: E402
+from tracker.core import curves  # noqa: E402
+from tracker.core.reducer import Reducer  # noqa: E402
+from tracker.runtime.gctune import tune_gc  # noqa: E402
+from tracker.shell import jsonio  # noqa: E402
 
 
 def load_average() -> str:
@@ -37,23 +41,9 @@ def load_average() -> str:
     return f"load average {one}, {five}, {fifteen} ({os.cpu_count()} cores)"
 
 
-def running_jobs(n: int) -> tuple[list[dict[str, Any]], list[str], datetime]:
-    """The watch events of ``n`` Jobs admitted and running on one pod, their run ids, and a minute after the last
-    one's pod started (the first report's time)."""
-    cluster = generate_cluster([RunPlan(RunParams(pods=1, outcome="running", progress_points=2), index=i)
-                                for i in range(n)])
-    records = [rec for stream in cluster.streams.values() for rec in stream]
-    probe = Reducer()
-    for rec in records:
-        probe.apply(rec, "bench")
-    started = [u.history.run.started_at for u in probe.flush().updates if u.history is not None]
-    assert len(started) == n and all(s is not None for s in started), "a simulated run did not start"
-    return records, sorted(probe.runs), max(s for s in started if s is not None) + timedelta(minutes=1)
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--runs", type=int, default=200)
+    ap.add_argument("--runs", type=int, default=LATENCY_RUNS)
     ap.add_argument("--reports", type=int, default=50_000)
     ap.add_argument("--every-s", type=float, default=10.0)
     ap.add_argument("--flush-every", type=int, default=150)
@@ -61,20 +51,17 @@ def main(argv: list[str] | None = None) -> int:
     if min(args.runs, args.reports, args.flush_every) < 1 or args.every_s < 0:
         ap.error("--runs, --reports, --flush-every: at least 1; --every-s: at least 0")
     print(load_average())
-    records, run_ids, first = running_jobs(args.runs)
     tune_gc()  # what the tracker's processes run with (tracker/runtime/gctune.py)
     red = Reducer()
-    for rec in records:
+    # the runs of the Kafka benchmark's latency phase (its seed: the default's, plus one, as it draws them)
+    for rec in synthetic_stream(args.runs, 2, start=100_000, outcomes=["running"]):
         red.apply(rec, "bench")
-    red.flush()
+    updates = red.flush().updates
+    assert len(updates) == args.runs and all(u.history is not None and u.history.run.status.value == "running"
+                                             for u in updates), "a generated run is not running"
+    run_ids = sorted(red.runs)
     shapes = sum(d.shapes for d in red.derivations.values())
-    events = []
-    for k in range(args.reports):
-        run_id, step = run_ids[k % args.runs], 10_000 + k
-        at = first + timedelta(seconds=args.every_s * (k // args.runs))
-        events.append({"schema": "taugrid.io/intake/v1", "event_id": f"{run_id}-bench-{step}", "run_id": run_id,
-                       "at": at.isoformat().replace("+00:00", "Z"), "kind": "Progress", "step": step,
-                       "metrics": {"loss": 1 / step}})
+    events = [latency_report(run_ids, k, args.every_s) for k in range(args.reports)]
 
     encoded = [jsonio.dumps(ev) for ev in events]
     t0 = time.process_time()
