@@ -289,7 +289,7 @@ def _pieces(inp: LedgerInput) -> tuple[list[tuple[str, int, int]], int, int]:
     sts = inp.kept.of(steps, begins) if inp.kept is not None else stretches(steps, begins)
     times = [t for a in atts for t in (a.begin, a.end) if t is not None]
     times += [t for a in atts for t in (_held(a.held).span() or ())]
-    times += [inp.steps[0][0], inp.steps[-1][0]] if inp.steps else []
+    times += [steps[0][0], steps[-1][0]] if steps else []
     times += [t for s in inp.saves for t in (s.start, s.end) if t is not None]
     times += [t for r in inp.restores for t in (r.start, r.end)]
     times += [t for a in atts for _c, s, e in a.pending for t in (s, e) if t is not None]
