@@ -3,6 +3,7 @@
     uv run python -m tests.infra up --components kafka      # or any broker: --bootstrap HOST:PORT
     uv run python bench/kafka_pipeline.py [--runs 2000] [--rates 50 200 500] [--seconds 10] [--scale-out 1 2]
                                           [--sink inprocess|process] [--poll 0.01] [--progress-every-s 0]
+                                          [--fetch-min-bytes BYTES] [--fetch-max-wait-ms MS]
 
 Figures, in one run against the same broker and topic layout (4 partitions):
 
@@ -567,7 +568,15 @@ async def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--progress-every-s", type=float, default=0.0, metavar="SECONDS",
                         help="end to end: the event time between two progress reports of a run, as a training loop "
                              "reporting every SECONDS would send them (default 0: all at one instant, as before)")
+    parser.add_argument("--fetch-min-bytes", type=int, metavar="BYTES",
+                        help="the reducers' reduce.fetch_min_bytes (Kafka's fetch.min.bytes of the changes; "
+                             "default: the tracker's)")
+    parser.add_argument("--fetch-max-wait-ms", type=int, metavar="MS",
+                        help="the reducers' reduce.fetch_max_wait_ms (default: the tracker's)")
     args = parser.parse_args(argv)
+    for name, value in (("FETCH_MIN_BYTES", args.fetch_min_bytes), ("FETCH_MAX_WAIT_MS", args.fetch_max_wait_ms)):
+        if value is not None:
+            os.environ[f"TRACKER_REDUCE__{name}"] = str(value)  # the reducer processes inherit it
     bootstrap = args.bootstrap or default_bootstrap()
     if not bootstrap:
         print("no broker: pass --bootstrap or run `python -m tests.infra up --components kafka`", file=sys.stderr)
@@ -633,8 +642,11 @@ async def main(argv: list[str] | None = None) -> int:
     scaled = {n: await scale_out(bootstrap, scale_items, n, tmp) for n in args.scale_out}
     per_run = memory_per_active_run(1_000, args.seed)
 
+    wait_ms = settings.reduce.fetch_max_wait_ms
     print(f"broker {bootstrap}, {PARTITIONS} partitions, {args.runs} runs = {produced} changes "
-          "(Job, Workload, Pod, Event watch events and intake events)")
+          "(Job, Workload, Pod, Event watch events and intake events); the reducer's fetch of changes: at least "
+          f"{settings.reduce.fetch_min_bytes:,} bytes or "
+          f"{settings.kafka.fetch_max_wait_ms if wait_ms is None else wait_ms:,} ms")
     print(f"  produce (idempotent, acks=all):          {produce_rate:9,.0f} changes/s")
     print(f"  raw consume (read_committed):            {raw_rate:9,.0f} records/s  (baseline)")
     print(f"  tracker reduce (1 process, transactions): {reduce_rate:8,.0f} changes/s  "

@@ -642,6 +642,35 @@ async def test_two_reducers_rebalance_mid_stream(kafka_bootstrap: str, tmp_path:
 
 
 @pytest.mark.kafka
+async def test_a_reducer_that_waits_for_more_changes_folds_them_in_fewer_transactions(
+        kafka_bootstrap: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, services: list[Service]) -> None:
+    """reduce.fetch_min_bytes: the broker holds the reducer's fetch until that many bytes of changes arrived (or
+    reduce.fetch_max_wait_ms passed), so a transaction folds more of each run's changes and publishes one history
+    of it where an eager reducer publishes several; the histories end the same."""
+    records = synthetic_stream(12, seed=17)
+    source = keyed(records)
+    value_bytes = sum(len(json.dumps(rec.value)) for rec, _key in source if isinstance(rec, Record))
+    histories: dict[str, int] = {}
+    for name, extra in (("eager", {}),
+                        ("gathering", {"REDUCE__FETCH_MIN_BYTES": str(value_bytes),
+                                       "REDUCE__FETCH_MAX_WAIT_MS": "4000"})):
+        settings = configure(monkeypatch, kafka_bootstrap, **extra)
+        assert settings.reduce.fetch_min_bytes == (value_bytes if extra else 1)
+        await create_topics(settings)
+        index = tmp_path / f"{name}.sqlite"
+        reducer = launch(services, tmp_path, f"reduce-{name}", "reduce")
+        sink = launch(services, tmp_path, f"sink-{name}", "sink", "index", "--index", str(index))
+        await reducer.wait_for("partition_restored", count=PARTITIONS)
+        assert await service.publish(items(source, rate=40), settings) == len(source)  # 50 records every 1.25 s
+        transitions = await settle(settings, index, [reducer, sink])
+        check_transitions(transitions, fault_free(records))
+        histories[name] = sum(dict(r.headers).get(wire.KIND_HEADER) == b"history" for r in transitions)
+        assert reducer.terminate() == 0 and sink.terminate() == 0
+    runs = len(fault_free(records))
+    assert histories["gathering"] <= 2 * runs < histories["eager"], histories
+
+
+@pytest.mark.kafka
 async def test_poison_records_go_to_dead_letters_and_the_rest_flows(kafka_bootstrap: str, tmp_path: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     settings = configure(monkeypatch, kafka_bootstrap, ALERTS__CLOCK="wall", ALERTS__CHECK_INTERVAL_S="0.2")

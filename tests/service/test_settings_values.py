@@ -30,6 +30,23 @@ def test_tracker_reduce_takes_no_more_records_a_poll_than_dead_letters_it_keeps(
     assert load_settings(None, {"reduce": {"max_batch_records": 500}}).reduce.batch_records == 500
 
 
+async def test_the_reducers_changes_consumer_waits_as_reduce_says_and_the_others_as_before() -> None:
+    """reduce.fetch_min_bytes and reduce.fetch_max_wait_ms are Kafka's fetch.min.bytes and fetch.max.wait.ms of the
+    changes consumer alone; unset, the wait is kafka.fetch_max_wait_ms, and the broker answers at the first byte."""
+    from tracker.shell import kafka
+
+    defaults = load_settings(None, {"kafka": {"bootstrap_servers": "kafka-0:9092"}})  # no connection made
+    assert (defaults.reduce.fetch_min_bytes, defaults.reduce.fetch_max_wait_ms) == (1, None)
+    plain = kafka.make_consumer(defaults.kafka, group_id=None)
+    assert (plain._fetch_min_bytes, plain._fetch_max_wait_ms) == (1, defaults.kafka.fetch_max_wait_ms)
+    gathering = kafka.make_consumer(defaults.kafka, group_id="g", fetch_min_bytes=262_144, fetch_max_wait_ms=250)
+    assert (gathering._fetch_min_bytes, gathering._fetch_max_wait_ms) == (262_144, 250)
+    with pytest.raises(SettingsError, match=r"reduce\.fetch_min_bytes"):
+        load_settings(None, {"reduce": {"fetch_min_bytes": 0}})
+    with pytest.raises(SettingsError, match=r"reduce\.fetch_max_wait_ms"):
+        load_settings(None, {"reduce": {"fetch_max_wait_ms": 60_000}})
+
+
 def test_invalid_settings_are_one_line_on_stderr_whatever_the_terminal_width() -> None:
     """Every problem on one line (a log collector keeps it whole), named by field, with exit code 2."""
     import os

@@ -167,7 +167,9 @@ class ReduceService:
         await kafka.start(restorer, self.ks, what="run-state reader")
         consumer = self._consumer = kafka.make_consumer(self.ks, group_id=rs.group_id,
                                                         group_instance_id=rs.group_instance_id,
-                                                        max_poll_records=rs.batch_records)
+                                                        max_poll_records=rs.batch_records,
+                                                        fetch_min_bytes=rs.fetch_min_bytes,
+                                                        fetch_max_wait_ms=rs.fetch_max_wait_ms)
         try:
             await kafka.start(consumer, self.ks, what="changes consumer")
         except BaseException:

@@ -94,6 +94,16 @@ class ReduceSettings(_Section):
                     "held in memory (~1 KB per change). At most max_dead_letters are taken (batch_records): every "
                     "record of a batch may be a dead letter, and each must be kept.")
     poll_timeout_ms: int = Field(default=200, ge=1, le=60_000)
+    fetch_min_bytes: int = Field(
+        default=1, ge=1, le=64 * MIB,
+        description="Kafka's fetch.min.bytes for the changes: the broker answers the reducer's fetch once it holds "
+                    "this many bytes of changes, or after fetch_max_wait_ms. A transaction then folds the changes of "
+                    "that time at least, and a run they touch several times gets one history record, not several: "
+                    "less work for the reducer and the sinks a change, for up to fetch_max_wait_ms more latency.")
+    fetch_max_wait_ms: int | None = Field(
+        default=None, ge=0, le=10_000,
+        description="Kafka's fetch.max.wait.ms for the changes: how long the broker may hold the reducer's fetch "
+                    "while it has fewer than fetch_min_bytes; unset, kafka.fetch_max_wait_ms.")
     max_change_bytes: int = Field(default=int(1.5 * MIB), ge=1_024,
                                   description="A changes value larger than this is a dead letter (etcd's object "
                                               "limit is ~1.5 MiB).")

@@ -224,8 +224,11 @@ def make_producer(ks: KafkaSettings, transactional_id: str | None = None) -> AIO
 
 
 def make_consumer(ks: KafkaSettings, *, group_id: str | None, group_instance_id: str | None = None,
-                  max_poll_records: int = 1_000) -> AIOKafkaConsumer:
-    """A read_committed consumer without auto-commit; offsets are the caller's business."""
+                  max_poll_records: int = 1_000, fetch_min_bytes: int = 1,
+                  fetch_max_wait_ms: int | None = None) -> AIOKafkaConsumer:
+    """A read_committed consumer without auto-commit; offsets are the caller's business. The broker answers a
+    fetch once it holds ``fetch_min_bytes`` for it, or after ``fetch_max_wait_ms`` (``ks.fetch_max_wait_ms`` by
+    default): Kafka's fetch.min.bytes and fetch.max.wait.ms."""
     group: dict[str, Any] = {}
     if group_id is not None:
         group = {"group_id": group_id, "group_instance_id": group_instance_id,
@@ -238,7 +241,8 @@ def make_consumer(ks: KafkaSettings, *, group_id: str | None, group_instance_id:
         enable_auto_commit=False,
         auto_offset_reset="earliest",
         max_poll_records=max_poll_records,
-        fetch_max_wait_ms=ks.fetch_max_wait_ms,
+        fetch_min_bytes=fetch_min_bytes,
+        fetch_max_wait_ms=ks.fetch_max_wait_ms if fetch_max_wait_ms is None else fetch_max_wait_ms,
         max_partition_fetch_bytes=ks.topics.max_message_bytes,
         fetch_max_bytes=max(ks.topics.max_message_bytes * 4, 50 * 1024 * 1024),
     )
