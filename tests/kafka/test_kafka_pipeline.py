@@ -651,11 +651,11 @@ async def test_a_reducer_that_waits_for_more_changes_folds_them_in_fewer_transac
     source = keyed(records)
     value_bytes = sum(len(json.dumps(rec.value)) for rec, _key in source if isinstance(rec, Record))
     histories: dict[str, int] = {}
-    for name, extra in (("eager", {}),
+    for name, extra in (("eager", {"REDUCE__FETCH_MIN_BYTES": "1"}),
                         ("gathering", {"REDUCE__FETCH_MIN_BYTES": str(value_bytes),
                                        "REDUCE__FETCH_MAX_WAIT_MS": "4000"})):
         settings = configure(monkeypatch, kafka_bootstrap, **extra)
-        assert settings.reduce.fetch_min_bytes == (value_bytes if extra else 1)
+        assert settings.reduce.fetch_min_bytes == (value_bytes if name == "gathering" else 1)
         await create_topics(settings)
         index = tmp_path / f"{name}.sqlite"
         reducer = launch(services, tmp_path, f"reduce-{name}", "reduce")

@@ -32,11 +32,12 @@ def test_tracker_reduce_takes_no_more_records_a_poll_than_dead_letters_it_keeps(
 
 async def test_the_reducers_changes_consumer_waits_as_reduce_says_and_the_others_as_before() -> None:
     """reduce.fetch_min_bytes and reduce.fetch_max_wait_ms are Kafka's fetch.min.bytes and fetch.max.wait.ms of the
-    changes consumer alone; unset, the wait is kafka.fetch_max_wait_ms, and the broker answers at the first byte."""
+    changes consumer alone (by default 256 KiB, and the wait kafka.fetch_max_wait_ms); the other consumers' broker
+    answers at the first byte."""
     from tracker.shell import kafka
 
     defaults = load_settings(None, {"kafka": {"bootstrap_servers": "kafka-0:9092"}})  # no connection made
-    assert (defaults.reduce.fetch_min_bytes, defaults.reduce.fetch_max_wait_ms) == (1, None)
+    assert (defaults.reduce.fetch_min_bytes, defaults.reduce.fetch_max_wait_ms) == (262_144, None)
     plain = kafka.make_consumer(defaults.kafka, group_id=None)
     assert (plain._fetch_min_bytes, plain._fetch_max_wait_ms) == (1, defaults.kafka.fetch_max_wait_ms)
     gathering = kafka.make_consumer(defaults.kafka, group_id="g", fetch_min_bytes=262_144, fetch_max_wait_ms=250)
