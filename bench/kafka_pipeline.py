@@ -328,7 +328,7 @@ async def scale_out(bootstrap: str, items: Sequence[service.SourceItem], process
         started, before = time.perf_counter(), await committed_total(admin, settings.reduce.group_id)
         if produced - before < produced // 2:
             raise RuntimeError(f"the group took too long to settle: {before} of {produced} changes were reduced "
-                               "before every process owned partitions; use more --runs")
+                               "before every process owned partitions; use more --scale-runs")
         while True:  # polling the group's committed offsets: there is nothing to wait on
             if await committed_total(admin, settings.reduce.group_id) >= produced:
                 break
@@ -558,7 +558,7 @@ async def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--scale-out", type=int, nargs="*", default=[1, 2], metavar="N",
                         help="also measure N reduce processes in one group, each N on fresh topics (none: skip)")
-    parser.add_argument("--scale-runs", type=int, default=6_000,
+    parser.add_argument("--scale-runs", type=int, default=20_000,
                         help="runs in the scale-out input (large enough that the group settles early in it)")
     parser.add_argument("--sink", choices=["inprocess", "process"], default="inprocess",
                         help="end to end: the index sink in this process, noting its own commits (inprocess), or "
