@@ -8,17 +8,24 @@ about 20 changes per run. Generation is done in chunks outside the timed section
   (``tracker.shell.jsonio.loads``, orjson; bytes as a Kafka record value holds them);
 - fold: Reducer.apply alone (changes folded per second);
 - fold + derive: apply plus flush every --flush-every changes (histories derived for changed runs);
-- memory per active run: tracemalloc over a separate sample, reducer state only.
+- memory per active run: tracemalloc over a separate sample, reducer state only;
+- resident memory per run (``--rss-runs``, in a process of its own after the rest): the growth of the process's
+  RSS while a Reducer folds that many runs decoded one by one from their JSON (as a consumer decodes them, so no
+  string is shared with the input), flushing every 5,000 records: Python's allocations plus the allocator's
+  overhead and fragmentation, what a container's memory limit sees.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import subprocess
 import sys
+import tempfile
 import time
 import tracemalloc
 from itertools import islice
+from pathlib import Path
 from typing import Any
 
 from sim.lifecycles import generate_stream
@@ -98,13 +105,55 @@ def bench_memory(n_runs: int, seed: int) -> dict[str, float]:
     return {"runs": len(red.runs), "active": active, "bytes": used}
 
 
+def rss_bytes() -> int:
+    for line in Path("/proc/self/status").read_text(encoding="ascii").splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmRSS in /proc/self/status")
+
+
+def write_encoded(n_runs: int, seed: int, path: Path) -> None:
+    """The generated stream as JSON lines (one encoded record a line)."""
+    with path.open("wb") as out:
+        for block in chunks(n_runs, seed):
+            out.write(b"".join(jsonio.dumps(rec) + b"\n" for rec in block))
+
+
+def bench_rss(path: Path) -> dict[str, float]:
+    """RSS growth of a Reducer folding the records of ``path`` decoded one by one. Run in a fresh process: only the
+    encoded lines are allocated before the first reading, so no memory freed earlier is reused by the reducer."""
+    encoded = path.read_bytes().splitlines()
+    gc.collect()
+    before = rss_bytes()
+    red = Reducer()
+    for i, raw in enumerate(encoded, start=1):
+        red.apply(jsonio.loads(raw), "bench")
+        if i % 5_000 == 0:
+            red.flush()
+    red.flush()
+    gc.collect()
+    grown = rss_bytes() - before
+    active = sum(1 for h in (red.history(k) for k in red.runs) if h and h.run.status in ("pending", "running"))
+    return {"runs": len(red.runs), "active": active, "bytes": grown, "derivations": len(red.derivations)}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=50_000)
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--flush-every", type=int, default=50_000)
     ap.add_argument("--memory-runs", type=int, default=5_000)
+    ap.add_argument("--rss-runs", type=int, default=20_000,
+                    help="runs of the resident-memory figure, measured in a process of its own (0: skip)")
+    ap.add_argument("--rss-input", type=Path, help=argparse.SUPPRESS)  # that process: the encoded records
     args = ap.parse_args(argv)
+    if args.rss_input is not None:
+        tune_gc()
+        m = bench_rss(args.rss_input)
+        print(f"resident memory: +{m['bytes'] / 2**20:.0f} MiB RSS for {m['runs']:,} runs ({m['active']:,} still "
+              f"active, {m['derivations']:,} derivations kept) decoded from JSON: "
+              f"{m['bytes'] / max(1, m['runs']) / 1024:.1f} KiB per run")
+        return 0
 
     default_gc = bench_throughput(min(args.runs, 10_000), args.seed, args.flush_every)
     tune_gc()  # what the tracker's processes run with (tracker/runtime/gctune.py)
@@ -124,6 +173,12 @@ def main(argv: list[str] | None = None) -> int:
     m = bench_memory(args.memory_runs, args.seed + 1)
     print(f"memory: {m['bytes'] / 1e6:.1f} MB of reducer state for {m['runs']:,} runs "
           f"({m['active']:,} still active): {m['bytes'] / max(1, m['runs']) / 1024:.1f} KiB per run")
+    sys.stdout.flush()
+    if args.rss_runs > 0:  # a fresh process: the memory this one freed would hide the growth
+        with tempfile.TemporaryDirectory(prefix="tracker-bench-") as tmp:
+            path = Path(tmp) / "records.jsonl"
+            write_encoded(args.rss_runs, args.seed + 2, path)
+            subprocess.run([sys.executable, __file__, "--rss-input", str(path)], check=True)
     return 0
 
 
