@@ -349,13 +349,6 @@ def _owns_partitions(port: int) -> bool:
                for line in metrics.splitlines())
 
 
-def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
 def memory_per_active_run(runs: int, seed: int) -> float:
     """Bytes a Reducer holds per running run, fed as the Kafka reducer feeds it (records keyed by run)."""
     items = keyed(synthetic_stream(runs, seed, outcomes=["running"]), "memory")
@@ -631,7 +624,7 @@ async def main(argv: list[str] | None = None) -> int:
                                      args.miss_after, reducer=reducer, reducer_port=port, sink=args.sink,
                                      poll_s=args.poll, every_s=args.progress_every_s)
         stages = histogram_means(http_get(port, "/metrics") or "")
-        rss = rss_mib(reducer.pid)
+        rss = common.memory_kib(reducer.pid).get("VmRSS", 0) / 1024
     finally:
         if reducer is not None:
             await stop_async_process(reducer)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import os
 import subprocess
 import sys
 import tempfile
@@ -28,10 +29,15 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
-from sim.lifecycles import generate_stream
-from tracker.core.reducer import Reducer
-from tracker.runtime.gctune import tune_gc
-from tracker.shell import jsonio
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # run as a script: bench/reducer.py
+    sys.path.insert(0, str(REPO))
+
+from bench._common import memory_kib  # noqa: E402
+from sim.lifecycles import generate_stream  # noqa: E402
+from tracker.core.reducer import Reducer  # noqa: E402
+from tracker.runtime.gctune import tune_gc  # noqa: E402
+from tracker.shell import jsonio  # noqa: E402
 
 CHUNK = 100_000
 
@@ -89,6 +95,11 @@ def bench_throughput(n_runs: int, seed: int, flush_every: int) -> dict[str, floa
             "dead_letters": red_fold.stats.dead_letters}
 
 
+def active_runs(red: Reducer) -> int:
+    """The runs of ``red`` still pending or running."""
+    return sum(1 for h in (red.history(k) for k in red.runs) if h and h.run.status in ("pending", "running"))
+
+
 def bench_memory(n_runs: int, seed: int) -> dict[str, float]:
     records = list(generate_stream(n_runs, seed))
     gc.collect()
@@ -101,15 +112,8 @@ def bench_memory(n_runs: int, seed: int) -> dict[str, float]:
     gc.collect()
     used = tracemalloc.get_traced_memory()[0] - base
     tracemalloc.stop()
-    active = sum(1 for h in (red.history(k) for k in red.runs) if h and h.run.status in ("pending", "running"))
+    active = active_runs(red)
     return {"runs": len(red.runs), "active": active, "bytes": used}
-
-
-def rss_bytes() -> int:
-    for line in Path("/proc/self/status").read_text(encoding="ascii").splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmRSS in /proc/self/status")
 
 
 def write_encoded(n_runs: int, seed: int, path: Path) -> None:
@@ -124,7 +128,7 @@ def bench_rss(path: Path) -> dict[str, float]:
     encoded lines are allocated before the first reading, so no memory freed earlier is reused by the reducer."""
     encoded = path.read_bytes().splitlines()
     gc.collect()
-    before = rss_bytes()
+    before = memory_kib(os.getpid())["VmRSS"] * 1024
     red = Reducer()
     for i, raw in enumerate(encoded, start=1):
         red.apply(jsonio.loads(raw), "bench")
@@ -132,8 +136,8 @@ def bench_rss(path: Path) -> dict[str, float]:
             red.flush()
     red.flush()
     gc.collect()
-    grown = rss_bytes() - before
-    active = sum(1 for h in (red.history(k) for k in red.runs) if h and h.run.status in ("pending", "running"))
+    grown = memory_kib(os.getpid())["VmRSS"] * 1024 - before
+    active = active_runs(red)
     return {"runs": len(red.runs), "active": active, "bytes": grown, "derivations": len(red.derivations)}
 
 
