@@ -8,7 +8,8 @@ about 20 changes per run. Generation is done in chunks outside the timed section
   (``tracker.shell.jsonio.loads``, orjson; bytes as a Kafka record value holds them);
 - fold: Reducer.apply alone (changes folded per second);
 - fold + derive: apply plus flush every --flush-every changes (histories derived for changed runs);
-- memory per active run: tracemalloc over a separate sample, reducer state only;
+- memory per run: tracemalloc over a separate sample, reducer state only; then apart: the facts and bindings every
+  run holds, and the derivations kept (a live run's; a finished run frees its own, ``finished_derivation_rows``);
 - resident memory per run (``--rss-runs``, in a process of its own after the rest): the growth of the process's
   RSS while a Reducer folds that many runs decoded one by one from their JSON (as a consumer decodes them, so no
   string is shared with the input), flushing every 5,000 records: Python's allocations plus the allocator's
@@ -111,9 +112,13 @@ def bench_memory(n_runs: int, seed: int) -> dict[str, float]:
     red.flush()
     gc.collect()
     used = tracemalloc.get_traced_memory()[0] - base
-    tracemalloc.stop()
     active = active_runs(red)
-    return {"runs": len(red.runs), "active": active, "bytes": used}
+    kept = len(red.derivations)
+    red.derivations.clear()  # what the kept derivations held: the rest is the facts (and bindings) of every run
+    gc.collect()
+    derivations = used - (tracemalloc.get_traced_memory()[0] - base)
+    tracemalloc.stop()
+    return {"runs": len(red.runs), "active": active, "bytes": used, "kept": kept, "derivations": derivations}
 
 
 def write_encoded(n_runs: int, seed: int, path: Path) -> None:
@@ -175,8 +180,11 @@ def main(argv: list[str] | None = None) -> int:
           f"{default_gc['changes'] / default_gc['fold_s']:,.0f} changes/s (tuned figures above)")
     print(f"dead letters: {r['dead_letters']}")
     m = bench_memory(args.memory_runs, args.seed + 1)
+    rest = (m["bytes"] - m["derivations"]) / max(1, m["runs"])
     print(f"memory: {m['bytes'] / 1e6:.1f} MB of reducer state for {m['runs']:,} runs "
-          f"({m['active']:,} still active): {m['bytes'] / max(1, m['runs']) / 1024:.1f} KiB per run")
+          f"({m['active']:,} still active): {m['bytes'] / max(1, m['runs']) / 1024:.1f} KiB per run; facts and "
+          f"bindings {rest / 1024:.1f} KiB a run, and {m['kept']:,} derivations kept, "
+          f"{m['derivations'] / max(1, m['kept']) / 1024:.1f} KiB each")
     sys.stdout.flush()
     if args.rss_runs > 0:  # a fresh process: the memory this one freed would hide the growth
         with tempfile.TemporaryDirectory(prefix="tracker-bench-") as tmp:

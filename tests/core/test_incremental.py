@@ -34,7 +34,8 @@ from tests.core.test_run_id_conflicts import _copy, _run
 from tests.support.laws import by_object, interleave
 from tracker.core.derive import derive
 from tracker.core.derive_pods import PeakSet
-from tracker.core.model import HistoryUpdate, RunHistory, utc
+from tracker.core.limits import ReducerLimits
+from tracker.core.model import FINAL_STATUSES, HistoryUpdate, RunHistory, utc
 from tracker.core.reducer import Reducer
 
 
@@ -84,6 +85,31 @@ def test_incremental_derivation_equals_derivation_from_scratch(plan: list[RunPla
     cluster = generate_cluster(plan)
     order = interleave(by_object(cluster.streams), random.Random(seed))
     _check(order, set(cuts))
+
+
+@law_settings(60)
+@given(plans(), seeds, st.lists(st.integers(0, 400), max_size=40), st.sampled_from([None, 60_000_000, 3_600_000_000]))
+def test_a_reducer_that_frees_finished_runs_derivations_flushes_what_one_keeping_them_flushes(
+        plan: list[RunPlan], seed: int, cuts: list[int], retire_after_us: int | None) -> None:
+    """A finished run's derivation freed at a flush (``ReducerLimits.finished_derivation_rows``) is derived again
+    before a late record changes the run (``Reducer._revive``), and retiring it reads the verdict noted when it was
+    freed: the updates and retirements are the ones of a reducer that keeps every derivation, flush by flush."""
+    order = interleave(by_object(generate_cluster(plan).streams), random.Random(seed))
+    freeing = Reducer(ReducerLimits(finished_derivation_rows=None, retire_after_us=retire_after_us))
+    keeping = Reducer(ReducerLimits(finished_derivation_rows=0, retire_after_us=retire_after_us))
+    freed = 0
+    for n, rec in enumerate(order):
+        for red in (freeing, keeping):
+            red.apply(rec, "law")
+        if n in cuts or n == len(order) - 1:
+            a, b = freeing.flush(), keeping.flush()
+            assert a.updates == b.updates, n
+            assert (a.retired, a.forgotten) == (b.retired, b.forgotten), n
+            freed = max(freed, len(set(freeing.runs) - set(freeing.derivations)))
+    assert freeing.stats == keeping.stats
+    assert {k: freeing.history(k) for k in freeing.runs} == {k: keeping.history(k) for k in keeping.runs}
+    if any(derive(r).run.status in FINAL_STATUSES for r in keeping.runs.values()):
+        assert freed, "a finished run's derivation was freed"
 
 
 wide_params = st.builds(

@@ -1,8 +1,9 @@
 """What a replay keeps of a finished run (issue 27, "replay memory for 100k runs"): its facts, not its derivation.
 
 A replay without retirement keeps every run it reads; the embedded pipeline frees a finished run's derivation
-(``ReducerLimits.keep_finished_derivations``) at the flush that wrote its history, and derives it again from the
-facts when a late record changes the run. The index it writes is the one keeping every derivation writes.
+(``ReducerLimits.finished_derivation_rows`` None: however wide) at the flush that wrote its history, and derives it
+again from the facts before a late record changes the run. The index it writes is the one keeping every derivation
+writes.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import pytest
 from sim.lifecycles import generate_stream
 from tests.service.test_replay_incremental import contents
 from tracker.core.derive import Derivation, may_reopen
+from tracker.core.facts import RunFacts
 from tracker.core.limits import ReducerLimits
 from tracker.core.model import FINAL_STATUSES
 from tracker.core.reducer import Flushed, Reducer
@@ -69,17 +71,25 @@ def test_a_replay_keeps_the_derivations_of_live_runs_only(tmp_path: Path) -> Non
 def test_freed_derivations_write_the_index_keeping_them_writes(tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     cap = capture(tmp_path)
+    revived: list[str] = []
+    revive = Reducer._revive
+
+    def counting(self: Reducer, run_id: str, r: RunFacts) -> None:
+        revived.append(run_id)
+        revive(self, run_id, r)
+
+    monkeypatch.setattr(Reducer, "_revive", counting)
     # a flush every 40 records: late records (pod deletions, Events) reach runs whose derivation was freed
     red, flushes = fold(cap, tmp_path / "freed.sqlite", flush_every=40)
+    assert revived  # derivations were freed and derived again before a late record changed their run
     written: set[str] = set()
-    rebuilt = 0
     for out in flushes:
-        rebuilt += sum(1 for u in out.updates if u.full and u.run_id in written)
+        # derived again, the run's update carries only what changed, as if its derivation was kept
+        assert not any(u.full and u.run_id in written for u in out.updates)
         written.update(u.run_id for u in out.updates)
-    assert rebuilt > 0  # derivations were freed and derived again
 
     def keeping(settings: Settings, *, retire_after_s: float | None) -> ReducerLimits:
-        return replace(original(settings, retire_after_s=retire_after_s), keep_finished_derivations=True)
+        return replace(original(settings, retire_after_s=retire_after_s), finished_derivation_rows=0)
 
     original = replay.reducer_limits
     monkeypatch.setattr(replay, "reducer_limits", keeping)
@@ -91,22 +101,20 @@ def test_freed_derivations_write_the_index_keeping_them_writes(tmp_path: Path,
 
 def test_a_run_reactivated_after_its_derivation_was_freed_reads_as_if_it_was_kept() -> None:
     """A run stopped by a deactivation while its Job exists looks finished: its derivation is freed like any finished
-    run's; the reactivation that reopens it derives it again from the facts (a full update), to the same history."""
+    run's; the reactivation that reopens it derives it again from the facts first, so its updates are the ones a
+    kept derivation gives."""
     from tests.core.test_scenarios import SCENARIOS, _writes
 
     [run_id] = SCENARIOS["reactivated"].run_ids
-    freed, kept = Reducer(ReducerLimits(keep_finished_derivations=False)), Reducer()
+    freed = Reducer(ReducerLimits(finished_derivation_rows=None))
+    kept = Reducer(ReducerLimits(finished_derivation_rows=0))
     freed_at: list[int] = []
     reopened_at: list[int] = []
     for i, w in enumerate(_writes("reactivated")):
         for red in (freed, kept):
             red.apply(w.record, "t")
         a, b = freed.flush(), kept.flush()
-        assert [u.run_id for u in a.updates] == [u.run_id for u in b.updates], i
-        # an update of a freed run is full (its history again where the kept one says "unchanged"): what a sink
-        # holds after it is the same
-        assert all(u.history == v.history or (v.history is None and u.full)
-                   for u, v in zip(a.updates, b.updates, strict=True))
+        assert a.updates == b.updates, i
         assert freed.history(run_id) == kept.history(run_id), i
         if a.updates and run_id not in freed.derivations:
             freed_at.append(i)

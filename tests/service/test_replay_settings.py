@@ -15,9 +15,9 @@ import pytest
 import tracker.cli
 from tracker.cli import main
 from tracker.cli.args import DEMO_CAPTURES
-from tracker.runtime import service
+from tracker.runtime import replay, service
 from tracker.runtime.ops import Health, Metrics, Shutdown
-from tracker.settings import load_settings
+from tracker.settings import SettingsError, load_settings
 
 SMALLEST_FILE = 64 * 1024  # the least embedded.dead_letter_file_bytes allows
 
@@ -111,3 +111,21 @@ def test_replay_with_invalid_settings_is_one_usage_error(
 
 def test_the_command_line_holds_no_replay_of_its_own() -> None:
     assert not hasattr(tracker.cli, "replay")
+
+
+def test_the_finished_derivations_a_reducer_frees_are_the_settings_and_a_replay_without_retirement_frees_all(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``reduce.finished_derivation_rows`` bounds the finished runs whose derivation a flush frees (``tracker reduce``,
+    ``serve``, a retiring replay); a replay without retirement frees every finished run's (None), however wide."""
+    settings = load_settings()
+    assert settings.reduce.finished_derivation_rows == 64
+    assert settings.reduce.reducer_limits().finished_derivation_rows == 64
+    assert replay.reducer_limits(settings, retire_after_s=3_600.0).finished_derivation_rows == 64
+    assert replay.reducer_limits(settings, retire_after_s=None).finished_derivation_rows is None
+    monkeypatch.setenv("TRACKER_REDUCE__FINISHED_DERIVATION_ROWS", "0")
+    zero = load_settings()
+    assert zero.reduce.reducer_limits().finished_derivation_rows == 0
+    assert replay.reducer_limits(zero, retire_after_s=60.0).finished_derivation_rows == 0
+    monkeypatch.setenv("TRACKER_REDUCE__FINISHED_DERIVATION_ROWS", "-1")
+    with pytest.raises(SettingsError, match=r"reduce\.finished_derivation_rows: Input should be greater than or equal"):
+        load_settings()

@@ -222,6 +222,11 @@ class Derivation:
                              removed_pods=removed, removed_points=tuple(sorted(gone)), full=full,
                              points_full=whole and not full)
 
+    @property
+    def taken(self) -> bool:
+        """Whether a take gave this derivation's history out (a sink holds what it gave)."""
+        return self._taken is not None
+
     def document(self) -> RunHistory:
         """The complete history of the last update."""
         assert self.history is not None and self._facts is not None, "update before document"

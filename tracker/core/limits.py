@@ -25,13 +25,14 @@ class ReducerLimits:
     accelerator_resources: tuple[str, ...] = ACCELERATOR_RESOURCES
     # Metric points kept per run, downsampled over all its metrics (``facts.MetricPoints``); 0 keeps none.
     metric_points_per_run: int = METRIC_POINTS_PER_RUN
-    # Keep a finished run's derivation (``derive.Derivation``: its last history and pod rows, about half of what a
-    # run holds) after the flush that wrote it. False frees it there, a run that may still reopen included (stopped by
-    # a deactivation while its Job exists, ``derive.may_reopen``: about 5% of runs, which a reactivation may never
-    # come to): a late record of the run derives it again from its facts, as a restored run is, and its update is
-    # ``full`` (every pod row again). A replay without retirement passes False (it keeps every
-    # run it read; ``runtime.replay.reducer_limits``); retiring reducers (Kafka, serve) keep them until retirement.
-    keep_finished_derivations: bool = True
+    # A finished run frees its derivation (``derive.Derivation``: its last history and pod side, about 13 KiB of a
+    # narrow run's 23) at the flush that wrote its history when it has at most this many pods and metric points
+    # together, a run that may still reopen included (stopped by a deactivation while its Job exists,
+    # ``derive.may_reopen``). A late record of it (a pod deleted by the Job's TTL, an Event) first derives it again
+    # from its facts (``Reducer._revive``), so its update still carries only what changed; this bound caps what that
+    # derivation costs. A wider run keeps its derivation until it retires. None: every finished run frees it, however
+    # wide (a replay without retirement, which keeps every run it reads: ``runtime.replay.reducer_limits``).
+    finished_derivation_rows: int | None = 64
 
 
 @dataclass(slots=True)

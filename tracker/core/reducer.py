@@ -6,8 +6,8 @@ was restored from). The shell (replay, the Kafka consumer) feeds it records, cal
 what changed in each run (``HistoryUpdate``: its history, and the pods and metric points that changed), and
 persists ``snapshot`` (or ``snapshot_run`` per run) when it commits. Each live run's derivation is kept between
 flushes (``derive.Derivation``), so that a change costs the same whatever the run's width; a finished run's is
-freed at the flush that wrote it when ``ReducerLimits.keep_finished_derivations`` is False (a replay that does not
-retire).
+freed at the flush that wrote it when the run is narrow (``ReducerLimits.finished_derivation_rows``: a late record
+of it derives it again from its facts), or whatever its width in a replay that does not retire.
 
 Laws (proved by the hypothesis tests in ``tests/core/test_reducer_laws.py``):
 - determinism: the same records give the same histories;
@@ -33,7 +33,7 @@ from tracker.core import provenance
 from tracker.core import validate as v
 from tracker.core.correlate import KINDS, ROOT_KINDS, Correlator, Link, link, lost_key, taken_run_id
 from tracker.core.curves import MetricFacts
-from tracker.core.derive import Derivation
+from tracker.core.derive import Derivation, may_reopen
 from tracker.core.facts import RunFacts
 from tracker.core.gpu import Accelerators
 from tracker.core.limits import ReducerLimits, Stats
@@ -111,6 +111,9 @@ class Reducer(Snapshots):
         self._retired_updates: dict[str, HistoryUpdate] = {}  # final updates of runs retired before a flush
         # each live run's derivation, and the pods merged since it was last updated
         self.derivations: dict[str, Derivation] = {}
+        # the finished runs whose derivation was freed (``_frees``), untouched since: whether each was final for good
+        # (``derive.may_reopen``), so that retiring one derives nothing (not in snapshots: a restored run has none)
+        self._freed_final: dict[str, bool] = {}
         self._pods_changed: dict[str, set[str]] = {}
         # for ``snapshot_run``: the pods whose facts changed since the run's last snapshot, and the pods it no
         # longer has (a root that lost the run id took them; a retired run's)
@@ -255,10 +258,22 @@ class Reducer(Snapshots):
         r = self.runs.get(run_id)
         if r is None:
             r = self.runs[run_id] = RunFacts(run_id)
+        elif run_id in self._freed_final:
+            self._revive(run_id, r)
         if not progress:
             r.shape_seq += 1
         self._mark(run_id)
         return r
+
+    def _revive(self, run_id: str, r: RunFacts) -> None:
+        """Derive again, before a record changes it, a run whose derivation a flush freed (``_frees``), and take it as
+        that flush did: unchanged since, its facts give the history, pod rows and points that flush wrote, so the
+        update of the change goes out as if the derivation had been kept (only what changed; a pod the change takes
+        from the run named as removed), at the cost of one derivation from the facts."""
+        del self._freed_final[run_id]
+        d = self.derivations[run_id] = Derivation()
+        d.update(r)
+        d.take()
 
     def _mark(self, run_id: str) -> None:
         self.dirty.add(run_id)
@@ -307,6 +322,8 @@ class Reducer(Snapshots):
         new = r is None
         if r is None:
             r = RunFacts(run_id)
+        elif run_id in self._freed_final:
+            self._revive(run_id, r)
         kind = ln.kind
         if kind in ROOT_KINDS and not ln.submitter:
             if r.uid is not None and r.uid != ln.uid:
@@ -458,7 +475,6 @@ class Reducer(Snapshots):
         """What changed in every run changed since the last flush (sorted by run id), dead letters, and the runs
         retired since (their last updates are among the updates)."""
         updates = {}
-        keep = self.limits.keep_finished_derivations
         state_points: dict[str, tuple[tuple[tuple[str, int], ...], tuple[tuple[str, int], ...]]] = {
             k: ((), keys) for k, keys in self._retiring_points.items()}
         for k in self.dirty:
@@ -466,8 +482,9 @@ class Reducer(Snapshots):
             u = updates[k] = self.derivations[k].take()
             if u.points or u.removed_points:
                 state_points[k] = (tuple((p.metric, p.step) for p in u.points or ()), u.removed_points)
-            if not keep and h.run.status in FINAL_STATUSES:
-                del self.derivations[k]  # derived again from the facts if a late record changes the run
+            if self._frees(k, h):  # derived again from the facts before a late record changes the run
+                del self.derivations[k]
+                self._freed_final[k] = not may_reopen(self.runs[k], h.run)
         self._state_points, self._retiring_points = state_points, {}
         self._state_minutes, self._retiring_minutes = self._retiring_minutes, {}
         updates.update(self._retired_updates)
@@ -486,33 +503,47 @@ class Reducer(Snapshots):
         """The run's derivation brought up to date with its facts."""
         d = self.derivations.get(run_id)
         if d is None:
+            self._freed_final.pop(run_id, None)
             d = self.derivations[run_id] = Derivation()
         return d.update(self.runs[run_id], self._pods_changed.pop(run_id, ()))
+
+    def _frees(self, run_id: str, h: RunHistory) -> bool:
+        """Whether the run's derivation goes once its history ``h`` is written: the run finished and is narrow
+        (``ReducerLimits.finished_derivation_rows``)."""
+        if h.run.status not in FINAL_STATUSES:
+            return False
+        rows = self.limits.finished_derivation_rows
+        r = self.runs[run_id]
+        return rows is None or len(r.pods) + r.points.size <= rows
 
     def current(self, run_id: str) -> RunHistory | None:
         """The current history of a live run, without its metric points and pods (cheap: ``Derivation.update``)."""
         if run_id not in self.runs:
             return None
-        if self._freed(run_id):  # a finished run's derivation, freed at a flush: not kept again
-            return Derivation().update(self.runs[run_id])
-        return self._update(run_id)
-
-    def _freed(self, run_id: str) -> bool:
-        """A run without a kept derivation when finished runs' are freed (``keep_finished_derivations``): read
-        through a derivation of its own, dropped after, so that reading a finished run does not keep one again."""
-        return not self.limits.keep_finished_derivations and run_id not in self.derivations and \
-            run_id not in self.dirty
+        d = self._derivation(run_id)
+        return self._update(run_id) if d is None or d.history is None else d.history
 
     def history(self, run_id: str) -> RunHistory | None:
         """The complete current history of a live run (with its metric points and pods)."""
         if run_id not in self.runs:
             return None
-        if self._freed(run_id):  # a finished run's derivation, freed at a flush: not kept again
-            d = Derivation()
-            d.update(self.runs[run_id])
-            return d.document()
-        self._update(run_id)
-        return self.derivations[run_id].document()
+        d = self._derivation(run_id)
+        if d is None:
+            self._update(run_id)
+            d = self.derivations[run_id]
+        return d.document()
+
+    def _derivation(self, run_id: str) -> Derivation | None:
+        """A derivation of its own for a run read without one kept (freed, or restored), dropped after if the run is
+        one whose derivation a flush frees (``_frees``), so that reading it does not keep one again; a live run's
+        is kept, as a flush keeps it. None: the run has a kept one, or is changed since the last flush."""
+        if run_id in self.derivations or run_id in self.dirty:
+            return None
+        d = Derivation()
+        h = d.update(self.runs[run_id])
+        if run_id not in self._freed_final and not self._frees(run_id, h):
+            self.derivations[run_id] = d
+        return d
 
     # ------------------------------------------------------------------------------------ snapshot
     @classmethod

@@ -53,6 +53,7 @@ class Retirement:
     _touched: list[str]
     _retired_updates: dict[str, HistoryUpdate]
     derivations: dict[str, Derivation]
+    _freed_final: dict[str, bool]
     _pods_changed: dict[str, set[str]]
     _state_pods: dict[str, set[str]]
     _state_removed: dict[str, set[str]]
@@ -98,9 +99,12 @@ class Retirement:
             quiet = self.quiet.get(run_id)
             if quiet is None or quiet + grace != due:
                 continue  # stale: the run changed since, or was retired
-            r = self.runs[run_id]
-            h = self._update(run_id)
-            if h.run.status in FINAL_STATUSES and not may_reopen(r, h.run):
+            # a run whose derivation a flush freed, untouched since, was found final (for good or not) then
+            final = None if run_id in self.dirty else self._freed_final.get(run_id)
+            if final is None:
+                r, h = self.runs[run_id], self._update(run_id)
+                final = h.run.status in FINAL_STATUSES and not may_reopen(r, h.run)
+            if final:
                 if run_id in self.dirty:  # its final history still goes out at the next flush
                     self._retired_updates[run_id] = self.derivations[run_id].take()
                 self.retire(run_id)
@@ -108,13 +112,16 @@ class Retirement:
                 self.stats.retired += 1
             else:
                 # quiet but live: nothing changes its history (a function of its facts) until a record touches it,
-                # which schedules it again. Its derivation (its last history and pod rows, about two thirds of what
-                # a live run holds) is freed meanwhile: the record that touches it derives it again from the facts,
-                # as after a restore, and its update is ``full``. Runs that never end in a capture, and runs stopped
-                # by a deactivation while their Job exists, no longer keep one each (bench/README.md).
+                # which schedules it again. Its derivation (its last history and pod side, about two thirds of what
+                # a live run holds) is freed meanwhile: the record that touches it first derives it again from the
+                # facts (``Reducer._revive``; one never taken, as a restored run's, is derived after, and its update
+                # is ``full``). Runs that never end in a capture, and runs stopped by a deactivation while their Job
+                # exists, no longer keep one each (bench/README.md).
                 del self.quiet[run_id]
                 if run_id not in self.dirty:
-                    del self.derivations[run_id]
+                    d = self.derivations.pop(run_id, None)
+                    if d is not None and d.taken:
+                        self._freed_final[run_id] = False
 
     @property
     def watermark(self) -> int:
@@ -141,6 +148,7 @@ class Retirement:
         self.dirty.discard(run_id)
         self.quiet.pop(run_id, None)
         self.derivations.pop(run_id, None)
+        self._freed_final.pop(run_id, None)
         self._pods_changed.pop(run_id, None)
         self._state_pods.pop(run_id, None)
         if r is not None and r.pods:  # its pods' state goes with it

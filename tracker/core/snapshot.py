@@ -233,6 +233,7 @@ class Snapshots(Retirement):
         if marks is not None:  # the watermark when the state was kept
             self.marks = [max(a, b) for a, b in zip(self.marks, marks, strict=True)]
         self.derivations.pop(run_id, None)
+        self._freed_final.pop(run_id, None)
         self._pods_changed.pop(run_id, None)
         self._points_inside.discard(run_id)
         if snap.get("retired"):

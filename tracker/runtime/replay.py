@@ -74,13 +74,14 @@ class ReplayError(errors.ConfigError):
 
 def reducer_limits(settings: Settings, *, retire_after_s: float | None) -> ReducerLimits:
     """The embedded reducer's bounds from ``settings``; it retires finished runs after ``retire_after_s`` of event
-    time, or never (None). Without retirement it frees a finished run's derivation once its history is written
-    (``ReducerLimits.keep_finished_derivations``): such a replay keeps every run it reads, and a finished run's
-    facts are then all it holds (bench/README.md, replay_memory.py). Retiring, it keeps them until the run retires:
-    a late record within the grace (a pod deleted after the run ended) stays incremental, however wide the run."""
+    time, or never (None). Without retirement it frees every finished run's derivation once its history is written
+    (``ReducerLimits.finished_derivation_rows`` None): such a replay keeps every run it reads, and a finished run's
+    facts are then all it holds (bench/README.md, replay_memory.py). Retiring, it frees a narrow finished run's only
+    (``reduce.finished_derivation_rows``), and keeps a wider one's until the run retires: a late record within the
+    grace (a pod deleted after the run ended) stays incremental, however wide the run."""
     limits = settings.reduce.reducer_limits(settings.embedded.max_retired)
     return replace(limits, retire_after_us=None if retire_after_s is None else round(retire_after_s * 1_000_000),
-                   keep_finished_derivations=retire_after_s is not None)
+                   finished_derivation_rows=limits.finished_derivation_rows if retire_after_s is not None else None)
 
 
 def dead_letter_file(es: EmbeddedSettings, index_path: Path, *, on_drop: Callable[[int], None] | None = None

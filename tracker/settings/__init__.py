@@ -132,6 +132,13 @@ class ReduceSettings(_Section):
         description="Metric points kept per run over all its metrics, downsampled by step (schemas/index/README.md, "
                     "\"Metric points\"); 0 keeps none (the summaries stay). At most 10,000: a history (~150 bytes "
                     "a point) stays well within one Kafka message.")
+    finished_derivation_rows: int = Field(
+        default=64, ge=0, le=100_000,
+        description="A finished run with at most this many pods and metric points together frees its derivation "
+                    "(its last history and pod side, about 13 KiB of a narrow run's 23) once its history is written; "
+                    "a late record of it (a pod deleted by the Job's TTL) first derives it again from its facts, "
+                    "a cost that grows with its pods and points. A wider run keeps it until it retires. 0: only a run "
+                    "without pods and points frees it (the memory of a tracker before it).")
 
     @field_validator("accelerator_resources", mode="before")
     @classmethod
@@ -164,7 +171,8 @@ class ReduceSettings(_Section):
                              max_retired=self.max_retired if max_retired is None else max_retired,
                              retire_after_us=round(self.retire_after_s * 1_000_000),
                              accelerator_resources=self.accelerator_resources,
-                             metric_points_per_run=self.metric_points_per_run)
+                             metric_points_per_run=self.metric_points_per_run,
+                             finished_derivation_rows=self.finished_derivation_rows)
 
 
 class AlertSettings(_Section):
