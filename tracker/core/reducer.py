@@ -518,27 +518,19 @@ class Reducer(Snapshots):
 
     def current(self, run_id: str) -> RunHistory | None:
         """The current history of a live run, without its metric points and pods (cheap: ``Derivation.update``)."""
-        if run_id not in self.runs:
-            return None
-        d = self._derivation(run_id)
-        return self._update(run_id) if d is None or d.history is None else d.history
+        return self._read(run_id).history if run_id in self.runs else None
 
     def history(self, run_id: str) -> RunHistory | None:
         """The complete current history of a live run (with its metric points and pods)."""
-        if run_id not in self.runs:
-            return None
-        d = self._derivation(run_id)
-        if d is None:
-            self._update(run_id)
-            d = self.derivations[run_id]
-        return d.document()
+        return self._read(run_id).document() if run_id in self.runs else None
 
-    def _derivation(self, run_id: str) -> Derivation | None:
-        """A derivation of its own for a run read without one kept (freed, or restored), dropped after if the run is
-        one whose derivation a flush frees (``_frees``), so that reading it does not keep one again; a live run's
-        is kept, as a flush keeps it. None: the run has a kept one, or is changed since the last flush."""
+    def _read(self, run_id: str) -> Derivation:
+        """The live run's derivation, up to date: its kept one (kept from now on for a live run read without one, as
+        a restored run); for a run whose derivation a flush frees (``_frees``), one of its own, dropped after, so that
+        reading it does not keep one again."""
         if run_id in self.derivations or run_id in self.dirty:
-            return None
+            self._update(run_id)
+            return self.derivations[run_id]
         d = Derivation()
         h = d.update(self.runs[run_id])
         if run_id not in self._freed_final and not self._frees(run_id, h):
