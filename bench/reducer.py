@@ -8,8 +8,9 @@ about 20 changes per run. Generation is done in chunks outside the timed section
   (``tracker.shell.jsonio.loads``, orjson; bytes as a Kafka record value holds them);
 - fold: Reducer.apply alone (changes folded per second);
 - fold + derive: apply plus flush every --flush-every changes (histories derived for changed runs);
-- memory per run: tracemalloc over a separate sample, reducer state only; then apart: the facts and bindings every
-  run holds, and the derivations kept (a live run's; a finished run frees its own, ``finished_derivation_rows``);
+- memory per run: tracemalloc over a separate sample, reducer state only, flushing every 5,000 records; then apart:
+  the facts and bindings every run holds, and the derivations kept (a live run's; a finished run frees its own,
+  ``finished_derivation_rows``, and its facts are packed from the next flush on, ``tracker.core.run_table``);
 - resident memory per run (``--rss-runs``, in a process of its own after the rest): the growth of the process's
   RSS while a Reducer folds that many runs decoded one by one from their JSON (as a consumer decodes them, so no
   string is shared with the input), flushing every 5,000 records: Python's allocations plus the allocator's
@@ -101,24 +102,31 @@ def active_runs(red: Reducer) -> int:
     return sum(1 for h in (red.history(k) for k in red.runs) if h and h.run.status in ("pending", "running"))
 
 
+MEMORY_FLUSH_EVERY = 5_000  # as the RSS figure, and the pipeline's flush_every: a finished run is packed a flush later
+
+
 def bench_memory(n_runs: int, seed: int) -> dict[str, float]:
     records = list(generate_stream(n_runs, seed))
     gc.collect()
     tracemalloc.start()
     red = Reducer()
     base = tracemalloc.get_traced_memory()[0]
-    for rec in records:
+    for i, rec in enumerate(records, start=1):
         red.apply(rec, "bench")
+        if i % MEMORY_FLUSH_EVERY == 0:
+            red.flush()
     red.flush()
     gc.collect()
     used = tracemalloc.get_traced_memory()[0] - base
-    active = active_runs(red)
+    packed, packed_bytes = red.runs.packed_size()
     kept = len(red.derivations)
     red.derivations.clear()  # what the kept derivations held: the rest is the facts (and bindings) of every run
     gc.collect()
     derivations = used - (tracemalloc.get_traced_memory()[0] - base)
     tracemalloc.stop()
-    return {"runs": len(red.runs), "active": active, "bytes": used, "kept": kept, "derivations": derivations}
+    active = active_runs(red)  # after: reading a packed run's history unpacks it
+    return {"runs": len(red.runs), "active": active, "bytes": used, "kept": kept, "derivations": derivations,
+            "packed": packed, "packed_bytes": packed_bytes}
 
 
 def write_encoded(n_runs: int, seed: int, path: Path) -> None:
@@ -184,7 +192,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"memory: {m['bytes'] / 1e6:.1f} MB of reducer state for {m['runs']:,} runs "
           f"({m['active']:,} still active): {m['bytes'] / max(1, m['runs']) / 1024:.1f} KiB per run; facts and "
           f"bindings {rest / 1024:.1f} KiB a run, and {m['kept']:,} derivations kept, "
-          f"{m['derivations'] / max(1, m['kept']) / 1024:.1f} KiB each")
+          f"{m['derivations'] / max(1, m['kept']) / 1024:.1f} KiB each; {m['packed']:,} runs' facts packed, "
+          f"{m['packed_bytes'] / max(1, m['packed']):,.0f} bytes each")
     sys.stdout.flush()
     if args.rss_runs > 0:  # a fresh process: the memory this one freed would hide the growth
         with tempfile.TemporaryDirectory(prefix="tracker-bench-") as tmp:

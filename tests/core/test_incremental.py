@@ -93,7 +93,8 @@ def test_a_reducer_that_frees_finished_runs_derivations_flushes_what_one_keeping
         plan: list[RunPlan], seed: int, cuts: list[int], retire_after_us: int | None) -> None:
     """A finished run's derivation freed at a flush (``ReducerLimits.finished_derivation_rows``) is derived again
     before a late record changes the run (``Reducer._revive``), and retiring it reads the verdict noted when it was
-    freed: the updates and retirements are the ones of a reducer that keeps every derivation, flush by flush."""
+    freed; its facts, packed from the next flush on (``tracker.core.run_table``), are unpacked first: the updates and
+    retirements are the ones of a reducer that keeps every derivation, flush by flush."""
     order = interleave(by_object(generate_cluster(plan).streams), random.Random(seed))
     freeing = Reducer(ReducerLimits(finished_derivation_rows=None, retire_after_us=retire_after_us))
     keeping = Reducer(ReducerLimits(finished_derivation_rows=0, retire_after_us=retire_after_us))

@@ -7,7 +7,8 @@ what changed in each run (``HistoryUpdate``: its history, and the pods and metri
 persists ``snapshot`` (or ``snapshot_run`` per run) when it commits. Each live run's derivation is kept between
 flushes (``derive.Derivation``), so that a change costs the same whatever the run's width; a finished run's is
 freed at the flush that wrote it when the run is narrow (``ReducerLimits.finished_derivation_rows``: a late record
-of it derives it again from its facts), or whatever its width in a replay that does not retire.
+of it derives it again from its facts), or whatever its width in a replay that does not retire; from the next flush on,
+its facts are packed (``tracker.core.run_table``: a read unpacks them).
 
 Laws (proved by the hypothesis tests in ``tests/core/test_reducer_laws.py``):
 - determinism: the same records give the same histories;
@@ -55,6 +56,7 @@ from tracker.core.nodes import NODE_KINDS, NodeBook, NodeState
 from tracker.core.queues import QUEUE_KINDS, QUEUE_POSITION_SCHEMA, QueueBook, QueuePosition, QueueState
 from tracker.core.redact import identity, redact_inline, redact_object, redact_value
 from tracker.core.retire import STREAM_COUNT
+from tracker.core.run_table import RunTable
 from tracker.core.snapshot import Snapshots
 from tracker.core.timefmt import BadTimestamp, ts
 
@@ -92,7 +94,7 @@ class Reducer(Snapshots):
     def __init__(self, limits: ReducerLimits | None = None) -> None:
         self.limits = limits or ReducerLimits()
         self.accelerators = Accelerators(self.limits.accelerator_resources)
-        self.runs: dict[str, RunFacts] = {}
+        self.runs = RunTable()
         self.corr = Correlator(self.limits.max_held)
         self.retired: dict[str, int] = {}  # run id -> retirement ordinal; insertion-ordered: oldest first
         self.retirements = 0  # the ordinal of the latest retirement
@@ -114,6 +116,9 @@ class Reducer(Snapshots):
         # the finished runs whose derivation was freed (``_frees``), untouched since: whether each was final for good
         # (``derive.may_reopen``), so that retiring one derives nothing (not in snapshots: a restored run has none)
         self._freed_final: dict[str, bool] = {}
+        # the runs freed since the last flush, whose facts the next flush packs (``tracker.core.run_table``) if they
+        # are still freed then (not in snapshots either)
+        self._pack_next: set[str] = set()
         self._pods_changed: dict[str, set[str]] = {}
         # for ``snapshot_run``: the pods whose facts changed since the run's last snapshot, and the pods it no
         # longer has (a root that lost the run id took them; a retired run's)
@@ -474,6 +479,10 @@ class Reducer(Snapshots):
     def flush(self) -> Flushed:
         """What changed in every run changed since the last flush (sorted by run id), dead letters, and the runs
         retired since (their last updates are among the updates)."""
+        for k in self._pack_next | self.runs.take_unpacked():  # packed after the run-state snapshot read them
+            if k in self._freed_final:
+                self.runs.pack(k)
+        self._pack_next = set()
         updates = {}
         state_points: dict[str, tuple[tuple[tuple[str, int], ...], tuple[tuple[str, int], ...]]] = {
             k: ((), keys) for k, keys in self._retiring_points.items()}
@@ -485,6 +494,7 @@ class Reducer(Snapshots):
             if self._frees(k, h):  # derived again from the facts before a late record changes the run
                 del self.derivations[k]
                 self._freed_final[k] = not may_reopen(self.runs[k], h.run)
+                self._pack_next.add(k)
         self._state_points, self._retiring_points = state_points, {}
         self._state_minutes, self._retiring_minutes = self._retiring_minutes, {}
         updates.update(self._retired_updates)

@@ -25,11 +25,11 @@ from typing import Any
 
 from tracker.core.correlate import Correlator, lost_key
 from tracker.core.derive import Derivation, may_reopen
-from tracker.core.facts import RunFacts
 from tracker.core.limits import ReducerLimits, Stats
 from tracker.core.model import FINAL_STATUSES, DeadLetter, HistoryUpdate, RunHistory
 from tracker.core.nodes import NodeBook
 from tracker.core.queues import QueueBook
+from tracker.core.run_table import RunTable
 from tracker.core.timefmt import BadTimestamp, ts
 
 _STREAMS = {"Job": 0, "RayJob": 0, "Workload": 1, "Pod": 2, "Event": 3}  # the watch streams of the watermark
@@ -41,7 +41,7 @@ class Retirement:
 
     limits: ReducerLimits
     stats: Stats
-    runs: dict[str, RunFacts]
+    runs: RunTable
     corr: Correlator
     retired: dict[str, int]  # run id -> retirement ordinal; insertion-ordered: oldest first
     retirements: int  # the ordinal of the latest retirement
@@ -54,6 +54,7 @@ class Retirement:
     _retired_updates: dict[str, HistoryUpdate]
     derivations: dict[str, Derivation]
     _freed_final: dict[str, bool]
+    _pack_next: set[str]
     _pods_changed: dict[str, set[str]]
     _state_pods: dict[str, set[str]]
     _state_removed: dict[str, set[str]]
@@ -122,6 +123,7 @@ class Retirement:
                     d = self.derivations.pop(run_id, None)
                     if d is not None and d.taken:
                         self._freed_final[run_id] = False
+                        self._pack_next.add(run_id)
 
     @property
     def watermark(self) -> int:
@@ -143,7 +145,7 @@ class Retirement:
         """Free a finished run's facts once its history is written. Its id and owner bindings are remembered
         (bounded by ``max_retired``) so that late records (TTL deletions, expiring Events) are recognised and
         ignored instead of starting a partial history that would overwrite the real one."""
-        r = self.runs.pop(run_id, None)
+        r = self.runs.pop(run_id)
         self.queues.forget_run(run_id)
         self.dirty.discard(run_id)
         self.quiet.pop(run_id, None)

@@ -33,6 +33,7 @@ from tracker.core.model import HistoryUpdate, load, to_json
 from tracker.core.nodes import NodeBook
 from tracker.core.queues import QueueBook
 from tracker.core.retire import Retirement
+from tracker.core.run_table import RunTable
 from tracker.core.snapshot_shape import check_pod, check_run_snapshot
 
 SNAPSHOT_VERSION = 2  # 2: a run's snapshot holds its pods apart (``snapshot_run``: "pods"); 1 inside its facts
@@ -237,7 +238,7 @@ class Snapshots(Retirement):
         self._pods_changed.pop(run_id, None)
         self._points_inside.discard(run_id)
         if snap.get("retired"):
-            self.runs.pop(run_id, None)
+            self.runs.pop(run_id)
             self.quiet.pop(run_id, None)
             seq = snap["retired_seq"]
             self.retirements = max(self.retirements, seq)
@@ -269,7 +270,7 @@ class Snapshots(Retirement):
         """The whole reducer, pods inside their runs' facts (``restore`` takes it back)."""
         return {
             "version": SNAPSHOT_VERSION,
-            "runs": [r.to_json() for r in self.runs.values()],
+            "runs": self.runs.docs(),
             "correlator": self.corr.to_json(),
             "retired": list(self.retired.items()),
             "retirements": self.retirements,
@@ -289,7 +290,7 @@ class Snapshots(Retirement):
         """Take back a whole ``snapshot`` into this (new) reducer."""
         if snap.get("version") != SNAPSHOT_VERSION:
             raise errors.StoredStateError(f"unsupported reducer snapshot version {snap.get('version')!r}")
-        self.runs = {d["run_id"]: RunFacts.from_json(d) for d in snap["runs"]}
+        self.runs = RunTable(RunFacts.from_json(d) for d in snap["runs"])
         self.corr = Correlator.from_json(snap["correlator"], self.limits.max_held)
         self.retired = {k: seq for k, seq in snap["retired"]}
         self.retirements = snap["retirements"]

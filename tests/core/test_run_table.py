@@ -1,0 +1,128 @@
+"""A finished run's facts packed (tracker.core.run_table): what they give back, when the reducer packs them, and that a
+reducer that packs them flushes and snapshots what one that keeps them does."""
+
+from __future__ import annotations
+
+import copy
+import random
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sim.lifecycles import generate_cluster, generate_stream
+from tests.core.test_reducer_laws import law_settings, plans, seeds
+from tests.support.laws import by_object, interleave
+from tracker.core.derive import derive
+from tracker.core.limits import ReducerLimits
+from tracker.core.reducer import Flushed, Reducer
+from tracker.core.run_table import RunTable, pack, unpack
+
+
+@law_settings(40)
+@given(plans(), seeds, st.sampled_from([None, set(), {29786951, 29786960}]))
+def test_packed_facts_give_back_the_same_facts_and_history(plan: Any, seed: int, minutes: set[int] | None) -> None:
+    """Every run of a generated cluster, packed at any point of its records, unpacks to the same snapshot values, the
+    same history, and the same progress minutes noted as changed."""
+    order = interleave(by_object(generate_cluster(plan).streams), random.Random(seed))
+    red = Reducer()
+    for n, rec in enumerate(order):
+        red.apply(rec, "law")
+        if n % 7 == 0 or n == len(order) - 1:
+            for r in red.runs.values():
+                r.minutes_changed = None if minutes is None else set(minutes)
+                back = unpack(pack(r))
+                assert back.to_json() == r.to_json()
+                assert derive(back) == derive(r)
+                assert back.minutes_changed == r.minutes_changed
+                assert back is not r and back.labels is not r.labels  # nothing shared with the packed facts
+
+
+def test_run_table_reads_unpack_and_packing_keeps_the_order() -> None:
+    red = Reducer()
+    for rec in generate_stream(6, 3):
+        red.apply(rec, "t")
+    red.flush()
+    table = RunTable(red.runs.values())
+    ids = list(table)
+    docs = table.docs()
+    for run_id in ids[::2]:
+        table.pack(run_id)
+        table.pack(run_id)  # packing a packed run leaves it as it is
+    assert [table.packed(k) for k in ids] == [i % 2 == 0 for i in range(len(ids))]
+    assert list(table) == ids and len(table) == len(ids) and ids[0] in table and "nope" not in table
+    assert table.docs() == docs  # a packed run's values read without unpacking it
+    assert table.packed(ids[0])
+    assert table[ids[0]].to_json() == docs[0]  # a read unpacks it, from now on
+    assert not table.packed(ids[0]) and table.take_unpacked() == {ids[0]} and table.take_unpacked() == set()
+    gone = table.pop(ids[2])
+    assert gone is not None and gone.to_json() == docs[2] and ids[2] not in table
+    assert table.pop("nope") is None and table.get("nope") is None
+    table.pack("nope")
+    assert "nope" not in table
+
+
+def _snapshots(red: Reducer, out: Flushed) -> dict[str, Any]:
+    """The run-state records of a flush, as the Kafka reducer writes them (``tracker.runtime.reduce``)."""
+    return {k: red.snapshot_run(k, points_apart=True) for k in [*(u.run_id for u in out.updates), *out.retired]}
+
+
+def _late_deletion(rec: dict[str, Any]) -> dict[str, Any]:
+    """The pod of ``rec`` deleted (as a Job's TTL deletes its pods, after the run finished)."""
+    late = copy.deepcopy(rec)
+    late["type"] = "DELETED"
+    meta = late["object"]["metadata"]
+    meta["resourceVersion"] = str(int(meta["resourceVersion"]) + 1)
+    return late
+
+
+def test_a_reducer_that_packs_finished_runs_flushes_and_snapshots_what_one_keeping_them_does() -> None:
+    """Generated runs folded with a flush every 300 records: a finished narrow run is packed from the flush after the
+    one that freed its derivation; a late record (its pod deleted) unpacks it, its update carries only what changed, and
+    the next flush but one packs it again. Flush by flush, the updates and the run-state snapshots are the ones of a
+    reducer that keeps every run's facts and derivation."""
+    records = list(generate_stream(120, 5))
+    packing = Reducer(ReducerLimits())
+    keeping = Reducer(ReducerLimits(finished_derivation_rows=-1))  # frees no derivation, so packs nothing
+
+    def flush() -> list[str]:
+        a, b = packing.flush(), keeping.flush()
+        assert a.updates == b.updates
+        assert _snapshots(packing, a) == _snapshots(keeping, b)
+        return [u.run_id for u in a.updates]
+
+    most_packed = 0
+    for n, rec in enumerate(records, 1):
+        for red in (packing, keeping):
+            red.apply(rec, "t")
+        if n % 300 == 0:
+            flush()
+            most_packed = max(most_packed, sum(packing.runs.packed(k) for k in packing.runs))
+    flush()
+    flush()  # packs the runs the one before freed
+    packed = [k for k in packing.runs if packing.runs.packed(k)]
+    assert most_packed > 0 and len(packed) > len(packing.runs) // 2
+    assert not any(keeping.runs.packed(k) for k in keeping.runs)
+
+    last_pod: dict[str, dict[str, Any]] = {}
+    for rec in records:
+        obj = rec.get("object")
+        if isinstance(obj, dict) and obj.get("kind") == "Pod":
+            run_id = packing.corr.owner_run.get(obj["metadata"]["ownerReferences"][0]["uid"])
+            if run_id is not None:
+                last_pod[run_id] = rec
+    late = [last_pod[k] for k in packed if k in last_pod][:10]
+    assert late
+    for rec in late:
+        for red in (packing, keeping):
+            red.apply(_late_deletion(rec), "late")
+    touched = {k for k in packed if not packing.runs.packed(k)}
+    assert len(touched) == len(late)  # each late record unpacked its run, and only its run
+    out = packing.flush()
+    assert {u.run_id for u in out.updates} == touched
+    assert not any(u.full for u in out.updates)  # only what changed: the deleted pod's row
+    assert out.updates == keeping.flush().updates
+    packing.flush()
+    assert all(packing.runs.packed(k) for k in touched)  # finished still: packed again
+    assert packing.snapshot()["runs"] == keeping.snapshot()["runs"]
+    assert {k: packing.history(k) for k in packing.runs} == {k: keeping.history(k) for k in keeping.runs}
