@@ -15,6 +15,7 @@ from tests.core.test_reducer_laws import law_settings, plans, seeds
 from tests.support.laws import by_object, interleave
 from tracker.core.derive import derive
 from tracker.core.limits import ReducerLimits
+from tracker.core.model import FINAL_STATUSES
 from tracker.core.reducer import Flushed, Reducer
 from tracker.core.run_table import RunTable, pack, unpack
 
@@ -125,4 +126,49 @@ def test_a_reducer_that_packs_finished_runs_flushes_and_snapshots_what_one_keepi
     packing.flush()
     assert all(packing.runs.packed(k) for k in touched)  # finished still: packed again
     assert packing.snapshot()["runs"] == keeping.snapshot()["runs"]
+    assert {k: packing.history(k) for k in packing.runs} == {k: keeping.history(k) for k in keeping.runs}
+
+
+def test_restored_finished_runs_are_packed_once_read_and_their_late_records_go_out_as_a_keeping_reducers() -> None:
+    """A restored reducer's finished narrow runs have no derivation: read once (as a restored partition's policy reads
+    every run), their facts are packed at the next flush. A late record unpacks one; its update is the one of a reducer
+    that keeps every run's facts and derivation (``full``, as any restored run's first update), and after it the run
+    is freed and packed as any finished run."""
+    records = list(generate_stream(60, 9))
+    first = Reducer()
+    for rec in records:
+        first.apply(rec, "t")
+    first.flush()
+    snap = first.snapshot()
+    packing = Reducer.restore(snap)
+    keeping = Reducer.restore(snap, ReducerLimits(finished_derivation_rows=-1))
+    finished = {k for k in keeping.runs if (h := keeping.current(k)) is not None and h.run.status in FINAL_STATUSES}
+    for k in packing.runs:
+        packing.current(k)
+    assert not any(packing.runs.packed(k) for k in packing.runs)  # the read left them as they were
+    assert packing.flush().updates == keeping.flush().updates == []
+    packed = {k for k in packing.runs if packing.runs.packed(k)}
+    assert packed and packed <= finished and len(packed) > len(finished) // 2
+    assert not set(packing.derivations) & packed
+
+    pods: dict[str, dict[str, Any]] = {}
+    for rec in records:
+        obj = rec.get("object")
+        if isinstance(obj, dict) and obj.get("kind") == "Pod":
+            run_id = packing.corr.owner_run.get(obj["metadata"]["ownerReferences"][0]["uid"])
+            if run_id in packed:
+                pods[run_id] = rec
+    late = sorted(pods)[:6]
+    assert late
+    for step in range(2):  # the deletion, then the deletion seen again with a newer resourceVersion
+        for run_id in late:
+            rec = pods[run_id] = _late_deletion(pods[run_id])
+            for red in (packing, keeping):
+                red.apply(rec, "late")
+        a, b = packing.flush(), keeping.flush()
+        assert a.updates == b.updates and {u.run_id for u in a.updates} <= set(late)
+        assert all(u.full for u in a.updates) if step == 0 else not any(u.full for u in a.updates)
+        packing.flush()
+        keeping.flush()
+        assert all(packing.runs.packed(k) for k in late)
     assert {k: packing.history(k) for k in packing.runs} == {k: keeping.history(k) for k in keeping.runs}

@@ -116,8 +116,9 @@ class Reducer(Snapshots):
         # the finished runs whose derivation was freed (``_frees``), untouched since: whether each was final for good
         # (``derive.may_reopen``), so that retiring one derives nothing (not in snapshots: a restored run has none)
         self._freed_final: dict[str, bool] = {}
-        # the runs freed since the last flush, whose facts the next flush packs (``tracker.core.run_table``) if they
-        # are still freed then (not in snapshots either)
+        # the runs freed since the last flush, and the finished narrow runs read without a derivation (restored ones),
+        # whose facts the next flush packs (``tracker.core.run_table``) if they still have none then and no record
+        # changed them (not in snapshots either)
         self._pack_next: set[str] = set()
         self._pods_changed: dict[str, set[str]] = {}
         # for ``snapshot_run``: the pods whose facts changed since the run's last snapshot, and the pods it no
@@ -479,8 +480,10 @@ class Reducer(Snapshots):
     def flush(self) -> Flushed:
         """What changed in every run changed since the last flush (sorted by run id), dead letters, and the runs
         retired since (their last updates are among the updates)."""
-        for k in self._pack_next | self.runs.take_unpacked():  # packed after the run-state snapshot read them
-            if k in self._freed_final:
+        # packed after the run-state snapshot read them; a run a record changed since (dirty), or that keeps its
+        # derivation, is not
+        for k in self._pack_next | self.runs.take_unpacked():
+            if k not in self.dirty and k not in self.derivations:
                 self.runs.pack(k)
         self._pack_next = set()
         updates = {}
@@ -537,14 +540,17 @@ class Reducer(Snapshots):
     def _read(self, run_id: str) -> Derivation:
         """The live run's derivation, up to date: its kept one (kept from now on for a live run read without one, as
         a restored run); for a run whose derivation a flush frees (``_frees``), one of its own, dropped after, so that
-        reading it does not keep one again."""
+        reading it does not keep one again (its facts packed at the next flush, if a restored run's were not yet)."""
         if run_id in self.derivations or run_id in self.dirty:
             self._update(run_id)
             return self.derivations[run_id]
         d = Derivation()
         h = d.update(self.runs[run_id])
-        if run_id not in self._freed_final and not self._frees(run_id, h):
-            self.derivations[run_id] = d
+        if run_id not in self._freed_final:
+            if not self._frees(run_id, h):
+                self.derivations[run_id] = d
+            else:  # finished and narrow, never derived here (a restored run): packed at the next flush too
+                self._pack_next.add(run_id)
         return d
 
     # ------------------------------------------------------------------------------------ snapshot
