@@ -14,6 +14,7 @@ from sim.lifecycles import generate_cluster, generate_stream
 from tests.core.test_reducer_laws import law_settings, plans, seeds
 from tests.support.laws import by_object, interleave
 from tracker.core.derive import derive
+from tracker.core.facts import RunFacts
 from tracker.core.limits import ReducerLimits
 from tracker.core.model import FINAL_STATUSES
 from tracker.core.reducer import Flushed, Reducer
@@ -56,6 +57,17 @@ def test_run_table_reads_unpack_and_packing_keeps_the_order() -> None:
     assert table.packed(ids[0])
     assert table[ids[0]].to_json() == docs[0]  # a read unpacks it, from now on
     assert not table.packed(ids[0]) and table.take_unpacked() == {ids[0]} and table.take_unpacked() == set()
+    kept = RunTable(RunFacts.from_json(d) for d in docs)
+    for run_id in ids:
+        kept.pack(run_id)
+    assert table == kept and table != {}  # a packed run compares by its snapshot values
+    assert [table.packed(k) for k in ids][1:] == [i % 2 == 0 for i in range(1, len(ids))]  # comparing unpacked none
+    changed = kept[ids[1]]
+    changed.labels["changed"] = "yes"
+    assert table != kept
+    live = list(red.runs.values())
+    assert RunTable(live) == {r.run_id: r for r in live}
+    assert live[0].shape_seq and RunTable([unpack(pack(live[0]))]) != RunTable(live[:1])  # two unpacked: as RunFacts
     gone = table.pop(ids[2])
     assert gone is not None and gone.to_json() == docs[2] and ids[2] not in table
     assert table.pop("nope") is None and table.get("nope") is None

@@ -49,6 +49,12 @@ def _doc(packed: bytes) -> dict[str, Any]:
     return doc
 
 
+def _same(a: RunFacts | bytes, b: RunFacts | bytes) -> bool:
+    if isinstance(a, RunFacts) and isinstance(b, RunFacts):
+        return a == b
+    return (_doc(a) if isinstance(a, bytes) else a.to_json()) == (_doc(b) if isinstance(b, bytes) else b.to_json())
+
+
 class RunTable:
     """Run id -> facts, in the order the runs were added, some of them packed (module docstring). Reads unpack."""
 
@@ -68,13 +74,16 @@ class RunTable:
         return iter(self._runs)
 
     def __eq__(self, other: object) -> bool:
-        """The same runs with the same facts (their snapshot values: packed or not), as another table or a mapping of
-        run id -> facts."""
+        """The same runs with the same facts, as another table or a mapping of run id -> facts: two unpacked runs
+        compare as ``RunFacts`` do, a packed one by its snapshot values (its counters are not kept). Unpacks nothing."""
+        theirs: Mapping[str, RunFacts | bytes]
         if isinstance(other, RunTable):
-            return dict(zip(self, self.docs(), strict=True)) == dict(zip(other, other.docs(), strict=True))
-        if isinstance(other, Mapping):
-            return dict(zip(self, self.docs(), strict=True)) == {k: r.to_json() for k, r in other.items()}
-        return NotImplemented
+            theirs = other._runs
+        elif isinstance(other, Mapping):
+            theirs = other
+        else:
+            return NotImplemented
+        return self._runs.keys() == theirs.keys() and all(_same(v, theirs[k]) for k, v in self._runs.items())
 
     def __getitem__(self, run_id: str) -> RunFacts:
         r = self.get(run_id)
@@ -88,22 +97,16 @@ class RunTable:
     def get(self, run_id: str) -> RunFacts | None:
         """The run's facts (unpacked if they were packed: kept so from now on), None for a run it does not hold."""
         v = self._runs.get(run_id)
-        if v.__class__ is bytes:
-            assert isinstance(v, bytes)
+        if isinstance(v, bytes):
             r = self._runs[run_id] = unpack(v)
             self._unpacked.add(run_id)
             return r
-        assert v is None or isinstance(v, RunFacts)
         return v
 
     def pop(self, run_id: str) -> RunFacts | None:
         """Remove the run, and give its facts (None if it held none)."""
         v = self._runs.pop(run_id, None)
-        if v.__class__ is bytes:
-            assert isinstance(v, bytes)
-            return unpack(v)
-        assert v is None or isinstance(v, RunFacts)
-        return v
+        return unpack(v) if isinstance(v, bytes) else v
 
     def items(self) -> Iterator[tuple[str, RunFacts]]:
         """Every run with its facts (each packed one unpacked)."""
