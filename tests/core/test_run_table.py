@@ -57,6 +57,12 @@ def _dictionary() -> bytes:
 _DICTIONARY = _dictionary()
 
 
+def _counted(table: RunTable) -> bool:
+    """Whether the table's count of packed runs and bytes is what it holds."""
+    packed = [v for v in table._runs.values() if isinstance(v, bytes)]
+    return table.packed_size() == (len(packed), sum(map(len, packed)))
+
+
 def test_run_table_reads_unpack_and_packing_keeps_the_order() -> None:
     red = Reducer()
     for rec in generate_stream(6, 3):
@@ -69,11 +75,13 @@ def test_run_table_reads_unpack_and_packing_keeps_the_order() -> None:
         table.pack(run_id)
         table.pack(run_id)  # packing a packed run leaves it as it is
     assert [table.packed(k) for k in ids] == [i % 2 == 0 for i in range(len(ids))]
+    assert _counted(table) and table.packed_size()[0] == len(ids[::2])
     assert list(table) == ids and len(table) == len(ids) and ids[0] in table and "nope" not in table
     assert table.docs() == docs  # a packed run's values read without unpacking it
     assert table.packed(ids[0])
     assert table[ids[0]].to_json() == docs[0]  # a read unpacks it, from now on
     assert not table.packed(ids[0]) and table.take_unpacked() == {ids[0]} and table.take_unpacked() == set()
+    assert _counted(table)
     kept = RunTable(RunFacts.from_json(d) for d in docs)
     for run_id in ids:
         kept.pack(run_id)
@@ -86,7 +94,9 @@ def test_run_table_reads_unpack_and_packing_keeps_the_order() -> None:
     assert RunTable(live) == {r.run_id: r for r in live}
     assert live[0].shape_seq and RunTable([unpack(pack(live[0]))]) != RunTable(live[:1])  # two unpacked: as RunFacts
     gone = table.pop(ids[2])
-    assert gone is not None and gone.to_json() == docs[2] and ids[2] not in table
+    assert gone is not None and gone.to_json() == docs[2] and ids[2] not in table and _counted(table)
+    table[ids[4]] = RunFacts.from_json(docs[4])  # a packed run replaced by facts
+    assert not table.packed(ids[4]) and _counted(table)
     assert table.pop("nope") is None and table.get("nope") is None
     table.pack("nope")
     assert "nope" not in table
@@ -150,6 +160,7 @@ def test_a_reducer_that_packs_finished_runs_flushes_and_snapshots_what_one_keepi
         a, b = packing.flush(), keeping.flush()
         assert a.updates == b.updates
         assert _snapshots(packing, a) == _snapshots(keeping, b)
+        assert _counted(packing.runs)
         return [u.run_id for u in a.updates]
 
     most_packed = 0
@@ -184,7 +195,7 @@ def test_a_reducer_that_packs_finished_runs_flushes_and_snapshots_what_one_keepi
     assert not any(u.full for u in out.updates)  # only what changed: the deleted pod's row
     assert out.updates == keeping.flush().updates
     packing.flush()
-    assert all(packing.runs.packed(k) for k in touched)  # finished still: packed again
+    assert all(packing.runs.packed(k) for k in touched) and _counted(packing.runs)  # finished still: packed again
     assert packing.snapshot()["runs"] == keeping.snapshot()["runs"]
     assert {k: packing.history(k) for k in packing.runs} == {k: keeping.history(k) for k in keeping.runs}
 

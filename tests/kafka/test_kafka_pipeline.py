@@ -553,6 +553,8 @@ async def test_reduce_and_index_sink_processes_equal_replay(kafka_bootstrap: str
     assert f'tracker_partitions_assigned{{group="{settings.reduce.group_id}"}} {PARTITIONS}.0' in metrics
     assert 'tracker_changes_consumed_total{partition="0"}' in metrics
     assert 'tracker_transactions_total{outcome="committed"}' in metrics
+    held = {line.split()[0] for line in metrics.splitlines() if line.startswith("tracker_reducer_")}
+    assert held == {"tracker_reducer_packed_runs", "tracker_reducer_packed_bytes", "tracker_reducer_derivations"}
     if has_demo:  # the demo leaves runs stuck in Admission (quota) and Scheduling (unschedulable): wall-clock ages
         for phase in ("Admission", "Scheduling"):
             assert f'tracker_oldest_stuck_seconds{{phase="{phase}",queue=' in metrics, phase

@@ -34,14 +34,16 @@ def tracker_families(metrics: Metrics) -> set[str]:
 
 def test_each_process_exports_its_own_families_and_no_other() -> None:
     reduce, sink, watch = Metrics("reduce"), Metrics("sink-index"), Metrics("watch")
-    assert {"tracker_transactions", "tracker_consumer_lag", "tracker_oldest_stuck_seconds",
-            "tracker_runs"} <= tracker_families(reduce)
+    held = {"tracker_runs", "tracker_reducer_packed_runs", "tracker_reducer_packed_bytes",
+            "tracker_reducer_derivations"}
+    assert {"tracker_transactions", "tracker_consumer_lag", "tracker_oldest_stuck_seconds", *held} <= \
+        tracker_families(reduce)
     assert not any(name.startswith("tracker_sink_") for name in tracker_families(reduce))
     assert {"tracker_sink_rows_changed", "tracker_consumer_lag"} <= tracker_families(sink)
-    assert "tracker_transactions" not in tracker_families(sink) and "tracker_runs" not in tracker_families(sink)
+    assert "tracker_transactions" not in tracker_families(sink) and not held & tracker_families(sink)
     assert tracker_families(watch) == {"tracker_build_info", "tracker_errors"}
     embedded = tracker_families(Metrics("serve-embedded"))
-    assert {"tracker_runs", "tracker_transitions", "tracker_dead_letters_dropped"} <= embedded
+    assert {"tracker_transitions", "tracker_dead_letters_dropped", *held} <= embedded
     assert not {"tracker_transactions", "tracker_consumer_lag", "tracker_partitions_assigned"} & embedded
     every = tracker_families(Metrics())
     for process in PROCESS_FAMILIES:
@@ -83,6 +85,7 @@ def test_the_embedded_pipeline_counts_what_it_folds_and_holds(tmp_path: Path) ->
 
     with ExperimentIndex(tmp_path / "runs.sqlite") as index:
         reducer = restore(index, ReducerLimits())
+        gauges.restored(reducer)
         asyncio.run(run_pipeline(records, reducer, sinks=[], store=index,
                                  limits=PipelineLimits(flush_every=7, replay_flush_every=7), on_flush=on_flush))
     gauges.refresh(reducer.watermark)
@@ -99,6 +102,10 @@ def test_the_embedded_pipeline_counts_what_it_folds_and_holds(tmp_path: Path) ->
                 for h in histories if h.run.status == Status.PENDING
                 and h.run.phase in (Phase.ADMISSION, Phase.SCHEDULING, Phase.RUNTIME)}
     assert stuck == expected and expected  # the demo has runs stuck before running
+    packed, packed_bytes = reducer.runs.packed_size()
+    assert values(metrics, "tracker_reducer_packed_runs") == {(): float(packed)} and packed > 0
+    assert values(metrics, "tracker_reducer_packed_bytes") == {(): float(packed_bytes)} and packed_bytes > packed
+    assert values(metrics, "tracker_reducer_derivations") == {(): float(len(reducer.derivations))}
 
 
 def test_retired_runs_are_counted_finished_and_leave_the_gauges(tmp_path: Path) -> None:

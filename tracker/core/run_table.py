@@ -81,12 +81,13 @@ def unpack(packed: bytes, zdict: bytes | None = None) -> RunFacts:
 class RunTable:
     """Run id -> facts, in the order the runs were added, some of them packed (module docstring). Reads unpack."""
 
-    __slots__ = ("_runs", "_unpacked", "zdict")
+    __slots__ = ("_packed", "_packed_bytes", "_runs", "_unpacked", "zdict")
 
     def __init__(self, runs: Iterable[RunFacts] = ()) -> None:
         self._runs: dict[str, RunFacts | bytes] = {r.run_id: r for r in runs}
         self._unpacked: set[str] = set()  # runs unpacked since the last ``take_unpacked``
         self.zdict: bytes | None = None  # the preset dictionary, once learned (module docstring)
+        self._packed = self._packed_bytes = 0  # the runs packed now, and their bytes (``packed_size``)
 
     def __contains__(self, run_id: object) -> bool:
         return run_id in self._runs
@@ -128,7 +129,14 @@ class RunTable:
         return r
 
     def __setitem__(self, run_id: str, r: RunFacts) -> None:
+        old = self._runs.get(run_id)
+        if isinstance(old, bytes):
+            self._unpacked_one(old)
         self._runs[run_id] = r
+
+    def _unpacked_one(self, packed: bytes) -> None:
+        self._packed -= 1
+        self._packed_bytes -= len(packed)
 
     def get(self, run_id: str) -> RunFacts | None:
         """The run's facts (unpacked if they were packed: kept so from now on), None for a run it does not hold."""
@@ -136,13 +144,17 @@ class RunTable:
         if isinstance(v, bytes):
             r = self._runs[run_id] = unpack(v, self.zdict)
             self._unpacked.add(run_id)
+            self._unpacked_one(v)
             return r
         return v
 
     def pop(self, run_id: str) -> RunFacts | None:
         """Remove the run, and give its facts (None if it held none)."""
         v = self._runs.pop(run_id, None)
-        return unpack(v, self.zdict) if isinstance(v, bytes) else v
+        if isinstance(v, bytes):
+            self._unpacked_one(v)
+            return unpack(v, self.zdict)
+        return v
 
     def items(self) -> Iterator[tuple[str, RunFacts]]:
         """Every run with its facts (each packed one unpacked)."""
@@ -166,16 +178,18 @@ class RunTable:
             raw = _raw(v)
             if self.zdict is None and LEARN_MIN <= len(raw) <= LEARN_MAX:
                 self.zdict = raw
-            self._runs[run_id] = _deflate(raw, self.zdict)
+            packed = self._runs[run_id] = _deflate(raw, self.zdict)
+            self._packed += 1
+            self._packed_bytes += len(packed)
 
     def packed(self, run_id: str) -> bool:
         """Whether the run's facts are packed now."""
         return isinstance(self._runs.get(run_id), bytes)
 
     def packed_size(self) -> tuple[int, int]:
-        """How many runs are packed now, and the bytes their packed facts hold."""
-        sizes = [len(v) for v in self._runs.values() if isinstance(v, bytes)]
-        return len(sizes), sum(sizes)
+        """How many runs are packed now, and the bytes their packed facts hold (kept as they change: a metrics
+        refresh reads them without a pass over the runs)."""
+        return self._packed, self._packed_bytes
 
     def take_unpacked(self) -> set[str]:
         """The runs a read unpacked since the last call."""

@@ -5,9 +5,10 @@ loop, so this counts the same families from each flush of the reducer: changes f
 ``tracker.core.entries`` counts them), dead letters by reason, runs in memory by status, runs retired by status,
 the oldest pending and stuck ages per queue (``tracker_oldest_pending_admission_seconds`` on ``alerts.clock``,
 ``tracker_oldest_stuck_seconds`` on ``alerts.metrics_clock``, as the Kafka reducer sets them), the ended pending
-seconds by category (``tracker_pending_seconds_total``) and the open pending spans' summed age
-(``tracker_pending_open_seconds``). It runs on the pipeline's thread; prometheus_client's metrics are thread-safe.
-Gauges are refreshed at most every ``ops.metrics_interval_s``.
+seconds by category (``tracker_pending_seconds_total``), the open pending spans' summed age
+(``tracker_pending_open_seconds``), and what the reducer holds packed and derived (``tracker_reducer_packed_runs``,
+``_packed_bytes``, ``_derivations``: of the reducer ``restored`` gave). It runs on the pipeline's thread;
+prometheus_client's metrics are thread-safe. Gauges are refreshed at most every ``ops.metrics_interval_s``.
 """
 
 from __future__ import annotations
@@ -44,9 +45,11 @@ class EmbeddedMetrics:
         self._queues: set[str] = set()
         self._stuck_keys: set[tuple[str, str]] = set()
         self.pending: dict[str, dict[str, float]] = {}  # live run id -> ended pending seconds counted, by category
+        self.reducer: Reducer | None = None  # the pipeline's (``restored``): its packed runs and derivations kept
 
     def restored(self, reducer: Reducer) -> None:
         """Start from the runs a restored reducer holds (their phase entries were counted by an earlier process)."""
+        self.reducer = reducer
         for run_id in list(reducer.runs):
             h = reducer.current(run_id)
             if h is not None:
@@ -88,6 +91,11 @@ class EmbeddedMetrics:
         statuses = Counter(s.value for s in self.status.values())
         for status in Status:
             m.runs.labels(status.value).set(statuses.get(status.value, 0))
+        if self.reducer is not None:  # on the pipeline's thread, as the reducer
+            packed, packed_bytes = self.reducer.runs.packed_size()
+            m.packed_runs.set(packed)
+            m.packed_bytes.set(packed_bytes)
+            m.derivations.set(len(self.reducer.derivations))
         wall = self._wall_us()
         clock = wall if self.clock == "wall" else watermark_us
         oldest: dict[str, float] = {}

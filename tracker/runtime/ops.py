@@ -117,10 +117,12 @@ class _Repeats(logging.Filter):
 _COMMON = ("build_info", "errors")
 _REDUCER = ("changes_consumed", "records_produced", "fold_seconds", "transaction_seconds", "transactions",
             "consumer_lag", "dead_letters", "transitions", "oldest_pending", "alerts", "oldest_stuck", "stuck_alerts",
-            "runs", "runs_finished", "partitions", "restore_seconds", "pending_seconds", "pending_open")
+            "runs", "runs_finished", "partitions", "restore_seconds", "pending_seconds", "pending_open", "packed_runs",
+            "packed_bytes", "derivations")
 _SINK = ("sink_rows", "sink_histories", "sink_bad_records", "sink_write_seconds", "consumer_lag")
 _EMBEDDED = ("changes_consumed", "dead_letters", "dead_letters_dropped", "transitions",
-             "oldest_pending", "oldest_stuck", "runs", "runs_finished", "pending_seconds", "pending_open")
+             "oldest_pending", "oldest_stuck", "runs", "runs_finished", "pending_seconds", "pending_open",
+             "packed_runs", "packed_bytes", "derivations")
 PROCESS_FAMILIES: dict[str, tuple[str, ...]] = {
     "reduce": _REDUCER,
     "sink-index": _SINK,
@@ -195,6 +197,13 @@ class Metrics:
                                   "category, on alerts.metrics_clock (with tracker_pending_seconds_total: every "
                                   "pending second up to now).", ["category"], registry=None)
         self.runs = Gauge("tracker_runs", "Runs held in memory by the reducer, by status.", ["status"], registry=None)
+        self.packed_runs = Gauge("tracker_reducer_packed_runs", "Finished runs whose facts the reducer holds packed "
+                                 "(compressed until a record changes them or they retire).", registry=None)
+        self.packed_bytes = Gauge("tracker_reducer_packed_bytes", "Bytes of the reducer's packed facts.",
+                                  registry=None)
+        self.derivations = Gauge("tracker_reducer_derivations", "Runs whose derivation the reducer keeps between "
+                                 "flushes: live runs, and finished ones wider than reduce.finished_derivation_rows.",
+                                 registry=None)
         self.runs_finished = Counter("tracker_runs_finished_total", "Runs retired after a final status.",
                                      ["status"], registry=None)
         self.partitions = Gauge("tracker_partitions_assigned", "Partitions assigned and restored.", ["group"],

@@ -518,8 +518,13 @@ class ReduceService:
         oldest: dict[str, float] = {}
         oldest_stuck: dict[tuple[str, str], float] = {}
         pending_open: dict[str, float] = {}
+        held = [0, 0, 0]  # packed runs, their bytes, derivations kept
         wall_us = int(time.time() * 1_000_000)
         for tp, part in self._parts.items():
+            packed, packed_bytes = part.reducer.runs.packed_size()
+            held[0] += packed
+            held[1] += packed_bytes
+            held[2] += len(part.reducer.derivations)
             high = consumer.last_stable_offset(tp)
             if high is not None and tp not in self._pending:
                 position = await kafka.bounded(consumer.position(tp), self.ks.call_timeout_s, what=f"position of {tp}")
@@ -537,6 +542,9 @@ class ReduceService:
                 pending_open[category] = pending_open.get(category, 0.0) + age
         for status in Status:
             m.runs.labels(status.value).set(statuses.get(status.value, 0))
+        m.packed_runs.set(held[0])
+        m.packed_bytes.set(held[1])
+        m.derivations.set(held[2])
         for queue in self._queues - oldest.keys():
             m.oldest_pending.remove(queue)
         for queue, age in oldest.items():
