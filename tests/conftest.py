@@ -22,6 +22,17 @@ def _restore_logging() -> Iterator[None]:
     structlog.configure(**config)
 
 
+@pytest.fixture(autouse=True)
+def _shared_empties_stay_empty() -> Iterator[None]:
+    """The pod side's shared empty containers (``tracker.core.derive_pods``) are never changed: one changed would give
+    its items to every attempt made after."""
+    yield
+    from tracker.core import derive_pods
+
+    changed = [name for name in ("_NO_ITEMS", "_NO_LOSSES", "_NO_UIDS") if len(getattr(derive_pods, name))]
+    assert not changed, f"shared empty containers of tracker.core.derive_pods changed: {changed}"
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     """The compiled core's run (``python -m tests.compiled``) sets TRACKER_EXPECT_COMPILED_CORE: there, every module
     the build compiles must be loaded from its extension module, or the run would test the pure core again."""

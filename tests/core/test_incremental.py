@@ -33,7 +33,7 @@ from tests.core.test_reducer_laws import law_settings, plans, run_params, seeds
 from tests.core.test_run_id_conflicts import _copy, _run
 from tests.support.laws import by_object, interleave
 from tracker.core.derive import derive
-from tracker.core.derive_pods import PeakSet
+from tracker.core.derive_pods import AttemptPods, PeakSet
 from tracker.core.limits import ReducerLimits
 from tracker.core.model import FINAL_STATUSES, HistoryUpdate, RunHistory, utc
 from tracker.core.reducer import Reducer
@@ -196,6 +196,22 @@ def test_the_most_gpus_held_at_once_is_the_largest_running_sum_whatever_the_adds
             held.append((t, delta))
             peaks.add((t, delta))
         assert peaks.peak() == max([0, *accumulate(d for _t, d in sorted(held))])
+
+
+def test_attempts_start_with_shared_empty_containers_and_fill_their_own() -> None:
+    """An attempt's sorted lists and loss sums start as shared empty containers (``derive_pods._NO_ITEMS``): the first
+    insertion gives the attempt one of its own, so another attempt still starts empty (the autouse fixture
+    ``_shared_empties_stay_empty`` checks the shared ones after every test)."""
+    a, b = AttemptPods(), AttemptPods()
+    assert a.created is b.created and a.failures is b.failures and a.by is b.by
+    for t in (30, 10, 20):
+        a.add_created(t)
+    a.unschedulable.add("x")
+    assert a.created == [10, 20, 30] and a.last_created() == 30 and a.unschedulable.items == ["x"]
+    assert b.created == [] and b.last_created() == 0 and b.unschedulable.items == [] and b.retries() == 0
+    a.remove_created(20)
+    a.unschedulable.remove("x")
+    assert a.created == [10, 30] and a.unschedulable.items == [] and AttemptPods().created == []
 
 
 def test_an_attempt_lists_its_first_64_failures_and_counts_them_all() -> None:

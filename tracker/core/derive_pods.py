@@ -35,6 +35,29 @@ from tracker.core.model import PodFailure, PodPlacement, pod_order, utc
 
 _BEFORE_ALL = -(1 << 62)  # the bound of an attempt that has neither begun Scheduling nor Admission
 
+# Shared empty containers, never changed: a live run's attempts and pod side hold a dozen containers, most of them
+# empty for good (no failure, no unschedulable pod, no lost GPU-time); each starts as one of these, and the first
+# insertion gives it a container of its own (``_inserted``, ``_with``). About 0.8 KiB a running run (bench/README.md).
+_NO_ITEMS: list[Any] = []
+_NO_LOSSES: dict[str, list[int]] = {}
+_NO_UIDS: set[str] = set()
+
+
+def _inserted(items: list[Any], item: Any) -> list[Any]:
+    """``items`` (sorted) with ``item`` inserted in order: the same list, or a list of its own for ``_NO_ITEMS``."""
+    if items is _NO_ITEMS:
+        return [item]
+    insort(items, item)
+    return items
+
+
+def _with(uids: set[str], uid: str) -> set[str]:
+    """``uids`` with ``uid`` added: the same set, or a set of its own for ``_NO_UIDS``."""
+    if uids is _NO_UIDS:
+        return {uid}
+    uids.add(uid)
+    return uids
+
 
 class PeakSet:
     """Events (time, +GPUs at a bind or -GPUs at a release) in time order, releases first at equal times, with the
@@ -138,10 +161,10 @@ class _Multiset:
     __slots__ = ("items",)
 
     def __init__(self) -> None:
-        self.items: list[Any] = []
+        self.items: list[Any] = _NO_ITEMS
 
     def add(self, item: Any) -> None:
-        insort(self.items, item)
+        self.items = _inserted(self.items, item)
 
     def remove(self, item: Any) -> None:
         i = bisect_left(self.items, item)
@@ -190,21 +213,22 @@ class AttemptPods:
 
     def __init__(self) -> None:
         self.count = 0
-        self.sched: list[int] = []  # sorted bind times of the pods that count for Runtime
+        self.sched: list[int] = _NO_ITEMS  # sorted bind times of the pods that count for Runtime
         self.started = 0
-        self.starts: list[int] = []  # sorted container start times of the pods that count for Runtime
-        self.unsched_at: list[int] = []  # sorted times pods were found unschedulable
-        self.created: list[int] = []  # sorted creation times
-        self.failures: list[FailureKey] = []  # sorted
+        self.starts: list[int] = _NO_ITEMS  # sorted container start times of the pods that count for Runtime
+        self.unsched_at: list[int] = _NO_ITEMS  # sorted times pods were found unschedulable
+        self.created: list[int] = _NO_ITEMS  # sorted creation times
+        self.failures: list[FailureKey] = _NO_ITEMS  # sorted
         self.unschedulable = _Multiset()
         self.waiting = _Multiset()
         self.held = 0
         self.lost = 0
-        self.by: dict[str, list[int]] = {}  # lost reason -> [GPU-µs, pods]: a reason with pods is listed (even at 0)
+        self.by: dict[str, list[int]] = _NO_LOSSES  # lost reason -> [GPU-µs, pods]: one with pods listed (even at 0)
         self.open_gpus = 0
         self.open_weight = 0
         self.peak = PeakSet()
-        self.abnormal: list[tuple[int, str]] = []  # sorted (release time, uid) of pods whose loss reads last_created
+        # sorted (release time, uid) of pods whose loss reads last_created
+        self.abnormal: list[tuple[int, str]] = _NO_ITEMS
 
     def last_created(self) -> int:
         return self.created[-1] if self.created else 0
@@ -214,7 +238,7 @@ class AttemptPods:
         return bisect_left(self.failures, self.last_created(), key=lambda f: f[0])
 
     def add_created(self, created: int) -> None:
-        insort(self.created, created)
+        self.created = _inserted(self.created, created)
 
     def remove_created(self, created: int) -> None:
         i = bisect_left(self.created, created)
@@ -224,14 +248,14 @@ class AttemptPods:
         """Add a pod's contribution (its creation time is added apart: ``add_created``)."""
         self.count += 1
         if c.sched is not None:
-            insort(self.sched, c.sched)
+            self.sched = _inserted(self.sched, c.sched)
         self.started += c.started
         if c.start_at is not None:
-            insort(self.starts, c.start_at)
+            self.starts = _inserted(self.starts, c.start_at)
         if c.unsched_at is not None:
-            insort(self.unsched_at, c.unsched_at)
+            self.unsched_at = _inserted(self.unsched_at, c.unsched_at)
         if c.failure is not None:
-            insort(self.failures, c.failure)
+            self.failures = _inserted(self.failures, c.failure)
         if c.unschedulable is not None:
             self.unschedulable.add(c.unschedulable)
         if c.waiting is not None:
@@ -259,6 +283,8 @@ class AttemptPods:
         self.held += sign * c.held
         self.lost += sign * c.lost
         if c.lost_reason is not None:
+            if self.by is _NO_LOSSES:
+                self.by = {}
             by = self.by.setdefault(c.lost_reason, [0, 0])
             by[0] += sign * c.lost
             by[1] += sign
@@ -274,7 +300,7 @@ class AttemptPods:
         if c.abnormal_end is not None:
             key = (c.abnormal_end, uid)
             if sign > 0:
-                insort(self.abnormal, key)
+                self.abnormal = _inserted(self.abnormal, key)
             else:
                 del self.abnormal[bisect_left(self.abnormal, key)]
 
@@ -308,8 +334,8 @@ class PodSide:
         self.attempts: list[AttemptPods] = []
         self.cluster_attempt: dict[str, int] = {}
         # since the last ``take``: the uids whose row changed, the uids no longer the run's, whether every row is new
-        self.changed: set[str] = set()
-        self.removed: set[str] = set()
+        self.changed: set[str] = _NO_UIDS
+        self.removed: set[str] = _NO_UIDS
         self.full = True
 
     # ---------------------------------------------------------------- updates
@@ -335,7 +361,7 @@ class PodSide:
         for uid in todo:  # their attempts now, and so each attempt's latest creation time
             p = r.pods.get(uid)
             if p is None:
-                self.removed.add(uid)
+                self.removed = _with(self.removed, uid)
                 continue
             i = placed[uid] = self._attempt_of(p, layout)
             self.attempts[i].add_created(p.created or 0)
@@ -357,8 +383,11 @@ class PodSide:
                 self.attempts[i].add_created(r.pods[uid].created or 0)
             for uid, i in placed.items():
                 self._enter(r, uid, i, old.get(uid))
-        self.removed |= gone - set(self.entries)
-        self.changed -= self.removed
+        gone -= self.entries.keys()
+        if gone:
+            self.removed = self.removed | gone
+        if self.changed and self.removed:
+            self.changed = self.changed - self.removed
 
     def _attempt_of(self, p: PodFacts, layout: Layout) -> int:
         """A RayCluster's pods ran in the attempt that ran that RayCluster; any other pod in the last attempt that
@@ -397,9 +426,10 @@ class PodSide:
                                    a.last_created(), layout.ray)
         a.add(uid, c)
         self.entries[uid] = Entry(i, c, row, failure_row)
-        self.removed.discard(uid)
+        if uid in self.removed:  # then not _NO_UIDS
+            self.removed.discard(uid)
         if old is None or old.row != row:
-            self.changed.add(uid)
+            self.changed = _with(self.changed, uid)
 
     # ---------------------------------------------------------------- output
     def take(self) -> tuple[tuple[PodPlacement, ...], tuple[str, ...], bool]:
@@ -408,7 +438,7 @@ class PodSide:
         uids = self.entries if full else sorted(self.changed)
         rows = tuple(self.entries[u].row for u in sorted(uids) if u in self.entries)
         removed = tuple(sorted(u for u in self.removed if u not in self.entries))
-        self.changed, self.removed, self.full = set(), set(), False
+        self.changed, self.removed, self.full = _NO_UIDS, _NO_UIDS, False
         return rows, removed, full
 
     def rows(self) -> list[PodPlacement]:
