@@ -32,7 +32,7 @@ class ReducerLimits:
     # from its facts (``Reducer._revive``), so its update still carries only what changed; this bound caps what that
     # derivation costs. A wider run keeps its derivation until it retires. None: every finished run frees it, however
     # wide (a replay without retirement, which keeps every run it reads: ``runtime.replay.reducer_limits``). A run whose
-    # derivation is freed has its facts packed from the next flush on (``tracker.core.run_table``: ~9.5 -> ~1.4 KiB).
+    # derivation is freed has its facts packed from the next flush on (``tracker.core.run_table``: ~9.5 -> ~0.7 KiB).
     finished_derivation_rows: int | None = 64
 
 

@@ -481,8 +481,9 @@ class Reducer(Snapshots):
         """What changed in every run changed since the last flush (sorted by run id), dead letters, and the runs
         retired since (their last updates are among the updates)."""
         # packed after the run-state snapshot read them; a run a record changed since (dirty), or that keeps its
-        # derivation, is not
-        for k in self._pack_next | self.runs.take_unpacked():
+        # derivation, is not. In run-id order: the first run packed gives the table its dictionary, the same in every
+        # process (a set's order changes with the hash seed)
+        for k in sorted(self._pack_next | self.runs.take_unpacked()):
             if k not in self.dirty and k not in self.derivations:
                 self.runs.pack(k)
         self._pack_next = set()

@@ -4,7 +4,7 @@ A narrow finished run whose derivation a flush freed (``Reducer._frees``) still 
 hour later by default: about 9.5 KiB of small Python objects (dicts, tuples, integers) for a run that rarely changes
 again. The reducer packs them (``RunTable.pack``, at the flush after the one that freed the derivation, so that the
 run-state snapshot of that flush reads them as they are): their snapshot values (``RunFacts.to_json``, and what
-``snapshot_run`` noted of the run's progress minutes) marshalled and compressed, about 1.4 KiB. Reading a packed run
+``snapshot_run`` noted of the run's progress minutes) marshalled and compressed, about 0.7 KiB. Reading a packed run
 (``get``, ``[]``, ``pop``) unpacks it, as the record that changes it, a read of its history or its retirement needs
 it; the reducer packs it again at a later flush if it is still finished and untouched (``take_unpacked``).
 
@@ -18,12 +18,13 @@ versions, so a packed run stays in this process's memory, never written anywhere
 values).
 
 Compressed with raw deflate (zlib level 1) against a preset dictionary the table learns: the marshalled facts of the
-first run it packs that are between ``LEARN_MIN`` and ``LEARN_MAX`` bytes (the deflate window). Most of a run's packed
-bytes are what every run repeats (the snapshot keys, condition types and reasons, the run's queue and namespace, the
-timestamps' high bytes), and one run holds them all: the generator's runs pack to ~0.65 KiB with it, ~1.4 KiB without,
-and deflate no slower (bench/README.md, "Finished runs packed against a learned dictionary"). A run packed before the
-table learned one is packed without; the first byte of packed facts says which. The dictionary depends on which run
-was packed first, so on the records and the flushes only; it changes no fact, history or snapshot.
+first run it packs (in run-id order at a flush: the same in every process) that are between ``LEARN_MIN`` and
+``LEARN_MAX`` bytes (the deflate window). Most of a run's packed bytes are what every run repeats (the snapshot keys,
+condition types and reasons, the run's queue and namespace, the timestamps' high bytes), and one run holds them all:
+the generator's runs pack to ~0.65 KiB with it, ~1.4 KiB without, and pack and unpack faster (bench/README.md,
+"Finished runs packed against a learned dictionary"). A run packed before the table learned one is packed without; the
+first byte of packed facts says which. The dictionary depends on which run was packed first, so on the records and the
+flushes only; it changes no fact, history or snapshot.
 """
 
 from __future__ import annotations
@@ -37,7 +38,9 @@ from tracker.core.facts import RunFacts
 
 _LEVEL = 1
 _WBITS = -15  # raw deflate with a 32 KiB window: no header or checksum (packed facts never leave the process)
-LEARN_MIN = 1024  # the marshalled facts a dictionary is learned from: at least this (smaller hold too few keys)
+# the marshalled facts a dictionary is learned from: at least this (a smaller run holds few of what runs repeat; on
+# the generator's runs, 1.9-4.7 KiB, a dictionary of at least 1 KiB packed them to 730 bytes a run, of 3 KiB to 679)
+LEARN_MIN = 3072
 LEARN_MAX = 32 * 1024  # and at most the window (the start of a larger dictionary is out of reach)
 _PLAIN, _PRESET = b"\x00", b"\x01"  # the first byte of packed facts: without a dictionary, against it
 
