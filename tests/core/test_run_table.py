@@ -97,6 +97,14 @@ def test_run_table_reads_unpack_and_packing_keeps_the_order() -> None:
     assert gone is not None and gone.to_json() == docs[2] and ids[2] not in table and _counted(table)
     table[ids[4]] = RunFacts.from_json(docs[4])  # a packed run replaced by facts
     assert not table.packed(ids[4]) and _counted(table)
+    table.take_unpacked()
+    table.pack(ids[5])
+    assert table.packed_size()[0] == 1
+    table.discard(ids[5])  # packed: dropped without unpacking it
+    table.discard(ids[3])
+    table.discard("nope")
+    assert ids[5] not in table and ids[3] not in table and table.packed_size() == (0, 0) and _counted(table)
+    assert table.take_unpacked() == set()
     assert table.pop("nope") is None and table.get("nope") is None
     table.pack("nope")
     assert "nope" not in table

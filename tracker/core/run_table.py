@@ -159,6 +159,12 @@ class RunTable:
             return unpack(v, self.zdict)
         return v
 
+    def discard(self, run_id: str) -> None:
+        """Remove the run if it holds it, without reading its facts (packed ones are not unpacked)."""
+        v = self._runs.pop(run_id, None)
+        if isinstance(v, bytes):
+            self._unpacked_one(v)
+
     def items(self) -> Iterator[tuple[str, RunFacts]]:
         """Every run with its facts (each packed one unpacked)."""
         for run_id in list(self._runs):

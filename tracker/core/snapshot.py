@@ -238,7 +238,7 @@ class Snapshots(Retirement):
         self._pods_changed.pop(run_id, None)
         self._points_inside.discard(run_id)
         if snap.get("retired"):
-            self.runs.pop(run_id)
+            self.runs.discard(run_id)  # its facts, packed or not, are not read
             self.quiet.pop(run_id, None)
             seq = snap["retired_seq"]
             self.retirements = max(self.retirements, seq)
