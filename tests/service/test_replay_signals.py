@@ -21,7 +21,9 @@ from tracker.cli.args import DEMO_CAPTURES
 from tracker.runtime.replay import replay
 from tracker.shell import jsonio
 
-RUNS = 400  # about 10,000 records: long enough to be signalled while replaying, on a busy machine too
+# about 30,000 records: long enough to be signalled while replaying, on a busy machine too. With 10,000 (as many as the
+# pipeline's change queue holds) a replay once ended between the test's seeing the first commit and its signal
+RUNS = 1200
 
 
 @pytest.fixture(scope="module")
