@@ -3,11 +3,13 @@ where it stopped in one line and exits 128 + the signal; the same replay run aga
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -21,9 +23,9 @@ from tracker.cli.args import DEMO_CAPTURES
 from tracker.runtime.replay import replay
 from tracker.shell import jsonio
 
-# about 30,000 records: long enough to be signalled while replaying, on a busy machine too. With 10,000 (as many as the
-# pipeline's change queue holds) a replay once ended between the test's seeing the first commit and its signal
-RUNS = 1200
+# about 10,000 records; the signalled replay reads the first third of them from a FIFO whose writer stays open, so it is
+# still running, waiting for more, when the signal comes (a replay of a file could end before it: it once did)
+RUNS = 400
 
 
 @pytest.fixture(scope="module")
@@ -58,22 +60,45 @@ def test_a_signalled_replay_commits_says_where_and_a_second_one_finishes(
         capture: Path, whole: dict[str, list[tuple[object, ...]]], tmp_path: Path, sig: signal.Signals,
         capsys: pytest.CaptureFixture[str]) -> None:
     index = tmp_path / "index.sqlite"
+    fifo = tmp_path / "cluster.jsonl"
+    os.mkfifo(fifo)
+    lines = capture.read_bytes().splitlines(keepends=True)
+    part = b"".join(lines[:len(lines) // 3])
     code = "import sys; from tracker.cli import main; sys.exit(main(sys.argv[1:]))"
     # a flush (and a commit) every 500 records: the first commit, which the signal waits for, comes early (a capture
     # file's replay flushes every `replay_flush_every` records only, 20,000 by default: more than this capture)
-    proc = subprocess.Popen([sys.executable, "-c", code, "replay", str(capture), "--index", str(index)],
+    proc = subprocess.Popen([sys.executable, "-c", code, "replay", str(fifo), "--index", str(index)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "TRACKER_EMBEDDED__REPLAY_FLUSH_EVERY": "500"})
-    deadline = time.monotonic() + 120
-    while committed_runs(index) == 0 and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert proc.poll() is None, "the replay ended before it could be signalled"
-    proc.send_signal(sig)
-    _out, err = proc.communicate(timeout=120)
+    written = threading.Event()
+    done = threading.Event()
+
+    def write() -> None:  # a thread: opening a FIFO waits for its reader, and writing to it for the reads
+        with contextlib.suppress(OSError), fifo.open("wb") as w:
+            w.write(part)
+            w.flush()
+            written.set()
+            done.wait(120)  # the writer stays open: the replay waits for more until it is signalled
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    try:
+        assert written.wait(120), "the replay did not read the first part of the capture"
+        deadline = time.monotonic() + 120
+        while committed_runs(index) == 0 and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert proc.poll() is None, proc.communicate(timeout=10)
+        proc.send_signal(sig)
+        _out, err = proc.communicate(timeout=120)
+    finally:
+        done.set()
+        writer.join(10)
+        if proc.poll() is None:
+            proc.kill()
     assert proc.returncode == 128 + sig, (proc.returncode, err)
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err
-    assert f"replay stopped by {sig.name} after" in lines[0] and f"{capture}:" in lines[0]
+    said = err.strip().splitlines()
+    assert len(said) == 1, err
+    assert f"replay stopped by {sig.name} after" in said[0] and f"(the last from {fifo}:" in said[0], err
     assert "Traceback" not in err
     partial = contents(index)
     assert 0 < len(partial["runs"]) < len(whole["runs"]) or partial != whole

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections import deque
 from collections.abc import AsyncIterator, Coroutine, Iterable
 from typing import Any, TypeVar
 
@@ -41,20 +42,40 @@ async def in_thread(items: Iterable[T], *, buffer: int = 1024, name: str = "read
 
     Once ``until`` is set the thread hands nothing more, and the iteration ends after the items it handed before
     (at most ``buffer``), even while the thread sits in a read of a quiet pipe: every item handed is consumed (what
-    the iterator had read towards its next item, a value not yet complete, is not)."""
+    the iterator had read towards its next item, a value not yet complete, is not).
+
+    The thread wakes the loop once for the items it hands while the loop has not yet woken (not once an item): a
+    wake-up is a byte in the loop's self-pipe, which also carries the signals of ``loop.add_signal_handler``, and a
+    self-pipe filled by a fast reader lost them (a replay of a pipe did not stop on SIGINT)."""
     loop = asyncio.get_running_loop()
-    got: asyncio.Queue[tuple[object, BaseException | None]] = asyncio.Queue()
+    handed: deque[tuple[object, BaseException | None]] = deque()  # appended by the thread, taken by the consumer
+    ready = asyncio.Event()  # set on the loop when something was handed
+    lock = threading.Lock()
+    waking = False  # a wake-up is on its way to the loop (under ``lock``)
     room = threading.Semaphore(buffer)
     stop = threading.Event()
+
+    def wake() -> None:
+        nonlocal waking
+        with lock:
+            waking = False
+        ready.set()
 
     async def end_when_set(event: asyncio.Event) -> None:
         await event.wait()
         stop.set()
-        got.put_nowait((_END, None))  # after every item handed so far
+        handed.append((_END, None))  # after every item handed so far
+        ready.set()
 
     def hand(item: object, exc: BaseException | None = None) -> bool:
+        nonlocal waking
+        handed.append((item, exc))
+        with lock:
+            if waking:
+                return True
+            waking = True
         try:
-            loop.call_soon_threadsafe(got.put_nowait, (item, exc))
+            loop.call_soon_threadsafe(wake)
         except RuntimeError:  # the loop is closed: nobody reads any more
             return False
         return True
@@ -78,7 +99,12 @@ async def in_thread(items: Iterable[T], *, buffer: int = 1024, name: str = "read
     ender = None if until is None else asyncio.ensure_future(end_when_set(until))
     try:
         while True:
-            item, exc = await got.get()
+            if not handed:
+                ready.clear()
+                if not handed:  # (a wake-up for what the thread hands from now on sets it again)
+                    await ready.wait()
+                continue
+            item, exc = handed.popleft()
             if item is _END:
                 if exc is not None:
                     raise exc
