@@ -185,13 +185,17 @@ class Derivation:
         # kept for the next update while the run runs (what reports progress); not for the others, which would keep
         # about 2 KiB each for a change that rarely comes; nor are the ledger's stretches (about 250 bytes)
         running = shape.record.status is Status.RUNNING
-        self._shape = shape if running else None
         if not running:
             self._stretches = None
         elif self._stretches is None and self._steps:
             self._stretches = Stretches()
-        self.history = _derive(r, shape, self.pods, self._metrics, self._steps, self._stretches)
-        return self.history
+        history = self.history = _derive(r, shape, self.pods, self._metrics, self._steps, self._stretches)
+        # the shape kept holds the history's attempts, record and transitions, not copies of its own: the next
+        # ``_derive`` sets every ledger field of them anew, and reads only what the ledger does not set (and the
+        # record's own ``resume_of`` and ``last_checkpoint``, kept apart), so it gives what the shape's own would
+        self._shape = _Shape(shape.atts, shape.losses, shape.final, history.transitions, history.attempts,
+                             history.run, shape.reports, shape.own) if running else None
+        return history
 
     def take(self) -> HistoryUpdate:
         """What changed since the last take: the history of the last update (None if it is the one the last take
@@ -235,8 +239,8 @@ class Derivation:
 
 @dataclass(slots=True, frozen=True)
 class _Shape:
-    """What a run's history is before the goodput ledger (steps 1 to 5 without the ledger's fields): all of it a
-    function of the facts other than its metrics, step records and checkpoint saves and restores, and of each
+    """What a run's history is before the goodput ledger (steps 1 to 5; ``_derive`` sets the ledger's fields): all of
+    it a function of the facts other than its metrics, step records and checkpoint saves and restores, and of each
     attempt's first progress report, so a progress report that changed none of those nor the latest checkpoint leaves
     it as it was (``Derivation.update``)."""
 
@@ -244,10 +248,11 @@ class _Shape:
     losses: list[str | None]
     final: _Final | None
     transitions: list[Transition]
-    attempts: list[Attempt]  # without the ledger's fields
-    record: RunRecord  # without the ledger's fields
+    attempts: list[Attempt]  # the ledger's fields as the last ``_derive`` set them (none before), which sets them anew
+    record: RunRecord  # the same
     # what it read of the progress times: each attempt's window and the first report found in it (``_view``)
     reports: list[tuple[tuple[int, int | None, int | None] | None, int | None]]
+    own: tuple[str | None, str | None]  # the record's resume_of and last_checkpoint before the ledger's fields
 
     def holds(self, progress_times: list[int]) -> bool:
         """Whether the shape is the same with these progress times (and the same facts otherwise): each attempt's
@@ -263,7 +268,7 @@ def _derive(r: RunFacts, shape: _Shape, side: PodSide, metrics: list[MetricSumma
     led = run_ledger(r, steps, rs, atts, shape.losses, side.attempts, shape.attempts, final.at if final else None,
                      kept)
     attempts_out = [replace(a, **attempt_fields(led, i)) for i, a in enumerate(shape.attempts)]
-    record = record_fields(r, led, shape.record, rs)
+    record = record_fields(r, led, shape.record, rs, shape.own)
     links = [ResumeLink(run_id=r.run_id, resume_of=record.resume_of)] if record.resume_of else []
     return RunHistory(run=record, transitions=list(shape.transitions), attempts=attempts_out, metrics=metrics,
                       resume_links=links, checkpoints=checkpoint_rows(r, rs, atts), ledger=ledger_spans(led))
@@ -344,7 +349,8 @@ def _shape(r: RunFacts, side: PodSide, changed: Iterable[str] | None, progress_t
     phase = transitions[-1].phase if transitions else (Phase.ADMISSION if r.kind else Phase.RESOLUTION)
 
     record = _record(run, intake, final, attempts_out, status, reason, message, phase, pending, total_retries)
-    return _Shape(atts, losses, final, transitions, attempts_out, record, reports)
+    return _Shape(atts, losses, final, transitions, attempts_out, record, reports,
+                  (record.resume_of, record.last_checkpoint))
 
 
 def _layout(r: RunFacts, atts: list[_Att], losses: list[str | None]) -> Layout:

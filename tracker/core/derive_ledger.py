@@ -87,9 +87,12 @@ def attempt_fields(led: Ledger, i: int) -> dict[str, Any]:
             "ledger_wall_s_by": _per(led.wall_us[i], US_PER_S)}
 
 
-def record_fields(r: RunFacts, led: Ledger, record: RunRecord, rs_all: Sequence[tuple[int, str, int, int | None]]
-                  ) -> RunRecord:
-    """The run record with its ledger fields, lineage and checkpoint summary (``rs_all``: ``restores``)."""
+def record_fields(r: RunFacts, led: Ledger, record: RunRecord, rs_all: Sequence[tuple[int, str, int, int | None]],
+                  own: tuple[str | None, str | None] | None = None) -> RunRecord:
+    """The run record with its ledger fields, lineage and checkpoint summary (``rs_all``: ``restores``). ``own``: the
+    ``resume_of`` and ``last_checkpoint`` of the record before these fields (None: those of ``record``), so that a
+    record that already has them is given them anew from the same base (``derive.Derivation`` keeps one)."""
+    resume_of, last_checkpoint = own if own is not None else (record.resume_of, record.last_checkpoint)
     gpu: dict[str, int] = {}
     wall: dict[str, int] = {}
     for by in led.gpu_us:
@@ -115,8 +118,8 @@ def record_fields(r: RunFacts, led: Ledger, record: RunRecord, rs_all: Sequence[
     last = max(((step, at, uri) for at, step, uri in completed if at is not None), default=None)
     return replace(
         record,
-        resume_of=record.resume_of or (resume[1] if resume else None),
-        last_checkpoint=last[2] if last else record.last_checkpoint,
+        resume_of=resume_of or (resume[1] if resume else None),
+        last_checkpoint=last[2] if last else last_checkpoint,
         ledger_basis="progress" if led.basis == "progress" else "accounting",
         ledger_gpu_hours_by=_per(gpu, US_PER_HOUR), ledger_wall_s_by=_per(wall, US_PER_S),
         ledger_until=until, ledger_open=open_cat if record.finished_at is None else None, ettr=ettr, goodput=goodput,
