@@ -88,11 +88,11 @@ def attempt_fields(led: Ledger, i: int) -> dict[str, Any]:
 
 
 def record_fields(r: RunFacts, led: Ledger, record: RunRecord, rs_all: Sequence[tuple[int, str, int, int | None]],
-                  own: tuple[str | None, str | None] | None = None) -> RunRecord:
+                  own: tuple[str | None, str | None]) -> RunRecord:
     """The run record with its ledger fields, lineage and checkpoint summary (``rs_all``: ``restores``). ``own``: the
-    ``resume_of`` and ``last_checkpoint`` of the record before these fields (None: those of ``record``), so that a
-    record that already has them is given them anew from the same base (``derive.Derivation`` keeps one)."""
-    resume_of, last_checkpoint = own if own is not None else (record.resume_of, record.last_checkpoint)
+    ``resume_of`` and ``last_checkpoint`` of the record before these fields, so that a record that already has them
+    (the one ``derive.Derivation`` keeps) is given them anew from the same base."""
+    resume_of, last_checkpoint = own
     gpu: dict[str, int] = {}
     wall: dict[str, int] = {}
     for by in led.gpu_us:
