@@ -185,7 +185,8 @@ def test_a_root_that_takes_a_run_id_removes_the_other_roots_pods() -> None:
 @given(st.lists(st.tuples(st.booleans(), st.integers(0, 60), st.sampled_from([-8, -4, -1, 1, 4, 8])), max_size=900))
 def test_the_most_gpus_held_at_once_is_the_largest_running_sum_whatever_the_adds_and_removes(
         ops: list[tuple[bool, int, int]]) -> None:
-    """PeakSet (blocks of 128 to 256 events) against the definition: the largest prefix sum of the sorted events."""
+    """PeakSet (a plain list up to 32 events, then blocks of 128 to 256) against the definition: the largest prefix
+    sum of the sorted events."""
     peaks = PeakSet()
     held: list[tuple[int, int]] = []
     for remove, t, delta in ops:

@@ -4,6 +4,8 @@ added and removed."""
 
 from __future__ import annotations
 
+from itertools import accumulate
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -42,3 +44,22 @@ def test_the_area_after_every_release_is_the_gpu_time_held(held: list[tuple[int,
         ps.add((bind, gpus))
         ps.add((bind + length, -gpus))
     assert ps.areas()(2 * 10**6) == sum(g * length for _b, g, length in held)
+
+
+def test_a_peakset_reads_the_same_as_it_grows_past_its_flat_list_and_shrinks_again() -> None:
+    """Up to ``PeakSet.FLAT`` events are one plain list, then blocks: every step, on either side of the change and back
+    down to none, reads as the plain events do (span, areas, the most GPUs at once)."""
+    ps, events = PeakSet(), []
+    steps = [(t * 10, 2 if t % 3 else -1) for t in range(2 * PeakSet().FLAT)]  # (compiled: an instance attribute)
+    for ev in [*steps, *reversed(steps)]:
+        if ev in events:
+            ps.remove(ev)
+            events.remove(ev)
+        else:
+            ps.add(ev)
+            events.append(ev)
+        want = Events(events)
+        assert ps.span() == want.span()
+        assert [ps.areas()(x) for x in range(-5, 700, 35)] == [want.areas()(x) for x in range(-5, 700, 35)]
+        assert ps.peak() == max([0, *accumulate(d for _t, d in sorted(events))])
+    assert ps.flat is None and ps.blocks == [] and PeakSet().flat == []

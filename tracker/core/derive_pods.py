@@ -61,22 +61,38 @@ def _with(uids: set[str], uid: str) -> set[str]:
 
 class PeakSet:
     """Events (time, +GPUs at a bind or -GPUs at a release) in time order, releases first at equal times, with the
-    largest running sum: the most GPUs held at once. Kept in blocks with each block's sum and largest prefix sum,
-    so that adding or removing an event costs one block and a pass over the blocks, not a pass over every event."""
+    largest running sum: the most GPUs held at once. Up to ``FLAT`` events are one sorted list (``flat``), read whole;
+    from then on they are kept in blocks with each block's sum and largest prefix sum, so that adding or removing an
+    event costs one block and a pass over the blocks, not a pass over every event."""
 
     BLOCK = 128  # events per block, about; a block is split at twice as many
+    FLAT = 32  # events kept as one plain list (most attempts: a bind and a release a pod; six block lists: ~1 KiB)
 
-    __slots__ = ("blocks", "deltas", "lasts", "peaks", "sums", "wsums")
+    __slots__ = ("blocks", "deltas", "flat", "lasts", "peaks", "sums", "wsums")
 
     def __init__(self) -> None:
-        self.blocks: list[list[tuple[int, int]]] = []
-        self.deltas: list[list[int]] = []  # each block's GPU deltas, in its order (summed in C by accumulate)
-        self.lasts: list[tuple[int, int]] = []  # each block's last event
-        self.sums: list[int] = []
-        self.peaks: list[int] = []  # each block's largest prefix sum (0 when every prefix is negative)
-        self.wsums: list[int] = []  # each block's sum of GPUs x time (the ledger's ``area``)
+        # the events while there are at most FLAT (the shared ``_NO_ITEMS`` while none), None once in blocks
+        self.flat: list[tuple[int, int]] | None = _NO_ITEMS
+        # the blocks: each list is the PeakSet's own from the FLAT + 1-th event on (shared empty lists until then)
+        self.blocks: list[list[tuple[int, int]]] = _NO_ITEMS
+        self.deltas: list[list[int]] = _NO_ITEMS  # each block's GPU deltas, in its order (summed in C by accumulate)
+        self.lasts: list[tuple[int, int]] = _NO_ITEMS  # each block's last event
+        self.sums: list[int] = _NO_ITEMS
+        self.peaks: list[int] = _NO_ITEMS  # each block's largest prefix sum (0 when every prefix is negative)
+        self.wsums: list[int] = _NO_ITEMS  # each block's sum of GPUs x time (the ledger's ``area``)
 
     def add(self, event: tuple[int, int]) -> None:
+        flat = self.flat
+        if flat is not None:
+            flat = _inserted(flat, event)
+            if len(flat) <= self.FLAT:
+                self.flat = flat
+            else:  # one block of FLAT + 1 events, from now on in blocks (a shrinking set stays in them)
+                self.flat = None
+                self.blocks, self.deltas, self.lasts = [flat], [[d for _t, d in flat]], [flat[-1]]
+                self.sums, self.peaks, self.wsums = [0], [0], [0]
+                self._sum(0)
+            return
         if not self.blocks:
             self.blocks.append([event])
             self.deltas.append([event[1]])
@@ -104,6 +120,13 @@ class PeakSet:
         self._sum(i)
 
     def remove(self, event: tuple[int, int]) -> None:
+        flat = self.flat
+        if flat is not None:
+            j = bisect_left(flat, event)
+            if j == len(flat) or flat[j] != event:
+                raise KeyError(event)
+            del flat[j]
+            return
         i = bisect_left(self.lasts, event)
         block = self.blocks[i]
         j = bisect_left(block, event)
@@ -125,14 +148,22 @@ class PeakSet:
 
     def span(self) -> tuple[int, int] | None:
         """The first and the last event's times (None without events)."""
+        events = self.flat
+        if events is not None:
+            return (events[0][0], events[-1][0]) if events else None
         return (self.blocks[0][0][0], self.blocks[-1][-1][0]) if self.blocks else None
 
     def areas(self) -> Callable[[int], int]:
         """A function of x: the GPU-µs held up to x (every event at or before x, each ``GPUs x (x - time)``), in
         the number of blocks and one block's events, not the number of events: the goodput ledger's integral."""
-        cum_s = list(accumulate(self.sums, initial=0))
-        cum_w = list(accumulate(self.wsums, initial=0))
-        lasts, blocks = self.lasts, self.blocks
+        if self.flat is not None:  # no whole block before x: the pass over the one list below
+            cum_s = cum_w = [0]
+            lasts: list[tuple[int, int]] = _NO_ITEMS
+            blocks = [self.flat]
+        else:
+            cum_s = list(accumulate(self.sums, initial=0))
+            cum_w = list(accumulate(self.wsums, initial=0))
+            lasts, blocks = self.lasts, self.blocks
 
         def area(x: int) -> int:
             j = bisect_right(lasts, (x, 1 << 62))  # blocks 0..j-1 end at or before x
@@ -148,6 +179,12 @@ class PeakSet:
 
     def peak(self) -> int:
         cur = best = 0
+        if self.flat is not None:
+            for _t, d in self.flat:
+                cur += d
+                if cur > best:
+                    best = cur
+            return best
         for total, top in zip(self.sums, self.peaks, strict=True):
             if cur + top > best:
                 best = cur + top
