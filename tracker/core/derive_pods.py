@@ -51,6 +51,14 @@ def _inserted(items: list[Any], item: Any) -> list[Any]:
     return items
 
 
+def _remove_one(items: list[Any], item: Any) -> None:
+    """Removes one occurrence of ``item`` from ``items`` (sorted); KeyError when it holds none."""
+    i = bisect_left(items, item)
+    if i == len(items) or items[i] != item:
+        raise KeyError(item)
+    del items[i]
+
+
 def _with(uids: set[str], uid: str) -> set[str]:
     """``uids`` with ``uid`` added: the same set, or a set of its own for ``_NO_UIDS``."""
     if uids is _NO_UIDS:
@@ -120,12 +128,8 @@ class PeakSet:
         self._sum(i)
 
     def remove(self, event: tuple[int, int]) -> None:
-        flat = self.flat
-        if flat is not None:
-            j = bisect_left(flat, event)
-            if j == len(flat) or flat[j] != event:
-                raise KeyError(event)
-            del flat[j]
+        if self.flat is not None:
+            _remove_one(self.flat, event)
             return
         i = bisect_left(self.lasts, event)
         block = self.blocks[i]
@@ -178,13 +182,9 @@ class PeakSet:
         return area
 
     def peak(self) -> int:
+        if self.flat is not None:  # the largest prefix sum, as ``_sum`` reads a block's (0 when none is positive)
+            return max(accumulate((d for _t, d in self.flat), initial=0))
         cur = best = 0
-        if self.flat is not None:
-            for _t, d in self.flat:
-                cur += d
-                if cur > best:
-                    best = cur
-            return best
         for total, top in zip(self.sums, self.peaks, strict=True):
             if cur + top > best:
                 best = cur + top
@@ -204,10 +204,7 @@ class _Multiset:
         self.items = _inserted(self.items, item)
 
     def remove(self, item: Any) -> None:
-        i = bisect_left(self.items, item)
-        if i == len(self.items) or self.items[i] != item:
-            raise KeyError(item)
-        del self.items[i]
+        _remove_one(self.items, item)
 
 
 # A pod failure as it is ordered in an attempt's list: (at, pod name, reason, exit code, message, uid)
